@@ -1,0 +1,328 @@
+"""The rule catalog: symptom definitions, declarative extractors (TOML) and Python rules.
+
+The catalog ships inside the package (`firstfault/rules/catalog/*.toml` and the Python modules of
+`firstfault.rules`). Loading compiles every pattern into the per-source hyperscan databases and runs every
+inline case; any failure raises `CatalogError` naming the rule and the case. Rules are never fetched from the
+network or accepted from a client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.resources
+import re
+import string
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, SourceKind, SubDomain
+from firstfault.engine.rules_api import (
+    MetricExtractor,
+    Phase,
+    PythonRule,
+    registered_metric_extractors,
+    registered_rules,
+)
+
+# Python rule modules, in the order their rules run within a phase.
+RULE_MODULES = (
+    "firstfault.rules.xid",
+    "firstfault.rules.metrics",
+    "firstfault.rules.network",
+    "firstfault.rules.cleaners",
+    "firstfault.rules.collectors",
+    "firstfault.rules.refiners",
+    "firstfault.rules.election",
+)
+
+EMIT_TYPES = {"bad_node": "bad", "interesting_node": "interesting", "xid": "xid", "context": "context"}
+LINE_SOURCES = (SourceKind.APPLOG, SourceKind.SYSLOG, SourceKind.SCHEDULER)
+_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+# Constructs outside the hyperscan/RE2 common subset (hyperscan would also reject most of them).
+_UNSUPPORTED_RE = re.compile(r"\(\?[=!<][^P]|\(\?<[=!]|\\[1-9]|\(\?P=|\\[AZ]|\(\?[aLu]|\(\?\(|\(\?>|[*+?}]\+")
+
+
+class CatalogError(Exception):
+    """The catalog cannot be loaded; the message names the rule (and case) at fault."""
+
+
+@dataclass(frozen=True)
+class NextActionDef:
+    immediate: str
+    investigatory: str | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class SymptomDef:
+    """What a symptom means. `role`: root (a root-cause candidate), symptom (downstream by default; the
+    root only when nothing earlier explains it), context (never a cause). `blame`: node (the node it appears
+    on is at fault), peer (another node named in the line may be), none. `strength` orders root candidates
+    that start together (kernel/hardware facts outrank what an application reports about them)."""
+
+    name: str
+    sub_domain: SubDomain
+    role: str
+    blame: str
+    strength: int
+    next_action: NextActionDef
+    doc: str
+    outcome: Outcome
+    origin: str
+    family: str = ""
+
+
+@dataclass(frozen=True)
+class ExtractorCase:
+    expect: str
+    line: str
+    symptom: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+    source: SourceKind | None = None
+
+
+@dataclass(frozen=True)
+class Extractor:
+    """A declarative extractor: one pattern, one emitted event per matching line."""
+
+    name: str
+    sources: tuple[SourceKind, ...]
+    match_re: str
+    regex: re.Pattern[str]
+    emit_type: str  # bad | interesting | xid | context
+    symptom: str | None  # template with {capture} fields
+    fact: str | None
+    attributes: dict[str, Any]
+    key: tuple[str, ...]  # captures that keep events apart when coalescing (e.g. one event per GPU)
+    doc: str
+    ref: str
+    cases: tuple[ExtractorCase, ...]
+    origin: str
+
+    def render_symptom(self, captures: dict[str, str | None]) -> str | None:
+        if self.symptom is None:
+            return None
+        return self.symptom.format_map({k: (v or "") for k, v in captures.items()})
+
+
+@dataclass
+class Catalog:
+    symptoms: dict[str, SymptomDef]
+    extractors: list[Extractor]
+    python_rules: list[PythonRule]
+    metric_extractors: list[MetricExtractor]
+    content_hash: str
+    files: list[str]
+
+    def rules_in(self, phase: Phase) -> list[PythonRule]:
+        return [r for r in self.python_rules if r.phase == phase]
+
+    def extractors_for(self, source: SourceKind) -> list[Extractor]:
+        return [e for e in self.extractors if source in e.sources]
+
+    def symptom(self, name: str) -> SymptomDef:
+        try:
+            return self.symptoms[name]
+        except KeyError:
+            return self._dynamic_symptom(name)
+
+    def _dynamic_symptom(self, name: str) -> SymptomDef:
+        # Symptoms named by templates (e.g. "XID-149.4") resolve through their family definition.
+        for prefix_len in range(len(name), 0, -1):
+            family = self.symptoms.get(name[:prefix_len] + "*")
+            if family is not None:
+                return SymptomDef(**{**family.__dict__, "name": name})
+        raise CatalogError(f"symptom {name!r} is emitted but not defined in the catalog")
+
+    def pattern_list(self, source: SourceKind | None = None) -> list[str]:
+        extractors = self.extractors if source is None else self.extractors_for(source)
+        return [e.match_re for e in extractors]
+
+
+def _catalog_files() -> list[tuple[str, bytes]]:
+    root = importlib.resources.files("firstfault.rules") / "catalog"
+    files = sorted((p.name, p.read_bytes()) for p in root.iterdir() if p.name.endswith(".toml"))
+    if not files:
+        raise CatalogError("no rule catalog files found in firstfault/rules/catalog")
+    return files
+
+
+def _require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in table:
+        raise CatalogError(f"{where}: missing required field {key!r}")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise CatalogError(f"{where}: field {key!r} must be {kind.__name__}")
+    return value
+
+
+def _parse_symptom(table: dict[str, Any], origin: str) -> SymptomDef:
+    name = _require(table, "name", str, f"{origin}: symptom")
+    where = f"{origin}: symptom {name!r}"
+    try:
+        sub_domain = SubDomain(_require(table, "sub_domain", str, where))
+    except ValueError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    role = _require(table, "role", str, where)
+    if role not in ("root", "symptom", "context"):
+        raise CatalogError(f"{where}: role must be root, symptom or context")
+    blame = table.get("blame", "none")
+    if blame not in ("node", "peer", "none"):
+        raise CatalogError(f"{where}: blame must be node, peer or none")
+    strength = table.get("strength", 50)
+    if not isinstance(strength, int) or not 0 <= strength <= 100:
+        raise CatalogError(f"{where}: strength must be an integer 0..100")
+    outcome_text = table.get("outcome")
+    try:
+        outcome = Outcome(outcome_text) if outcome_text else SUBDOMAIN_OUTCOME[sub_domain]
+    except ValueError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    action = NextActionDef(
+        immediate=_require(table, "immediate", str, where),
+        investigatory=table.get("investigatory"),
+        summary=_require(table, "action", str, where),
+    )
+    return SymptomDef(name=name, sub_domain=sub_domain, role=role, blame=blame, strength=strength,
+                      next_action=action, doc=_require(table, "doc", str, where).strip(), outcome=outcome,
+                      origin=origin, family=table.get("family", origin.removesuffix(".toml")))
+
+
+def check_pattern_subset(pattern: str) -> str | None:
+    """Return why `pattern` is outside the hyperscan/RE2 common subset, or None."""
+    if _UNSUPPORTED_RE.search(pattern):
+        return "uses a construct outside the hyperscan/RE2 subset (lookaround, backreference, atomic or possessive group, \\A/\\Z)"
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        return f"invalid regular expression: {exc}"
+    if compiled.match(""):
+        return "matches the empty string"
+    return None
+
+
+def _parse_case(table: dict[str, Any], where: str) -> ExtractorCase:
+    expect = _require(table, "expect", str, where)
+    if expect not in ("bad", "interesting", "xid", "context", "none"):
+        raise CatalogError(f"{where}: expect must be bad, interesting, xid, context or none")
+    source = table.get("source")
+    return ExtractorCase(expect=expect, line=_require(table, "line", str, where), symptom=table.get("symptom"),
+                         attributes={k: str(v) for k, v in table.get("attributes", {}).items()},
+                         source=SourceKind(source) if source else None)
+
+
+def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
+    name = _require(table, "name", str, f"{origin}: extractor")
+    where = f"{origin}: extractor {name}"
+    if not _NAME_RE.match(name):
+        raise CatalogError(f"{where}: names are CamelCase identifiers")
+    match_re = _require(table, "match_re", str, where)
+    problem = check_pattern_subset(match_re)
+    if problem:
+        raise CatalogError(f"{where}: match_re {problem}")
+    emit = _require(table, "emit", dict, where)
+    emit_type = EMIT_TYPES.get(emit.get("type", ""))
+    if emit_type is None:
+        raise CatalogError(f"{where}: emit.type must be one of {sorted(EMIT_TYPES)}")
+    symptom = emit.get("symptom")
+    fact = emit.get("fact")
+    if emit_type == "context" and not fact:
+        raise CatalogError(f"{where}: a context extractor names the fact it emits (emit.fact)")
+    if emit_type != "context" and not symptom:
+        raise CatalogError(f"{where}: emit.symptom is required")
+    regex = re.compile(match_re)
+    if symptom:
+        fields = {f for _, f, _, _ in string.Formatter().parse(symptom) if f}
+        missing = fields - set(regex.groupindex)
+        if missing:
+            raise CatalogError(f"{where}: symptom template uses unknown captures {sorted(missing)}")
+    sources_raw = table.get("source", [s.value for s in LINE_SOURCES])
+    if isinstance(sources_raw, str):
+        sources_raw = [sources_raw]
+    try:
+        sources = tuple(SourceKind(s) for s in sources_raw)
+    except ValueError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    key = tuple(table.get("key", []))
+    unknown_key = set(key) - set(regex.groupindex)
+    if unknown_key:
+        raise CatalogError(f"{where}: key names unknown captures {sorted(unknown_key)}")
+    cases = tuple(_parse_case(c, f"{where} case {i + 1}") for i, c in enumerate(table.get("cases", [])))
+    if not any(c.expect != "none" for c in cases) or not any(c.expect == "none" for c in cases):
+        raise CatalogError(f"{where}: needs at least one positive and one negative (expect = \"none\") case")
+    return Extractor(name=name, sources=sources, match_re=match_re, regex=regex, emit_type=emit_type,
+                     symptom=symptom, fact=fact, attributes=dict(table.get("attributes", {})), key=key,
+                     doc=_require(table, "doc", str, where).strip(), ref=table.get("ref", ""), cases=cases,
+                     origin=origin)
+
+
+def _data_files() -> list[tuple[str, bytes]]:
+    root = importlib.resources.files("firstfault.rules") / "data"
+    return sorted((p.name, p.read_bytes()) for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def _python_sources() -> list[bytes]:
+    blobs = []
+    for module_name in RULE_MODULES:
+        module = importlib.import_module(module_name)
+        if module.__file__:
+            with open(module.__file__, "rb") as fh:
+                blobs.append(fh.read())
+    return blobs
+
+
+def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
+    """Load the packaged catalog. With `verify`, compile everything and run every inline case.
+
+    `extra_files` (name, TOML bytes) are appended after the packaged files; tests and `rules test --file`
+    use it to check a candidate rule file against the rest of the catalog.
+    """
+    files = _catalog_files() + list(extra_files or [])
+    symptoms: dict[str, SymptomDef] = {}
+    extractors: list[Extractor] = []
+    for name, blob in files:
+        try:
+            doc = tomllib.loads(blob.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise CatalogError(f"{name}: not valid TOML: {exc}") from None
+        unknown = set(doc) - {"symptom", "extractor", "meta"}
+        if unknown:
+            raise CatalogError(f"{name}: unknown top-level tables {sorted(unknown)}")
+        for table in doc.get("symptom", []):
+            sdef = _parse_symptom(table, name)
+            if sdef.name in symptoms:
+                raise CatalogError(f"{name}: symptom {sdef.name!r} is already defined in {symptoms[sdef.name].origin}")
+            symptoms[sdef.name] = sdef
+        for table in doc.get("extractor", []):
+            extractors.append(_parse_extractor(table, name))
+    seen: dict[str, str] = {}
+    for ex in extractors:
+        if ex.name in seen:
+            raise CatalogError(f"{ex.origin}: extractor {ex.name} is already defined in {seen[ex.name]}")
+        seen[ex.name] = ex.origin
+    for module_name in RULE_MODULES:
+        importlib.import_module(module_name)
+    python_rules = registered_rules()
+    names = set(seen)
+    for rule in python_rules:
+        if rule.name in names:
+            raise CatalogError(f"{rule.module}: rule {rule.name} is already defined")
+        names.add(rule.name)
+    order = {m: i for i, m in enumerate(RULE_MODULES)}
+    python_rules.sort(key=lambda r: (r.phase, order.get(r.module, len(order))))
+    digest = hashlib.sha256()
+    for name, blob in files:
+        digest.update(name.encode() + b"\0" + blob + b"\0")
+    for name, blob in _data_files():
+        digest.update(name.encode() + b"\0" + blob + b"\0")
+    for blob in _python_sources():
+        digest.update(blob + b"\0")
+    catalog = Catalog(symptoms=symptoms, extractors=extractors, python_rules=python_rules,
+                      metric_extractors=registered_metric_extractors(),
+                      content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files])
+    if verify:
+        from firstfault.engine.verify import verify_catalog
+
+        verify_catalog(catalog)
+    return catalog

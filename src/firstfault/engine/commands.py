@@ -1,0 +1,253 @@
+"""Engine subcommands: analyze, samples, rules, eval."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
+from firstfault.engine.engine import Engine
+from firstfault.engine.evidence import EvidenceError
+from firstfault.engine.report import render
+
+DEFAULT_SAMPLE = "nvlink-walkthrough"
+
+
+def _error(message: str) -> int:
+    Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
+    return 2
+
+
+def samples_root() -> Path:
+    return Path(str(importlib.resources.files("firstfault") / "samples"))
+
+
+def sample_dirs() -> dict[str, Path]:
+    root = samples_root()
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "scenario.toml").is_file()}
+
+
+def _engine() -> Engine | int:
+    try:
+        return Engine()
+    except CatalogError as exc:
+        return _error(f"the rule catalog does not load: {exc}")
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.sample is not None:
+        samples = sample_dirs()
+        if args.sample not in samples:
+            return _error(f"no sample named {args.sample!r}; `firstfault samples` lists them")
+        path = samples[args.sample]
+    elif args.path is not None:
+        path = args.path
+    else:
+        return _error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
+    engine = _engine()
+    if isinstance(engine, int):
+        return engine
+    try:
+        result = engine.analyze_path(path)
+    except EvidenceError as exc:
+        return _error(str(exc))
+    if args.json:
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        render(result, Console(highlight=False, soft_wrap=True))
+    return 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    rows = []
+    for name, path in sample_dirs().items():
+        doc = tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8"))
+        rows.append({"name": name, "title": doc.get("title", ""), "path": str(path)})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="Bundled sample workloads (firstfault analyze --sample NAME)")
+    for col in ("name", "title", "path"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["name"], escape(row["title"]), row["path"])
+    Console().print(table)
+    return 0
+
+
+def _load(verify: bool, extra: list[Path] | None = None) -> Catalog | int:
+    try:
+        files = [(p.name, p.read_bytes()) for p in (extra or [])]
+        return load_catalog(verify=verify, extra_files=files)
+    except (CatalogError, OSError) as exc:
+        return _error(str(exc))
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    if args.rules_command == "test":
+        return _rules_test(args)
+    catalog = _load(verify=False)
+    if isinstance(catalog, int):
+        return catalog
+    if args.rules_command == "list":
+        return _rules_list(catalog, args.json)
+    if args.rules_command == "show":
+        return _rules_show(catalog, args.name)
+    if args.rules_command == "patterns":
+        for pattern in catalog.pattern_list():
+            print(pattern)
+        return 0
+    return _error(f"unknown rules command {args.rules_command}")
+
+
+def _rules_list(catalog: Catalog, as_json: bool) -> int:
+    rows = [{"name": e.name, "kind": "extractor", "phase": "EXTRACTION", "emits": e.symptom or f"Context.{e.fact}",
+             "origin": e.origin} for e in catalog.extractors]
+    rows += [{"name": r.name, "kind": r.kind, "phase": r.phase.name, "emits": "", "origin": r.module}
+             for r in catalog.python_rules]
+    if as_json:
+        print(json.dumps({"catalog_hash": catalog.content_hash, "rules": rows}, indent=2))
+        return 0
+    table = Table(title=f"Rule catalog {catalog.content_hash} ({len(rows)} rules, {len(catalog.symptoms)} symptoms)")
+    for col in ("name", "kind", "phase", "emits", "origin"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(escape(str(row[c])) for c in ("name", "kind", "phase", "emits", "origin")))
+    Console().print(table)
+    return 0
+
+
+def _rules_show(catalog: Catalog, name: str) -> int:
+    console = Console(highlight=False)
+    for e in catalog.extractors:
+        if e.name == name:
+            console.print(f"[bold]{e.name}[/bold] (extractor, {e.origin}; sources: {', '.join(s.value for s in e.sources)})")
+            console.print(escape(e.doc))
+            console.print(f"match_re = {escape(e.match_re)}")
+            console.print(f"emits {e.emit_type} {escape(e.symptom or 'Context.' + str(e.fact))}")
+            if e.ref:
+                console.print(f"ref: {escape(e.ref)}")
+            for case in e.cases:
+                console.print(f"  case expect={case.expect}: {escape(case.line)}")
+            return 0
+    for r in catalog.python_rules:
+        if r.name == name:
+            console.print(f"[bold]{r.name}[/bold] ({r.kind}, phase {r.phase.name}, {r.module})")
+            console.print(escape(r.doc))
+            for case in r.cases:
+                console.print(f"  case {escape(case.title)}: expect {escape(json.dumps(case.expect))}")
+            return 0
+    if name in catalog.symptoms:
+        s = catalog.symptoms[name]
+        console.print(f"[bold]{s.name}[/bold] (symptom, {s.sub_domain.value}, role {s.role}, blame {s.blame}, "
+                      f"strength {s.strength}, {s.origin})")
+        console.print(escape(s.doc))
+        console.print(f"next action: {s.next_action.immediate} - {escape(s.next_action.summary)}")
+        return 0
+    return _error(f"no rule or symptom named {name!r}")
+
+
+def _rules_test(args: argparse.Namespace) -> int:
+    from firstfault.engine.verify import check_catalog
+
+    catalog = _load(verify=False, extra=args.file)
+    if isinstance(catalog, int):
+        return catalog
+    try:
+        failures = check_catalog(catalog)
+    except CatalogError as exc:
+        return _error(str(exc))
+    cases = sum(len(e.cases) for e in catalog.extractors) + sum(len(r.cases) for r in catalog.python_rules)
+    for failure in failures:
+        print(f"FAIL {failure}")
+    print(f"{cases - len(failures)}/{cases} inline cases passed "
+          f"({len(catalog.extractors)} extractors, {len(catalog.python_rules)} Python rules)")
+    return 1 if failures else 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from firstfault.engine.evaluate import evaluate
+
+    engine = _engine()
+    if isinstance(engine, int):
+        return engine
+    try:
+        report = evaluate(args.corpus, engine)
+    except EvidenceError as exc:
+        return _error(str(exc))
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print_eval(report)
+    m = report.metrics
+    failed = []
+    if args.min_accuracy is not None and m["sub_domain_accuracy"] < args.min_accuracy:
+        failed.append(f"sub_domain accuracy {m['sub_domain_accuracy']} < {args.min_accuracy}")
+    if args.min_culprit is not None and m["culprit_exact_match"] < args.min_culprit:
+        failed.append(f"culprit exact-match {m['culprit_exact_match']} < {args.min_culprit}")
+    if args.max_false_blame is not None and m["false_infra_blame"] > args.max_false_blame:
+        failed.append(f"false infra blame {m['false_infra_blame']} > {args.max_false_blame}")
+    for message in failed:
+        Console(stderr=True).print(f"[bold red]threshold:[/bold red] {message}")
+    return 1 if failed else 0
+
+
+def _print_eval(report: object) -> None:
+    from firstfault.engine.evaluate import EvalReport
+
+    assert isinstance(report, EvalReport)
+    console = Console(highlight=False)
+    table = Table(title="Scenarios")
+    for col in ("scenario", "expected sub_domain", "got", "expected culprits", "got culprits", "state", "result"):
+        table.add_column(col)
+    for s in report.scores:
+        table.add_row(s.id, ",".join(s.expected_sub_domain), s.got_sub_domain, ",".join(s.expected_culprits) or "-",
+                      ",".join(s.got_culprits) or "-",
+                      s.got_terminal_state + ("" if s.terminal_ok else f" (exp {s.expected_terminal_state})"),
+                      "[green]pass[/green]" if s.passed else f"[red]FAIL[/red] {escape(s.error)}")
+    console.print(table)
+    m = report.metrics
+    console.print(f"sub_domain accuracy {m['sub_domain_accuracy']:.1%}  culprit exact-match {m['culprit_exact_match']:.1%}  "
+                  f"terminal_state {m['terminal_state_accuracy']:.1%}  root evidence {m['root_evidence_accuracy']:.1%}")
+    console.print(f"false infra blame {m['false_infra_blame']}  missed hardware {m['missed_hardware']} of "
+                  f"{m['expected_culprit_nodes']} expected culprit nodes  passed {m['passed']}/{m['scenarios']}")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="analyse one workload directory (or a bundled sample)")
+    p.add_argument("path", nargs="?", type=Path, help="directory with scenario.toml and <node>/<source>.log")
+    p.add_argument("--sample", nargs="?", const=DEFAULT_SAMPLE, default=None, metavar="NAME",
+                   help=f"analyse a bundled sample (default {DEFAULT_SAMPLE}; see `firstfault samples`)")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of the report")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("samples", help="list the bundled sample workloads")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_samples)
+
+    p = sub.add_parser("rules", help="inspect and test the rule catalog")
+    rsub = p.add_subparsers(dest="rules_command", required=True, metavar="RULES_COMMAND")
+    q = rsub.add_parser("list", help="list every rule")
+    q.add_argument("--json", action="store_true")
+    q = rsub.add_parser("test", help="run every inline case (optionally with extra rule files)")
+    q.add_argument("--file", type=Path, action="append", help="an extra catalog TOML file to check with the rest")
+    q = rsub.add_parser("show", help="show one rule or symptom")
+    q.add_argument("name")
+    rsub.add_parser("patterns", help="print every extractor pattern, one per line (for grep -E -f)")
+    p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("eval", help="score the engine on a labelled corpus")
+    p.add_argument("corpus", type=Path)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--min-accuracy", type=float, default=None, help="fail below this sub_domain accuracy (0..1)")
+    p.add_argument("--min-culprit", type=float, default=None, help="fail below this culprit exact-match rate")
+    p.add_argument("--max-false-blame", type=int, default=None, help="fail above this many false infra blames")
+    p.set_defaults(func=cmd_eval)

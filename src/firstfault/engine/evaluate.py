@@ -1,0 +1,134 @@
+"""`firstfault eval`: analyse every scenario of a labelled corpus and compare with its `[expected]` table.
+
+Scoring follows the corpus README: the sub_domain is right when it is one of the accepted answers; the
+culprit set must match exactly; the terminal state must be equal; the cited root line must contain the
+expected substring. False infra blame = a node blamed where the expected culprit set is empty; missed
+hardware = an expected culprit that was not blamed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from firstfault.engine.engine import Engine
+from firstfault.engine.evidence import SCENARIO_FILE, EvidenceError
+from firstfault.engine.model import Attribution
+
+
+@dataclass
+class ScenarioScore:
+    id: str
+    confidence: str
+    expected_sub_domain: list[str]
+    got_sub_domain: str
+    expected_culprits: list[str]
+    got_culprits: list[str]
+    expected_terminal_state: str
+    got_terminal_state: str
+    root_evidence: str
+    cited: str
+    sub_domain_ok: bool
+    culprits_ok: bool
+    terminal_ok: bool
+    evidence_ok: bool
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.sub_domain_ok and self.culprits_ok and not self.error
+
+    @property
+    def false_blame(self) -> list[str]:
+        return sorted(set(self.got_culprits) - set(self.expected_culprits)) if not self.expected_culprits else []
+
+    @property
+    def missed(self) -> list[str]:
+        return sorted(set(self.expected_culprits) - set(self.got_culprits))
+
+
+@dataclass
+class EvalReport:
+    scores: list[ScenarioScore]
+    metrics: dict[str, float] = field(default_factory=dict)
+    confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_confidence: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"metrics": self.metrics, "by_confidence": self.by_confidence, "confusion": self.confusion,
+                "scenarios": [asdict(s) | {"passed": s.passed} for s in self.scores]}
+
+
+def _cited(result: Attribution) -> str:
+    if result.root_cause is None:
+        return ""
+    return "\n".join(ev.text for ev in result.root_cause.evidence)
+
+
+def score(directory: Path, result: Attribution | None, expected: dict, error: str = "") -> ScenarioScore:
+    exp_sd = [str(x) for x in expected.get("sub_domain", [])]
+    exp_c = sorted(str(x) for x in expected.get("culprit_nodes", []))
+    exp_ts = str(expected.get("terminal_state", ""))
+    root_evidence = str(expected.get("root_evidence", ""))
+    if result is None:
+        return ScenarioScore(directory.name, str(expected.get("confidence", "")), exp_sd, "error", exp_c, [], exp_ts,
+                             "", root_evidence, "", False, False, False, False, error)
+    got_c = sorted(c.node for c in result.culprit_nodes)
+    cited = _cited(result)
+    return ScenarioScore(
+        id=directory.name, confidence=str(expected.get("confidence", "")), expected_sub_domain=exp_sd,
+        got_sub_domain=result.sub_domain.value, expected_culprits=exp_c, got_culprits=got_c,
+        expected_terminal_state=exp_ts, got_terminal_state=result.terminal_state.value, root_evidence=root_evidence,
+        cited=cited[:300], sub_domain_ok=result.sub_domain.value in exp_sd, culprits_ok=got_c == exp_c,
+        terminal_ok=(not exp_ts) or result.terminal_state.value == exp_ts,
+        evidence_ok=(not root_evidence) or root_evidence in cited)
+
+
+def _rate(scores: list[ScenarioScore], attr: str) -> float:
+    return round(sum(1 for s in scores if getattr(s, attr)) / len(scores), 4) if scores else 0.0
+
+
+def evaluate(corpus: Path, engine: Engine | None = None) -> EvalReport:
+    engine = engine or Engine()
+    scenario_dirs = sorted(p for p in corpus.iterdir() if (p / SCENARIO_FILE).is_file())
+    if not scenario_dirs:
+        raise EvidenceError(f"{corpus}: no scenario directories (each needs a {SCENARIO_FILE})")
+    scores = []
+    for directory in scenario_dirs:
+        try:
+            expected = tomllib.loads((directory / SCENARIO_FILE).read_text(encoding="utf-8")).get("expected", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise EvidenceError(f"{directory / SCENARIO_FILE}: {exc}") from None
+        try:
+            result = engine.analyze_path(directory)
+        except EvidenceError as exc:
+            scores.append(score(directory, None, expected, str(exc)))
+            continue
+        scores.append(score(directory, result, expected))
+    report = EvalReport(scores=scores)
+    blamed_when_none = sum(1 for s in scores if s.false_blame)
+    expected_culprit_nodes = sum(len(s.expected_culprits) for s in scores)
+    report.metrics = {
+        "scenarios": len(scores),
+        "passed": sum(1 for s in scores if s.passed),
+        "sub_domain_accuracy": _rate(scores, "sub_domain_ok"),
+        "culprit_exact_match": _rate(scores, "culprits_ok"),
+        "terminal_state_accuracy": _rate(scores, "terminal_ok"),
+        "root_evidence_accuracy": _rate(scores, "evidence_ok"),
+        "false_infra_blame": blamed_when_none,
+        "missed_hardware": sum(len(s.missed) for s in scores),
+        "expected_culprit_nodes": expected_culprit_nodes,
+    }
+    for conf in sorted({s.confidence for s in scores}):
+        subset = [s for s in scores if s.confidence == conf]
+        report.by_confidence[conf] = {"scenarios": len(subset), "sub_domain_accuracy": _rate(subset, "sub_domain_ok"),
+                                      "culprit_exact_match": _rate(subset, "culprits_ok")}
+    confusion: dict[str, Counter[str]] = {}
+    for s in scores:
+        expected_label = s.expected_sub_domain[0] if s.expected_sub_domain else "?"
+        got = s.got_sub_domain if not s.sub_domain_ok else expected_label
+        confusion.setdefault(expected_label, Counter())[got] += 1
+    report.confusion = {k: dict(sorted(v.items())) for k, v in sorted(confusion.items())}
+    return report

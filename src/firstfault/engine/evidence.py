@@ -1,0 +1,99 @@
+"""The static workload format: `scenario.toml` plus `<node>/<source>.log` files (corpus README).
+
+The same format is read by `firstfault analyze`, `firstfault eval` and the Blueprint's static context
+connector. The `[expected]` and `[provenance]` tables are ignored here: analysis never sees the answer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from firstfault.engine.model import ExecutionContext, SourceKind
+
+SCENARIO_FILE = "scenario.toml"
+_SOURCE_FILES = {f"{s.value}{ext}": s for s in SourceKind for ext in (".log", ".log.gz")}
+
+
+class EvidenceError(Exception):
+    """The evidence cannot be analysed at all (as opposed to a partial result)."""
+
+
+@dataclass(frozen=True)
+class EvidenceFile:
+    node: str
+    source: SourceKind
+    path: Path
+
+
+def _parse_time(value: Any, field: str, where: Path) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise EvidenceError(f"{where}: [workload].{field} is not an ISO 8601 time: {value!r}") from None
+
+
+def read_context(directory: Path) -> ExecutionContext:
+    """The ExecutionContext of a static workload directory."""
+    path = directory / SCENARIO_FILE
+    if not directory.is_dir():
+        raise EvidenceError(f"{directory}: not a directory")
+    if not path.is_file():
+        raise EvidenceError(f"{directory}: no {SCENARIO_FILE} (a static workload needs one; see docs/quickstart.md)")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise EvidenceError(f"{path}: cannot be read as TOML: {exc}") from None
+    workload = doc.get("workload")
+    if not isinstance(workload, dict):
+        raise EvidenceError(f"{path}: missing [workload] table")
+    scheduler = workload.get("scheduler", "none") or "none"
+    try:
+        return ExecutionContext(
+            workload_id=str(doc.get("id") or workload.get("job_id") or directory.name),
+            attempt=int(workload.get("attempt", 0)),
+            scheduler=scheduler,
+            job_id=str(workload.get("job_id", "")),
+            name=str(workload.get("name", doc.get("title", ""))),
+            nodes=[str(n) for n in workload.get("nodes", [])],
+            ranks_per_node=workload.get("ranks_per_node"),
+            start_time=_parse_time(workload.get("start_time"), "start_time", path),
+            end_time=_parse_time(workload.get("end_time"), "end_time", path),
+            scheduler_state=str(workload.get("scheduler_state", "")),
+            exit_code=str(workload.get("exit_code", "")),
+            metadata={str(k): str(v) for k, v in workload.get("metadata", {}).items()},
+        )
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise EvidenceError(f"{path}: invalid [workload] table: {exc}") from None
+
+
+def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[str]]:
+    """The evidence files of a workload directory, and the names it holds that are not evidence."""
+    files: list[EvidenceFile] = []
+    ignored: list[str] = []
+    for node_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
+        for path in sorted(node_dir.iterdir()):
+            source = _SOURCE_FILES.get(path.name)
+            if source is None or not path.is_file():
+                ignored.append(f"{node_dir.name}/{path.name}")
+                continue
+            files.append(EvidenceFile(node=node_dir.name, source=source, path=path))
+    return files, ignored
+
+
+def open_evidence(path: Path) -> Iterator[Any]:
+    """Open an evidence file for binary streaming (transparently gunzipping `.gz`)."""
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it

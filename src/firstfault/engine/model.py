@@ -1,0 +1,315 @@
+"""Typed data model shared by the engine, the service and the Blueprint.
+
+Everything that crosses a boundary (an HTTP body, a SQLite row, a CLI `--json` output) is one of these
+pydantic models, so the wire shape is defined once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = "1.0"
+
+
+class SourceKind(StrEnum):
+    """Where an observation came from. Extractors are bound to one or more source kinds."""
+
+    APPLOG = "applog"
+    SYSLOG = "syslog"
+    SCHEDULER = "scheduler"
+    NODE_METRICS = "node_metrics"
+
+
+class SubDomain(StrEnum):
+    """The closed set of attribution domains (SEED.md §6, corpus README)."""
+
+    GPU = "gpu"
+    NVLINK = "nvlink"
+    NETWORK = "network"
+    STORAGE = "storage"
+    HOST = "host"
+    HOST_OOM = "host_oom"
+    GPU_OOM = "gpu_oom"
+    APPLICATION = "application"
+    CONFIGURATION = "configuration"
+    SCHEDULER = "scheduler"
+    AMBIGUOUS = "ambiguous"
+    UNKNOWN = "unknown"
+    NONE = "none"
+
+
+class Outcome(StrEnum):
+    FAIL_INFRA_HW = "Fail InfraHW"
+    FAIL_INFRA_SW = "Fail InfraSW"
+    FAIL_USER = "Fail User"
+    FAIL_SCHEDULER = "Fail Scheduler"
+    FAIL_UNKNOWN = "Fail Unknown"
+    PASS = "Pass"
+
+
+class TerminalState(StrEnum):
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+    UNKNOWN = "UNKNOWN"
+
+
+# Default outcome of each sub_domain; a symptom definition may override it.
+SUBDOMAIN_OUTCOME: dict[SubDomain, Outcome] = {
+    SubDomain.GPU: Outcome.FAIL_INFRA_HW,
+    SubDomain.NVLINK: Outcome.FAIL_INFRA_HW,
+    SubDomain.NETWORK: Outcome.FAIL_INFRA_HW,
+    SubDomain.HOST: Outcome.FAIL_INFRA_HW,
+    SubDomain.STORAGE: Outcome.FAIL_INFRA_SW,
+    SubDomain.HOST_OOM: Outcome.FAIL_USER,
+    SubDomain.GPU_OOM: Outcome.FAIL_USER,
+    SubDomain.APPLICATION: Outcome.FAIL_USER,
+    SubDomain.CONFIGURATION: Outcome.FAIL_USER,
+    SubDomain.SCHEDULER: Outcome.FAIL_SCHEDULER,
+    SubDomain.AMBIGUOUS: Outcome.FAIL_UNKNOWN,
+    SubDomain.UNKNOWN: Outcome.FAIL_UNKNOWN,
+    SubDomain.NONE: Outcome.PASS,
+}
+
+
+def utc(dt: datetime) -> datetime:
+    """Normalise a datetime to an aware UTC datetime (naive values are taken as UTC)."""
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
+
+
+class FrozenModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExecutionContext(BaseModel):
+    """One attempt of one workload: what ran where and when, and what the scheduler recorded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload_id: str = Field(min_length=1, max_length=512)
+    attempt: int = Field(default=0, ge=0)
+    scheduler: Literal["slurm", "kubernetes", "none"] = "none"
+    job_id: str = Field(default="", max_length=512)
+    name: str = Field(default="", max_length=512)
+    nodes: list[str] = Field(default_factory=list, max_length=100_000)
+    ranks_per_node: int | None = Field(default=None, ge=1, le=100_000)
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    scheduler_state: str = Field(default="", max_length=128)
+    exit_code: str = Field(default="", max_length=64)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("start_time", "end_time")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return utc(value) if value is not None else None
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_nodes(cls, value: list[str]) -> list[str]:
+        seen: dict[str, None] = {}
+        for node in value:
+            if not node or len(node) > 255:
+                raise ValueError(f"invalid node name {node!r}")
+            seen.setdefault(node, None)
+        return list(seen)
+
+
+class Provenance(FrozenModel):
+    """Where a piece of evidence came from: a file path or a stream description, and a position in it."""
+
+    origin: str = Field(max_length=4096)
+    line: int | None = Field(default=None, ge=1)
+    offset: int | None = Field(default=None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class MetricSample(FrozenModel):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    value: float
+
+
+class Observation(BaseModel):
+    """One normalised piece of evidence: a log line or a metric sample."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: SourceKind
+    node: str | None = Field(default=None, max_length=255)
+    observed_at: datetime | None = None
+    line: str | None = None
+    metric: MetricSample | None = None
+    provenance: Provenance
+
+    @field_validator("observed_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return utc(value) if value is not None else None
+
+
+class Evidence(FrozenModel):
+    """A cited line (or metric sample) with everything needed to find it again."""
+
+    source: SourceKind
+    node: str | None
+    time: datetime | None
+    time_inferred: bool = False
+    text: str
+    provenance: Provenance
+
+
+class EventType:
+    """Dotted event type names used on the event stream."""
+
+    NODE_BAD = "Attribution.node.bad"
+    NODE_INTERESTING = "Attribution.node.interesting"
+    XID_BURST = "XID_parser.burst"
+    XID_INFO = "XID_parser.info"
+    CONTEXT = "Context"  # prefix: Context.<fact>
+
+
+class Event(BaseModel):
+    """A typed event. Identical events close in time are coalesced into one with a count."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    node: str | None
+    symptom: str | None = None
+    time: datetime | None = None
+    last_time: datetime | None = None
+    count: int = 1
+    evidence: Evidence
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, list[str]] = Field(default_factory=dict)
+    rule: str
+
+
+Status = Literal["bad", "interesting"]
+Role = Literal["root", "symptom", "context"]
+Blame = Literal["node", "peer", "none"]
+
+
+class SymptomView(FrozenModel):
+    """A symptom as reported in the result."""
+
+    node: str | None
+    symptom: str
+    status: Status
+    role: Role
+    sub_domain: SubDomain
+    first_time: datetime | None
+    last_time: datetime | None
+    count: int
+    evidence: list[Evidence]
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    rule: str
+    demoted_by: str | None = None
+    reason: str | None = None
+
+
+class NextAction(FrozenModel):
+    immediate: str
+    investigatory: str | None = None
+    summary: str
+
+
+class CulpritNode(FrozenModel):
+    node: str
+    symptoms: list[str]
+    gpus: list[str] = Field(default_factory=list)
+    links: list[str] = Field(default_factory=list)
+    next_action: NextAction
+
+
+class RootCause(FrozenModel):
+    symptom: str
+    description: str
+    sub_domain: SubDomain
+    node: str | None
+    gpu: str | None = None
+    link: str | None = None
+    time: datetime | None
+    evidence: list[Evidence]
+    rule: str
+    decided_by: str
+
+
+class Candidate(FrozenModel):
+    symptom: str
+    sub_domain: SubDomain
+    nodes: list[str]
+    first_time: datetime | None
+    evidence: list[Evidence]
+
+
+class TraceEntry(FrozenModel):
+    phase: str
+    rule: str
+    action: str
+    detail: str
+    node: str | None = None
+    symptom: str | None = None
+
+
+class SourceCoverage(FrozenModel):
+    node: str
+    source: SourceKind
+    observations: int
+    bytes: int
+    origins: list[str]
+
+
+class Coverage(FrozenModel):
+    nodes_with_evidence: list[str]
+    nodes_without_evidence: list[str]
+    nodes_outside_allocation: list[str]
+    sources: list[SourceCoverage]
+    missing_sources: list[str]
+    partial: bool
+    issues: list[str]
+
+
+class WorkloadRef(FrozenModel):
+    workload_id: str
+    attempt: int
+    scheduler: str
+    job_id: str
+    name: str
+    nodes: list[str]
+    start_time: datetime | None
+    end_time: datetime | None
+    scheduler_state: str
+    exit_code: str
+
+
+class Attribution(FrozenModel):
+    """The diagnosis of one workload attempt (the result JSON)."""
+
+    schema_version: str = SCHEMA_VERSION
+    workload: WorkloadRef
+    terminal_state: TerminalState
+    outcome: Outcome
+    sub_domain: SubDomain
+    root_cause: RootCause | None
+    culprit_nodes: list[CulpritNode]
+    symptoms: list[SymptomView]
+    trace: list[TraceEntry]
+    coverage: Coverage
+    candidates: list[Candidate]
+    catalog_hash: str
+
+    def to_json(self) -> str:
+        """Canonical JSON: same evidence and catalog give byte-identical output."""
+        return self.model_dump_json(indent=2)

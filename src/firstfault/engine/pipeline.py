@@ -1,0 +1,218 @@
+"""The ordered phases of one attribution run (SEED.md §3), from accumulated events to the result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from firstfault.engine.model import (
+    SUBDOMAIN_OUTCOME,
+    Attribution,
+    Candidate,
+    Coverage,
+    CulpritNode,
+    EventType,
+    NextAction,
+    Outcome,
+    RootCause,
+    SourceCoverage,
+    SourceKind,
+    SubDomain,
+    SymptomView,
+    TerminalState,
+    WorkloadRef,
+)
+from firstfault.engine.rules_api import Phase
+from firstfault.engine.workspace import WorkSymptom, Workspace
+
+if TYPE_CHECKING:
+    from firstfault.engine.session import Session
+
+_SCHEDULER_STATES = {
+    "COMPLETED": TerminalState.COMPLETED, "SUCCEEDED": TerminalState.COMPLETED,
+    "FAILED": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
+    "CANCELLED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
+    "BOOT_FAIL": TerminalState.NODE_FAIL, "OUT_OF_MEMORY": TerminalState.OUT_OF_MEMORY,
+    "OOMKILLED": TerminalState.OUT_OF_MEMORY, "PREEMPTED": TerminalState.PREEMPTED,
+}
+_LOG_SOURCES = (SourceKind.APPLOG, SourceKind.SYSLOG)
+
+
+def normalise_state(raw: str) -> TerminalState:
+    """Map a scheduler's state text (`CANCELLED by 1234`, `Failed`, `OOMKilled` ...) to the Slurm vocabulary."""
+    word = raw.strip().split(" ")[0].upper() if raw.strip() else ""
+    return _SCHEDULER_STATES.get(word, TerminalState.UNKNOWN)
+
+
+def _canonical_node(node: str | None, allocation: dict[str, str]) -> str | None:
+    if node is None or not allocation:
+        return node
+    if node in allocation:
+        return node
+    return allocation.get(node.split(".")[0])
+
+
+def _materialise(ws: Workspace) -> list[str]:
+    """Events -> per-node symptoms. Returns the nodes that reported but are outside the allocation."""
+    allocation = {n: n for n in ws.context.nodes}
+    allocation.update({n.split(".")[0]: n for n in ws.context.nodes})
+    outside: set[str] = set()
+    by_key: dict[tuple[str | None, str], WorkSymptom] = {}
+    for event in ws.events:
+        node = _canonical_node(event.node, allocation)
+        if event.node is not None and node is None:
+            outside.add(event.node)
+            continue
+        if event.type.startswith(EventType.CONTEXT):
+            ws.context_events.append(event if node == event.node else event.model_copy(update={"node": node}))
+            continue
+        if event.type not in (EventType.NODE_BAD, EventType.NODE_INTERESTING) or not event.symptom:
+            continue
+        status = "bad" if event.type == EventType.NODE_BAD else "interesting"
+        key = (node, event.symptom)
+        existing = by_key.get(key)
+        if existing is None:
+            by_key[key] = WorkSymptom(
+                node=node, name=event.symptom, definition=ws.catalog.symptom(event.symptom), status=status,
+                first_time=event.time, last_time=event.last_time, count=event.count, evidence=[event.evidence],
+                attributes=dict(event.attributes), values={k: list(v) for k, v in event.values.items()},
+                rule=event.rule)
+            continue
+        existing.count += event.count
+        if status == "bad":
+            existing.status = "bad"
+        if event.time is not None and (existing.first_time is None or event.time < existing.first_time):
+            existing.first_time = event.time
+            existing.attributes = {**event.attributes, **existing.attributes}
+        if event.last_time is not None and (existing.last_time is None or event.last_time > existing.last_time):
+            existing.last_time = event.last_time
+        if len(existing.evidence) < 3 and all(e.text != event.evidence.text for e in existing.evidence):
+            existing.evidence.append(event.evidence)
+        for k, vals in event.values.items():
+            merged = set(existing.values.get(k, [])) | set(vals)
+            existing.values[k] = sorted(merged)[: ws.params.max_values_per_attribute]
+    ws.symptoms = sorted(by_key.values(), key=WorkSymptom.sort_key)
+    for s in ws.symptoms:
+        s.evidence.sort(key=lambda e: (e.time is None, e.time.timestamp() if e.time else 0.0,
+                                       e.provenance.origin, e.provenance.line or 0))
+    ws.phase, ws.rule = Phase.MATERIALIZE.name, "Materialise"
+    ws.note("materialise", f"{len(ws.symptoms)} node symptoms from {len(ws.events)} events "
+            f"({sum(1 for s in ws.symptoms if s.active)} bad)")
+    if outside:
+        ws.note("drop", f"evidence from nodes outside the allocation ignored: {', '.join(sorted(outside))}")
+    return sorted(outside)
+
+
+def _run_rules(ws: Workspace, phase: Phase) -> None:
+    for rule in ws.catalog.rules_in(phase):
+        ws.phase, ws.rule = phase.name, rule.name
+        rule.func(ws)
+
+
+def _outcome(ws: Workspace) -> tuple[SubDomain, Outcome, TerminalState]:
+    decision = ws.decision
+    sub_domain = decision.sub_domain or SubDomain.UNKNOWN
+    if decision.root and sub_domain not in (SubDomain.AMBIGUOUS, SubDomain.UNKNOWN):
+        outcome = decision.root[0].definition.outcome
+    else:
+        outcome = SUBDOMAIN_OUTCOME[sub_domain]
+    terminal = decision.terminal_state or normalise_state(ws.context.scheduler_state)
+    return sub_domain, outcome, terminal
+
+
+def _symptom_view(s: WorkSymptom) -> SymptomView:
+    return SymptomView(node=s.node, symptom=s.name, status=s.status, role=s.role, sub_domain=s.sub_domain,
+                       first_time=s.first_time, last_time=s.last_time, count=s.count, evidence=s.evidence,
+                       attributes={k: s.attributes[k] for k in sorted(s.attributes)}, rule=s.rule,
+                       demoted_by=s.demoted_by, reason=s.reason)
+
+
+def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
+    for s in symptoms:
+        value = s.attributes.get(key)
+        if value not in (None, ""):
+            return str(value)
+    return None
+
+
+def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
+    lead = symptoms[0]
+    immediate = str(lead.attributes.get("immediate") or lead.definition.next_action.immediate)
+    investigatory = lead.attributes.get("investigatory") or lead.definition.next_action.investigatory
+    summary = str(lead.attributes.get("action") or lead.definition.next_action.summary)
+    return NextAction(immediate=immediate, investigatory=investigatory, summary=summary)
+
+
+def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
+    stats = session.stream_stats()
+    sources = [SourceCoverage(node=node, source=SourceKind(src), observations=n, bytes=b, origins=origins)
+               for (node, src), (n, b, origins) in sorted(stats.items())]
+    with_evidence = sorted({s.node for s in sources if s.observations > 0 and s.node})
+    allocation = ws.context.nodes
+    without = [n for n in allocation if n not in set(with_evidence)]
+    missing = []
+    for node in allocation:
+        have = {s.source for s in sources if s.node == node and s.observations > 0}
+        missing.extend(f"{node}/{src.value}" for src in _LOG_SOURCES if src not in have)
+    issues = session.issues()
+    if without:
+        issues.append(f"no evidence at all from {len(without)} of {len(allocation)} allocated nodes")
+    if outside:
+        issues.append(f"evidence from nodes outside the allocation ignored: {', '.join(outside)}")
+    partial = bool(session.issues()) or bool(without) or not sources
+    return Coverage(nodes_with_evidence=[n for n in with_evidence if not allocation or n in allocation],
+                    nodes_without_evidence=without, nodes_outside_allocation=outside, sources=sources,
+                    missing_sources=missing, partial=partial, issues=issues)
+
+
+def run_pipeline(session: Session) -> Attribution:
+    catalog = session.compiled.catalog
+    ws = Workspace(session.context, catalog, session.params, session.events())
+    for phase in (Phase.FILTER_EARLY, Phase.FILTER):
+        _run_rules(ws, phase)
+    outside = _materialise(ws)
+    for phase in (Phase.CLEAN, Phase.AGGREGATE, Phase.REFINE_EARLY, Phase.REFINE, Phase.REFINE_LATE, Phase.FINAL):
+        _run_rules(ws, phase)
+    sub_domain, outcome, terminal = _outcome(ws)
+    ws.phase, ws.rule = Phase.OUTCOME.name, "Outcome"
+    ws.note("outcome", f"{terminal.value} / {outcome.value} / {sub_domain.value}")
+    ws.decision.sub_domain = sub_domain
+    ws.decision.terminal_state = terminal
+    _run_rules(ws, Phase.POST_OUTCOME)
+    sub_domain, outcome, terminal = _outcome(ws)
+    return _result(ws, session, outside, sub_domain, outcome, terminal)
+
+
+def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: SubDomain, outcome: Outcome,
+            terminal: TerminalState) -> Attribution:
+    ctx = ws.context
+    decision = ws.decision
+    root = decision.root
+    root_cause = None
+    if root:
+        lead = root[0]
+        root_cause = RootCause(
+            symptom=lead.name, description=lead.definition.doc.split("\n")[0], sub_domain=lead.sub_domain,
+            node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
+            evidence=[e for s in root for e in s.evidence][:5], rule=lead.rule, decided_by=decision.decided_by)
+    culprits = []
+    for node in sorted(decision.culprits):
+        symptoms = decision.culprits[node]
+        culprits.append(CulpritNode(
+            node=node, symptoms=sorted({s.name for s in symptoms}),
+            gpus=sorted({v for s in symptoms for v in s.value_set("pci")}),
+            links=sorted({v for s in symptoms for v in s.value_set("link")}),
+            next_action=_next_action(symptoms)))
+    candidates = []
+    if sub_domain == SubDomain.AMBIGUOUS:
+        for group in decision.candidates:
+            candidates.append(Candidate(symptom=group[0].name, sub_domain=group[0].sub_domain,
+                                        nodes=sorted({s.node for s in group if s.node}),
+                                        first_time=min((s.first_time for s in group if s.first_time), default=None),
+                                        evidence=group[0].evidence[:2]))
+    return Attribution(
+        workload=WorkloadRef(workload_id=ctx.workload_id, attempt=ctx.attempt, scheduler=ctx.scheduler,
+                             job_id=ctx.job_id, name=ctx.name, nodes=ctx.nodes, start_time=ctx.start_time,
+                             end_time=ctx.end_time, scheduler_state=ctx.scheduler_state, exit_code=ctx.exit_code),
+        terminal_state=terminal, outcome=outcome, sub_domain=sub_domain, root_cause=root_cause,
+        culprit_nodes=culprits, symptoms=[_symptom_view(s) for s in ws.symptoms], trace=ws.trace,
+        coverage=_coverage(ws, session, outside), candidates=candidates, catalog_hash=ws.catalog.content_hash)

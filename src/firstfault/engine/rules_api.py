@@ -1,0 +1,147 @@
+"""The small API Python rules are written against.
+
+A Python rule is a function registered with one of the decorators below. It receives a `Workspace` (the
+state of one attribution run) and acts on it through its methods, so every change is traced:
+
+    @refiner("DemoteTeardownXid45", phase=Phase.CLEAN, doc="Xid 45 is a teardown symptom ...",
+             cases=[RuleCase(evidence={...}, expect={...})])
+    def demote_teardown_xid45(ws: Workspace) -> None:
+        for s in ws.active(symptom_prefix="XID-45"):
+            ws.demote(s, "Xid 45 follows another Xid on the same node")
+
+Rule kinds (SEED.md §3): extractors turn lines into events, filters rewrite the event stream, collectors
+gather job-wide facts, refiners demote symptoms and decide. Each rule states its phase; rules of one phase run
+in catalog order (file order, then name), which is fixed, so runs are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from firstfault.engine.model import MetricSample
+    from firstfault.engine.workspace import EmitSpec, Workspace
+
+
+class Phase(IntEnum):
+    """Ordered phases of one attribution run (SEED.md §3)."""
+
+    EXTRACTION = 10
+    FILTER_EARLY = 20
+    FILTER = 30
+    MATERIALIZE = 40
+    CLEAN = 50
+    AGGREGATE = 60
+    REFINE_EARLY = 70
+    REFINE = 80
+    REFINE_LATE = 90
+    FINAL = 100
+    OUTCOME = 110
+    POST_OUTCOME = 120
+    RESULT = 130
+
+
+RuleKind = Literal["extractor", "filter", "collector", "refiner"]
+
+# Which phases each Python rule kind may run in.
+KIND_PHASES: dict[str, tuple[Phase, ...]] = {
+    "filter": (Phase.FILTER_EARLY, Phase.FILTER),
+    "collector": (Phase.AGGREGATE,),
+    "refiner": (Phase.CLEAN, Phase.REFINE_EARLY, Phase.REFINE, Phase.REFINE_LATE, Phase.FINAL,
+                Phase.POST_OUTCOME),
+}
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    """An inline case for a Python rule: a tiny workload and what must come out of it.
+
+    `evidence` maps "node/source" (e.g. "node-02/syslog") to log lines; `context` overrides fields of the
+    case's ExecutionContext. `expect` keys: `sub_domain`, `culprits` (list), `root_symptom` (prefix),
+    `terminal_state`, `fired` (True: the rule must leave a trace entry; False: it must not), `demoted`
+    (symptom prefixes that must end up interesting), `active` (prefixes that must stay bad).
+    """
+
+    evidence: dict[str, list[str]]
+    expect: dict[str, Any]
+    context: dict[str, Any] = field(default_factory=dict)
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class PythonRule:
+    name: str
+    kind: RuleKind
+    phase: Phase
+    doc: str
+    func: Callable[..., Any]
+    cases: tuple[RuleCase, ...] = ()
+    module: str = ""
+
+
+@dataclass(frozen=True)
+class MetricExtractor:
+    """A Python extractor for metric samples (node_metrics observations)."""
+
+    name: str
+    doc: str
+    metric_prefixes: tuple[str, ...]
+    func: Callable[[MetricSample], list[EmitSpec]]
+    module: str = ""
+
+
+_REGISTRY: list[PythonRule] = []
+_METRIC_EXTRACTORS: list[MetricExtractor] = []
+
+
+def _register(kind: RuleKind, name: str, phase: Phase, doc: str,
+              cases: list[RuleCase] | tuple[RuleCase, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    if phase not in KIND_PHASES[kind]:
+        raise ValueError(f"rule {name}: a {kind} cannot run in phase {phase.name}")
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY.append(PythonRule(name=name, kind=kind, phase=phase, doc=doc.strip(), func=func,
+                                    cases=tuple(cases), module=func.__module__))
+        return func
+
+    return wrap
+
+
+def filter_rule(name: str, *, phase: Phase = Phase.FILTER, doc: str,
+                cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a filter: reads and rewrites `ws.events` before symptoms are materialised."""
+    return _register("filter", name, phase, doc, cases)
+
+
+def collector(name: str, *, doc: str,
+              cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a collector: gathers job-wide facts into `ws.facts` after per-node cleaning."""
+    return _register("collector", name, Phase.AGGREGATE, doc, cases)
+
+
+def refiner(name: str, *, phase: Phase, doc: str,
+            cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a refiner: demotes symptoms, elects the root cause, adjusts the decision."""
+    return _register("refiner", name, phase, doc, cases)
+
+
+def metric_extractor(name: str, *, metrics: tuple[str, ...], doc: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register an extractor for metric samples whose name starts with one of `metrics`."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        _METRIC_EXTRACTORS.append(MetricExtractor(name=name, doc=doc.strip(), metric_prefixes=metrics,
+                                                  func=func, module=func.__module__))
+        return func
+
+    return wrap
+
+
+def registered_rules() -> list[PythonRule]:
+    return list(_REGISTRY)
+
+
+def registered_metric_extractors() -> list[MetricExtractor]:
+    return list(_METRIC_EXTRACTORS)

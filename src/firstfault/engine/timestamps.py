@@ -1,0 +1,115 @@
+"""Timestamp recognition for the log-line prefixes met on GPU clusters.
+
+Only lines that matched an extractor (and a few lines before them) are parsed, so plain `re` is fine here.
+Formats without a year (syslog, glog) take the year that puts the stamp closest to the workload window.
+Formats without a zone are UTC (corpus convention; collectors normalise to UTC).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+# Prefixes that carry no time and are stripped before looking again (launchers and loggers add them).
+_NON_TIME_PREFIX = re.compile(
+    r"""^\s*(?:
+        \[rank\d+\]:                      # PyTorch >= 2.2 global-rank prefix
+      | \[\d+,\d+\]<std(?:out|err)>:      # Open MPI --tag-output
+      | \[[A-Za-z_][\w.-]*?\d+(?:\|\d+)?\]:  # torchelastic [trainer0]: / [trainer0|0]:
+      | \d{1,6}:\s                        # srun --label
+      | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
+    )""",
+    re.VERBOSE,
+)
+
+_ISO = re.compile(
+    r"^\s*\[?(\d{4})-(\d{2})-(\d{2})[T _](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s?(Z|[+-]\d{2}:?\d{2}|UTC)?\]?"
+)
+_SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+_DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
+_BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
+_GLOG = re.compile(r"^\s*\[?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+_SYSLOG_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.(\d{1,9})\]")
+
+
+def _micro(fraction: str | None) -> int:
+    if not fraction:
+        return 0
+    return int((fraction + "000000")[:6])
+
+
+def _zone(text: str | None) -> timezone:
+    if not text or text in ("Z", "UTC"):
+        return timezone.utc
+    sign = 1 if text[0] == "+" else -1
+    digits = text[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
+
+
+class TimestampParser:
+    """Parses the time of a log line. `reference` (the workload window) resolves year-less formats."""
+
+    def __init__(self, reference: datetime | None = None) -> None:
+        self.reference = reference
+
+    def parse(self, line: str) -> datetime | None:
+        text = line
+        for _ in range(3):
+            found = self._parse_here(text)
+            if found is not None:
+                return found
+            stripped = _NON_TIME_PREFIX.sub("", text, count=1)
+            if stripped == text:
+                return None
+            text = stripped
+        return None
+
+    def _parse_here(self, text: str) -> datetime | None:
+        try:
+            if m := _ISO.match(text):
+                y, mo, d, h, mi, s, frac, zone = m.groups()
+                dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), _micro(frac), _zone(zone))
+                return dt.astimezone(timezone.utc)
+            if m := _SYSLOG.match(text):
+                mon, d, h, mi, s, frac = m.groups()
+                if mon in _MONTHS:
+                    return self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac))
+            if m := _DMESG_T.match(text):
+                mon, d, h, mi, s, y = m.groups()
+                if mon in _MONTHS:
+                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+            if m := _BRACKET_MDY.match(text):
+                mon, d, y, h, mi, s = m.groups()
+                if mon in _MONTHS:
+                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+            if m := _GLOG.match(text):
+                mo, d, h, mi, s, frac = m.groups()
+                return self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac))
+        except ValueError:  # out-of-range field values: not a timestamp after all
+            return None
+        return None
+
+    def _with_year(self, month: int, day: int, hour: int, minute: int, second: int, micro: int) -> datetime | None:
+        ref = self.reference
+        if ref is None:  # a year-less stamp cannot be placed without a window; never guess from the clock
+            return None
+        best: datetime | None = None
+        for year in (ref.year - 1, ref.year, ref.year + 1):
+            try:
+                candidate = datetime(year, month, day, hour, minute, second, micro, tzinfo=timezone.utc)
+            except ValueError:  # 29 Feb in a non-leap year
+                continue
+            if best is None or abs(candidate - ref) < abs(best - ref):
+                best = candidate
+        return best
+
+
+def kernel_uptime(line: str) -> float | None:
+    """The printk uptime of a syslog-forwarded kernel line (`kernel: [240314.528856] ...`), in seconds."""
+    m = _SYSLOG_UPTIME.search(line)
+    if not m:
+        return None
+    return int(m.group(1)) + _micro(m.group(2)) / 1e6

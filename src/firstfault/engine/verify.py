@@ -1,0 +1,162 @@
+"""Catalog verification: compile every pattern and run every inline case (at load and in `rules test`)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from firstfault.engine.catalog import Catalog, CatalogError, Extractor, ExtractorCase
+from firstfault.engine.model import ExecutionContext, SourceKind
+from firstfault.engine.rules_api import PythonRule, RuleCase
+from firstfault.engine.scanner import PatternCompileError
+
+_CASE_START = datetime(2025, 1, 1, 0, 0, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class CaseFailure:
+    rule: str
+    case: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"rule {self.rule}, {self.case}: {self.message}"
+
+
+def _compile(catalog: Catalog) -> Any:
+    from firstfault.engine.session import CompiledCatalog
+
+    try:
+        return CompiledCatalog(catalog)
+    except PatternCompileError as exc:
+        # Find the culprit by compiling patterns one at a time: the message must name the rule.
+        from firstfault.engine.scanner import SourceScanner
+
+        for extractor in catalog.extractors:
+            try:
+                SourceScanner([extractor.match_re])
+            except PatternCompileError as single:
+                raise CatalogError(f"{extractor.origin}: extractor {extractor.name}: match_re does not compile "
+                                   f"with hyperscan: {single}") from None
+        raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
+
+
+def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, label: str) -> CaseFailure | None:
+    source = case.source or extractor.sources[0]
+    if source not in extractor.sources:
+        return CaseFailure(extractor.name, label, f"case source {source.value} is not a source of the rule")
+    index = compiled.by_source[source].index(extractor)
+    data = case.line.encode("utf-8")
+    hits = compiled.scanners[source].scan(data)
+    scanned = bool(hits) and index in hits[0][2]
+    m = extractor.regex.search(case.line)
+    if case.expect == "none":
+        if scanned or m:
+            return CaseFailure(extractor.name, label, f"expected no match, but the line matched: {case.line!r}")
+        return None
+    if case.expect != extractor.emit_type:
+        return CaseFailure(extractor.name, label, f"expects {case.expect!r} but the rule emits {extractor.emit_type!r}")
+    if not scanned or m is None:
+        engine = "hyperscan" if not scanned else "re"
+        return CaseFailure(extractor.name, label, f"expected a match ({engine} found none): {case.line!r}")
+    if case.symptom is not None:
+        got = extractor.render_symptom(m.groupdict())
+        if got != case.symptom:
+            return CaseFailure(extractor.name, label, f"symptom {got!r}, expected {case.symptom!r}")
+    for key, want in case.attributes.items():
+        got_value = m.groupdict().get(key, extractor.attributes.get(key))
+        if str(got_value) != want:
+            return CaseFailure(extractor.name, label, f"attribute {key}={got_value!r}, expected {want!r}")
+    return None
+
+
+def _case_context(case: RuleCase) -> ExecutionContext:
+    nodes = sorted({key.split("/")[0] for key in case.evidence})
+    fields: dict[str, Any] = {
+        "workload_id": f"case-{case.title or 'rule'}", "scheduler": "slurm", "job_id": "1", "nodes": nodes,
+        "start_time": _CASE_START, "end_time": _CASE_START + timedelta(hours=2), "scheduler_state": "FAILED",
+        "exit_code": "1:0",
+    }
+    fields.update(case.context)
+    return ExecutionContext(**fields)
+
+
+def run_rule_case(compiled: Any, case: RuleCase) -> Any:
+    """Run a Python rule's inline case through the whole pipeline; returns (attribution, workspace trace)."""
+    from firstfault.engine.params import Params
+    from firstfault.engine.session import Session
+
+    session = Session(_case_context(case), compiled, Params())
+    for key, lines in sorted(case.evidence.items()):
+        node, _, source = key.partition("/")
+        session.ingest_stream(node, SourceKind(source), io.BytesIO("\n".join(lines).encode()), f"{key}.log")
+    return session.attribute()
+
+
+def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) -> CaseFailure | None:
+    result = run_rule_case(compiled, case)
+    expect = case.expect
+    fired = any(t.rule == rule.name for t in result.trace)
+    checks: list[tuple[bool, str]] = []
+    if "fired" in expect:
+        checks.append((fired == expect["fired"], f"rule {'did not fire' if expect['fired'] else 'fired'}"))
+    if "sub_domain" in expect:
+        checks.append((result.sub_domain.value == expect["sub_domain"],
+                       f"sub_domain {result.sub_domain.value}, expected {expect['sub_domain']}"))
+    if "culprits" in expect:
+        got = sorted(c.node for c in result.culprit_nodes)
+        checks.append((got == sorted(expect["culprits"]), f"culprits {got}, expected {sorted(expect['culprits'])}"))
+    if "root_symptom" in expect:
+        got_root = result.root_cause.symptom if result.root_cause else None
+        checks.append((got_root is not None and got_root.startswith(expect["root_symptom"]),
+                       f"root symptom {got_root!r}, expected {expect['root_symptom']!r}"))
+    if "terminal_state" in expect:
+        checks.append((result.terminal_state.value == expect["terminal_state"],
+                       f"terminal_state {result.terminal_state.value}, expected {expect['terminal_state']}"))
+    for prefix in expect.get("demoted", []):
+        ok = any(s.symptom.startswith(prefix) and s.status == "interesting" for s in result.symptoms)
+        checks.append((ok, f"no demoted symptom {prefix!r}"))
+    for prefix in expect.get("active", []):
+        ok = any(s.symptom.startswith(prefix) and s.status == "bad" for s in result.symptoms)
+        checks.append((ok, f"no active symptom {prefix!r}"))
+    for ok, message in checks:
+        if not ok:
+            return CaseFailure(rule.name, label, message)
+    return None
+
+
+def check_catalog(catalog: Catalog) -> list[CaseFailure]:
+    """Run every inline case; return all failures (empty = the catalog is sound)."""
+    compiled = _compile(catalog)
+    failures: list[CaseFailure] = []
+    for extractor in catalog.extractors:
+        for i, case in enumerate(extractor.cases, start=1):
+            failure = _extractor_case(compiled, extractor, case, f"case {i} ({case.expect})")
+            if failure:
+                failures.append(failure)
+    referenced = {e.symptom for e in catalog.extractors if e.symptom and "{" not in e.symptom}
+    for name in sorted(referenced):
+        try:
+            catalog.symptom(name)
+        except CatalogError as exc:
+            failures.append(CaseFailure("catalog", "symptoms", str(exc)))
+    for rule in catalog.python_rules:
+        for i, case in enumerate(rule.cases, start=1):
+            label = f"case {i}" + (f" ({case.title})" if case.title else "")
+            try:
+                failure = _python_case(compiled, rule, case, label)
+            except CatalogError as exc:
+                failure = CaseFailure(rule.name, label, str(exc))
+            if failure:
+                failures.append(failure)
+    return failures
+
+
+def verify_catalog(catalog: Catalog) -> None:
+    failures = check_catalog(catalog)
+    if failures:
+        shown = "\n  ".join(str(f) for f in failures[:20])
+        more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
+        raise CatalogError(f"the rule catalog failed {len(failures)} inline case(s):\n  {shown}{more}")

@@ -1,0 +1,181 @@
+"""The state of one attribution run, and the methods rules use to change it (each change is traced)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from firstfault.engine.catalog import Catalog, SymptomDef
+from firstfault.engine.model import (
+    Event,
+    EventType,
+    Evidence,
+    ExecutionContext,
+    SubDomain,
+    TerminalState,
+    TraceEntry,
+)
+from firstfault.engine.params import Params
+
+
+@dataclass
+class EmitSpec:
+    """What a filter or Python extractor wants to put on the event stream."""
+
+    type: str
+    node: str | None
+    symptom: str | None
+    evidence: Evidence
+    time: datetime | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+    last_time: datetime | None = None
+
+
+@dataclass
+class WorkSymptom:
+    """A materialised per-node symptom (all events of one node and symptom name, coalesced)."""
+
+    node: str | None
+    name: str
+    definition: SymptomDef
+    status: str  # bad | interesting
+    first_time: datetime | None
+    last_time: datetime | None
+    count: int
+    evidence: list[Evidence]
+    attributes: dict[str, Any]
+    values: dict[str, list[str]]
+    rule: str
+    demoted_by: str | None = None
+    reason: str | None = None
+
+    @property
+    def role(self) -> str:
+        return self.definition.role
+
+    @property
+    def sub_domain(self) -> SubDomain:
+        return self.definition.sub_domain
+
+    @property
+    def active(self) -> bool:
+        return self.status == "bad"
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Earliest first; symptoms without a time last; ties broken by node and name (deterministic)."""
+        t = self.first_time
+        return (t is None, t.timestamp() if t else 0.0, self.node or "", self.name)
+
+    def value_set(self, key: str) -> set[str]:
+        found = set(self.values.get(key, []))
+        if key in self.attributes and self.attributes[key] not in (None, ""):
+            found.add(str(self.attributes[key]))
+        return found
+
+
+@dataclass
+class Decision:
+    """What FINAL decided; OUTCOME and POST_OUTCOME read and complete it."""
+
+    root: list[WorkSymptom] = field(default_factory=list)
+    sub_domain: SubDomain | None = None
+    culprits: dict[str, list[WorkSymptom]] = field(default_factory=dict)
+    candidates: list[list[WorkSymptom]] = field(default_factory=list)
+    terminal_state: TerminalState | None = None
+    decided_by: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Workspace:
+    def __init__(self, context: ExecutionContext, catalog: Catalog, params: Params, events: list[Event]) -> None:
+        self.context = context
+        self.catalog = catalog
+        self.params = params
+        self.events = events
+        self.symptoms: list[WorkSymptom] = []
+        self.context_events: list[Event] = []
+        self.facts: dict[str, Any] = {}
+        self.decision = Decision()
+        self.trace: list[TraceEntry] = []
+        self.phase = ""
+        self.rule = ""
+        self._fired: set[str] = set()
+
+    # -- tracing -------------------------------------------------------------------------------------
+    def note(self, action: str, detail: str, *, node: str | None = None, symptom: str | None = None) -> None:
+        self._fired.add(self.rule)
+        self.trace.append(TraceEntry(phase=self.phase, rule=self.rule, action=action, detail=detail,
+                                     node=node, symptom=symptom))
+
+    def fired(self, rule: str) -> bool:
+        return rule in self._fired
+
+    # -- event stream (filters) ------------------------------------------------------------------------
+    def emit(self, spec: EmitSpec) -> Event:
+        event = Event(type=spec.type, node=spec.node, symptom=spec.symptom, time=spec.time or spec.evidence.time,
+                      last_time=spec.last_time or spec.time or spec.evidence.time, count=spec.count,
+                      evidence=spec.evidence, attributes=dict(spec.attributes), rule=self.rule)
+        self.events.append(event)
+        if spec.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING):
+            self.note("emit", f"{spec.type} {spec.symptom}", node=spec.node, symptom=spec.symptom)
+        return event
+
+    def drop(self, event: Event, reason: str) -> None:
+        self.events.remove(event)
+        self.note("consume", f"{event.type} {event.symptom or ''}: {reason}".strip(), node=event.node,
+                  symptom=event.symptom)
+
+    def events_of(self, type_prefix: str) -> list[Event]:
+        return [e for e in self.events if e.type.startswith(type_prefix)]
+
+    # -- symptoms (refiners) ---------------------------------------------------------------------------
+    def active(self, *, role: str | None = None, node: str | None = None, prefix: str | None = None,
+               sub_domain: SubDomain | None = None) -> list[WorkSymptom]:
+        return self.select(status="bad", role=role, node=node, prefix=prefix, sub_domain=sub_domain)
+
+    def select(self, *, status: str | None = None, role: str | None = None, node: str | None = None,
+               prefix: str | None = None, sub_domain: SubDomain | None = None,
+               family: str | None = None) -> list[WorkSymptom]:
+        out = []
+        for s in self.symptoms:
+            if status is not None and s.status != status:
+                continue
+            if role is not None and s.role != role:
+                continue
+            if node is not None and s.node != node:
+                continue
+            if prefix is not None and not s.name.startswith(prefix):
+                continue
+            if sub_domain is not None and s.sub_domain != sub_domain:
+                continue
+            if family is not None and s.definition.family != family:
+                continue
+            out.append(s)
+        return out
+
+    def demote(self, symptom: WorkSymptom, reason: str) -> None:
+        """Turn a bad symptom into an interesting one; its evidence and provenance are kept."""
+        if symptom.status != "bad":
+            return
+        symptom.status = "interesting"
+        symptom.demoted_by = self.rule
+        symptom.reason = reason
+        self.note("demote", reason, node=symptom.node, symptom=symptom.name)
+
+    def promote(self, symptom: WorkSymptom, reason: str) -> None:
+        if symptom.status == "bad":
+            return
+        symptom.status = "bad"
+        symptom.demoted_by = None
+        symptom.reason = None
+        self.note("promote", reason, node=symptom.node, symptom=symptom.name)
+
+    def facts_of(self, fact: str) -> list[Event]:
+        name = f"{EventType.CONTEXT}.{fact}"
+        return [e for e in self.context_events if e.type == name]
+
+    @property
+    def end_time(self) -> datetime | None:
+        return self.context.end_time
