@@ -123,27 +123,38 @@ class Session:
         self._count(node, source, origin, lines, nbytes)
         return lines
 
+    def ingest_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
+                     times: list[datetime | None] | None = None, first_line: int = 1,
+                     labels: dict[str, str] | None = None) -> int:
+        """Scan a batch of lines of one stream (service path: raw text blocks, Loki streams).
+
+        `times` gives each line's time when the transport carries one (Loki's nanosecond stamps); lines
+        without one are timed from their own prefix like file lines. Line numbers continue from `first_line`.
+        """
+        if times is not None and len(times) != len(lines):
+            raise ValueError("times must give one entry per line")
+        cleaned = [line.replace("\r", "").replace("\n", " ") for line in lines]
+        data = "\n".join(cleaned).encode("utf-8", errors="replace")
+        self._count(node, source, origin, len(lines), len(data) + 1)
+        hits = self.compiled.scanners[source].scan(data)
+        if hits:
+            self._handle_hits(data, first_line, None, hits, node, source, origin, self.compiled.by_source[source], None,
+                              times=times, labels=labels)
+        return len(lines)
+
     def ingest(self, observations: Iterable[Observation]) -> int:
-        """Ingest normalised observations (service path). Lines are scanned like a stream."""
+        """Ingest normalised observations one by one (metric samples and single lines)."""
         count = 0
         for obs in observations:
             count += 1
             if obs.metric is not None:
                 self._ingest_metric(obs)
-                continue
-            if obs.line is None:
+            elif obs.line is None:
                 self._issue(f"{obs.provenance.origin}: observation without line or metric ignored")
-                continue
-            text = obs.line.replace("\r", "").replace("\n", " ")
-            data = text.encode("utf-8", errors="replace")
-            self._count(obs.node, obs.source, obs.provenance.origin, 1, len(data) + 1)
-            hits = self.compiled.scanners[obs.source].scan(data)
-            if not hits:
-                continue
-            ids = hits[0][2]
-            time = obs.observed_at or self.timestamps.parse(text)
-            self._emit_line(text, ids, obs.node, obs.source, obs.provenance, time,
-                            self.compiled.by_source[obs.source])
+            else:
+                self.ingest_lines(obs.node, obs.source, [obs.line], obs.provenance.origin,
+                                  times=[obs.observed_at], first_line=obs.provenance.line or 1,
+                                  labels=obs.provenance.labels or None)
         return count
 
     def _ingest_metric(self, obs: Observation) -> None:
@@ -159,9 +170,11 @@ class Session:
                 self._accumulate(spec.type, obs.node, spec.symptom, extractor.name, time, evidence,
                                  spec.attributes)
 
-    def _handle_hits(self, data: bytes, first_line: int, start_offset: int,
+    def _handle_hits(self, data: bytes, first_line: int, start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
-                     extractors: list[Extractor], last_time: datetime | None) -> datetime | None:
+                     extractors: list[Extractor], last_time: datetime | None, *,
+                     times: list[datetime | None] | None = None,
+                     labels: dict[str, str] | None = None) -> datetime | None:
         line_no = first_line
         pos = 0
         for start, end, ids in hits:
@@ -171,12 +184,15 @@ class Session:
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
             text = raw.decode("utf-8", errors="replace")
-            time = self.timestamps.parse(text)
+            time = times[line_no - first_line] if times is not None else None
+            if time is None:
+                time = self.timestamps.parse(text)
             if time is None:
                 time = self._last_time_of(data, start) or last_time
             else:
                 last_time = time
-            provenance = Provenance(origin=origin, line=line_no, offset=start_offset + start)
+            offset = None if start_offset is None else start_offset + start
+            provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
             self._emit_line(text, ids, node, source, provenance, time, extractors)
         return last_time
 
