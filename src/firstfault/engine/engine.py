@@ -20,8 +20,8 @@ _TEXT_CONTROL = {9, 10, 12, 13, 27}
 def looks_binary(head: bytes) -> bool:
     """True when the head of a file is mostly not text (NUL padding alone does not make a log binary)."""
     sample = head.replace(b"\0", b"")
-    if not sample:
-        return bool(head)
+    if not sample:  # all NUL: the padding a crashed node leaves in its syslog, scanned as text
+        return False
     control = sum(1 for b in sample if b < 32 and b not in _TEXT_CONTROL)
     return control / len(sample) > 0.10
 

@@ -34,7 +34,6 @@ _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
-_SYSLOG_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.(\d{1,9})\]")
 
 
 def _micro(fraction: str | None) -> int:
@@ -108,10 +107,3 @@ class TimestampParser:
                 best = candidate
         return best
 
-
-def kernel_uptime(line: str) -> float | None:
-    """The printk uptime of a syslog-forwarded kernel line (`kernel: [240314.528856] ...`), in seconds."""
-    m = _SYSLOG_UPTIME.search(line)
-    if not m:
-        return None
-    return int(m.group(1)) + _micro(m.group(2)) / 1e6

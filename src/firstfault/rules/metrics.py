@@ -9,7 +9,7 @@ failure (domain-facts §4.1, §4.2).
 from __future__ import annotations
 
 from firstfault.engine.model import EventType, Evidence, MetricSample, Provenance, SourceKind
-from firstfault.engine.rules_api import Phase, metric_extractor, refiner
+from firstfault.engine.rules_api import Phase, RuleCase, metric_extractor, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace
 
 COUNTERS = {
@@ -65,9 +65,21 @@ def error_counter_sample(sample: MetricSample) -> list[EmitSpec]:
                      evidence=_evidence(sample), attributes=_gpu_attributes(sample))]
 
 
+_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+
+
 @refiner("CounterIncrease", phase=Phase.CLEAN, doc="""
 An error counter that rose inside the workload window (its highest sample exceeds its lowest) is a root
-candidate on its node; a flat counter (errors from before the job) stays context.""")
+candidate on its node; a flat counter (errors from before the job) stays context.""", cases=[
+    RuleCase(title="DBE counter rises", evidence={}, metrics={"n1": [
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 0.0, "2025-01-01T00:10:00+00:00"),
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 2.0, "2025-01-01T00:11:00+00:00")]},
+        expect={"fired": True, "sub_domain": "gpu", "culprits": ["n1"]}),
+    RuleCase(title="flat counter", evidence={}, metrics={"n1": [
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:10:00+00:00"),
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:11:00+00:00")]},
+        expect={"fired": False, "sub_domain": "unknown"}),
+])
 def counter_increase(ws: Workspace) -> None:
     for name in sorted(set(COUNTERS.values())):
         for s in ws.select(prefix=name, status="interesting"):
