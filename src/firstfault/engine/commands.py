@@ -98,10 +98,25 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.rules_command == "show":
         return _rules_show(catalog, args.name)
     if args.rules_command == "patterns":
+        return _rules_patterns(catalog, ere=args.ere)
+    return error(f"unknown rules command {args.rules_command}")
+
+
+def _rules_patterns(catalog: Catalog, *, ere: bool) -> int:
+    if not ere:
         for pattern in catalog.pattern_list():
             print(pattern)
         return 0
-    return error(f"unknown rules command {args.rules_command}")
+    from firstfault.engine.ere import EreError, to_ere
+
+    lines = []
+    for extractor in catalog.extractors:
+        try:
+            lines.append(to_ere(extractor.match_re))
+        except EreError as exc:
+            return error(f"{extractor.origin}: extractor {extractor.name}: no POSIX ERE form: {exc}")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
 
 
 def _rules_list(catalog: Catalog, as_json: bool) -> int:
@@ -237,7 +252,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--file", type=Path, action="append", help="an extra catalog TOML file to check with the rest")
     q = rsub.add_parser("show", help="show one rule or symptom")
     q.add_argument("name")
-    rsub.add_parser("patterns", help="print every extractor pattern, one per line (for grep -E -f)")
+    q = rsub.add_parser("patterns", help="print every extractor pattern, one per line",
+                        description="Print every extractor pattern, one per line. Python re syntax by default; "
+                                    "with --ere converted to POSIX ERE for `LC_ALL=C grep -E -f` (docs/benchmarks.md).")
+    q.add_argument("--ere", action="store_true",
+                   help="convert to POSIX extended regular expressions (grep -E; \\b is the one GNU extension)")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("eval", help="score the engine on a labelled corpus")
