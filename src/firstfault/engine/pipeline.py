@@ -154,20 +154,28 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
 
 def run_pipeline(session: Session) -> Attribution:
     catalog = session.compiled.catalog
-    ws = Workspace(session.context, catalog, session.params, session.events())
+    timed = session.timings.phase
+    with timed("pipeline.EVENTS"):
+        ws = Workspace(session.context, catalog, session.params, session.events())
     for phase in (Phase.FILTER_EARLY, Phase.FILTER):
-        _run_rules(ws, phase)
-    outside = _materialise(ws)
+        with timed(f"pipeline.{phase.name}"):
+            _run_rules(ws, phase)
+    with timed(f"pipeline.{Phase.MATERIALIZE.name}"):
+        outside = _materialise(ws)
     for phase in (Phase.CLEAN, Phase.AGGREGATE, Phase.REFINE_EARLY, Phase.REFINE, Phase.REFINE_LATE, Phase.FINAL):
-        _run_rules(ws, phase)
-    sub_domain, outcome, terminal = _outcome(ws)
-    ws.phase, ws.rule = Phase.OUTCOME.name, "Outcome"
-    ws.note("outcome", f"{terminal.value} / {outcome.value} / {sub_domain.value}")
-    ws.decision.sub_domain = sub_domain
-    ws.decision.terminal_state = terminal
-    _run_rules(ws, Phase.POST_OUTCOME)
-    sub_domain, outcome, terminal = _outcome(ws)
-    return _result(ws, session, outside, sub_domain, outcome, terminal)
+        with timed(f"pipeline.{phase.name}"):
+            _run_rules(ws, phase)
+    with timed(f"pipeline.{Phase.OUTCOME.name}"):
+        sub_domain, outcome, terminal = _outcome(ws)
+        ws.phase, ws.rule = Phase.OUTCOME.name, "Outcome"
+        ws.note("outcome", f"{terminal.value} / {outcome.value} / {sub_domain.value}")
+        ws.decision.sub_domain = sub_domain
+        ws.decision.terminal_state = terminal
+    with timed(f"pipeline.{Phase.POST_OUTCOME.name}"):
+        _run_rules(ws, Phase.POST_OUTCOME)
+    with timed("pipeline.RESULT"):
+        sub_domain, outcome, terminal = _outcome(ws)
+        return _result(ws, session, outside, sub_domain, outcome, terminal)
 
 
 def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: SubDomain, outcome: Outcome,

@@ -8,6 +8,7 @@ scanned up to that length and the rest of it is skipped (and reported).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -79,25 +80,157 @@ def iter_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
         yield Block(carry, line_no, carry_offset)
 
 
+def read_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[bytearray, int, int, bool]]:
+    """The blocks of `iter_blocks`, read into one reusable buffer: yields (buffer, length, start_offset,
+    truncated) where `buffer[:length]` holds the block's complete lines (no trailing newline) and `truncated`
+    says the block is the head of one over-long line.
+
+    The buffer is overwritten by the next block, so a consumer must finish with a block before asking for
+    the next one. Nothing is allocated per block (no `read()` result, no `carry + data`, no slice), which
+    keeps the process from faulting in fresh pages for every 4 MiB, and no line is counted here: the
+    session counts newlines once, while it walks the hits (see `Session.ingest_stream`).
+    """
+    capacity = max(block_size, max_line_bytes) + block_size
+    buf = bytearray(capacity)
+    view = memoryview(buf)
+    readinto = getattr(stream, "readinto", None)
+    carry = 0  # bytes of an incomplete line kept at buf[:carry]
+    carry_offset = 0
+    offset = 0
+    skipping = False  # inside an over-long line whose head was already yielded
+    try:
+        while True:
+            if readinto is not None:
+                n = readinto(view[carry:carry + block_size]) or 0
+            else:
+                chunk = stream.read(block_size)
+                n = len(chunk)
+                view[carry:carry + n] = chunk
+            if not n:
+                break
+            read_at = offset
+            offset += n
+            end = carry + n
+            if skipping:  # carry is 0 here
+                nl = buf.find(b"\n", 0, end)
+                if nl < 0:
+                    continue
+                end -= nl + 1
+                buf[:end] = bytes(view[nl + 1:nl + 1 + end])
+                read_at += nl + 1
+                skipping = False
+                carry_offset = read_at
+            if not carry:
+                carry_offset = read_at
+            last_nl = buf.rfind(b"\n", carry, end)  # the carry holds no newline
+            if last_nl < 0:
+                if end > max_line_bytes:
+                    yield buf, max_line_bytes, carry_offset, True
+                    carry = 0
+                    skipping = True
+                else:
+                    carry = end
+                continue
+            yield buf, last_nl, carry_offset, False
+            rest = end - last_nl - 1
+            if rest:
+                buf[:rest] = bytes(view[last_nl + 1:end])
+            carry = rest
+            carry_offset += last_nl + 1
+        if carry and not skipping:
+            yield buf, carry, carry_offset, False
+    finally:
+        view.release()
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+def scan_expression(pattern: str) -> str | None:
+    """A cheaper expression whose matches are necessary for `pattern` to match on a line, or None.
+
+    A pattern `X.*Y` (an unbounded `.*`/`.+` at the top level of a pattern without top-level alternatives)
+    cannot match a line unless `Y` matches there, ending where the whole match ends. Scanning for `Y` alone
+    gives the same candidate lines or more, never fewer, and Python `re` decides on every candidate anyway.
+    It matters when `X` is common: `\\biteration\\s+\\d+ ... \\|.*(?:grad norm|loss): nan` starts a `.*` state on
+    every Megatron iteration line and halved hyperscan's throughput on training logs; its tail is rare.
+    Only a tail that is itself selective (at least 8 characters, cannot match the empty string) is used.
+    """
+    if _GLOBAL_FLAGS.search(pattern):  # flags for the whole pattern would not carry over to the tail
+        return None
+    cut = -1
+    depth = 0
+    i = 0
+    n = len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            i = _bracket_end(pattern, i)
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            return None
+        elif ch == "." and depth == 0 and i + 1 < n and pattern[i + 1] in "*+":
+            cut = i + 2
+            if cut < n and pattern[cut] == "?":
+                cut += 1
+        i += 1
+    if cut < 0:
+        return None
+    tail = pattern[cut:]
+    if len(tail) < 8 or tail[0] in "*+?{":
+        return None
+    try:
+        compiled = re.compile(tail)
+    except re.error:
+        return None
+    if compiled.match(""):
+        return None
+    return tail
+
+
+def _bracket_end(pattern: str, i: int) -> int:
+    """The index after the character class that starts at pattern[i] == '['."""
+    j = i + 1
+    if j < len(pattern) and pattern[j] == "^":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1
+
+
 class SourceScanner:
-    """One compiled hyperscan database for a list of patterns (ids are list positions)."""
+    """One compiled hyperscan database for a list of patterns (ids are list positions).
+
+    A hit means the line may match the pattern: for most patterns hyperscan decides exactly, for those with
+    a `scan_expression` (`exact[i]` False) it scans a necessary part only. Callers confirm every hit with
+    Python `re` (the session does, for the captures anyway).
+    """
 
     def __init__(self, patterns: list[str]) -> None:
         self.size = len(patterns)
         self._db: hyperscan.Database | None = None
         self._local = threading.local()
+        self.exact: list[bool] = []
         if not patterns:
             return
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        flags = [hyperscan.HS_FLAG_MULTILINE] * len(patterns)
-        try:
-            db.compile(expressions=[p.encode("utf-8") for p in patterns], ids=list(range(len(patterns))),
-                       flags=flags)
-        except hyperscan.error as exc:
-            # hyperscan names the failing expression by index in its message ("Expression id N").
-            index = _failing_index(str(exc))
-            raise PatternCompileError(index, str(exc)) from None
-        self._db = db
+        expressions = []
+        for index, pattern in enumerate(patterns):
+            tail = scan_expression(pattern)
+            self.exact.append(tail is None)
+            if tail is not None:
+                _compile([pattern], [index])  # the whole pattern must still be in hyperscan's subset
+            expressions.append(pattern if tail is None else tail)
+        self._db = _compile(expressions, list(range(len(patterns))))
 
     def _scratch(self) -> hyperscan.Scratch:
         scratch = getattr(self._local, "scratch", None)
@@ -106,9 +239,11 @@ class SourceScanner:
             self._local.scratch = scratch
         return scratch
 
-    def scan(self, data: bytes) -> list[tuple[int, int, list[int]]]:
-        """Return (line_start, line_end, sorted pattern ids) for every line of `data` that matched."""
-        if self._db is None or not data:
+    def scan(self, data: bytes | bytearray, length: int | None = None) -> list[tuple[int, int, list[int]]]:
+        """Return (line_start, line_end, sorted pattern ids) for every line of `data[:length]` that matched."""
+        if length is None:
+            length = len(data)
+        if self._db is None or not length:
             return []
         hits: list[tuple[int, int]] = []
         append = hits.append
@@ -116,7 +251,11 @@ class SourceScanner:
         def on_match(pattern_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             append((to, pattern_id))
 
-        self._db.scan(data, match_event_handler=on_match, scratch=self._scratch())
+        if length == len(data):
+            self._db.scan(data, match_event_handler=on_match, scratch=self._scratch())
+        else:
+            with memoryview(data) as view, view[:length] as part:
+                self._db.scan(part, match_event_handler=on_match, scratch=self._scratch())
         if not hits:
             return []
         hits.sort()
@@ -129,13 +268,26 @@ class SourceScanner:
                 if ids:
                     lines.append((current_start, current_end, sorted(set(ids))))
                 current_start = data.rfind(b"\n", 0, to) + 1
-                end = data.find(b"\n", to)
-                current_end = len(data) if end < 0 else end
+                end = data.find(b"\n", to, length)
+                current_end = length if end < 0 else end
                 ids = []
             ids.append(pattern_id)
         if ids:
             lines.append((current_start, current_end, sorted(set(ids))))
         return lines
+
+
+def _compile(expressions: list[str], ids: list[int]) -> hyperscan.Database:
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    try:
+        db.compile(expressions=[p.encode("utf-8") for p in expressions], ids=ids,
+                   flags=[hyperscan.HS_FLAG_MULTILINE] * len(expressions))
+    except hyperscan.error as exc:
+        # hyperscan names the failing expression by id in its message ("Expression id N").
+        message = str(exc)
+        index = _failing_index(message)
+        raise PatternCompileError(ids[0] if len(ids) == 1 else index, message) from None
+    return db
 
 
 def _failing_index(message: str) -> int:

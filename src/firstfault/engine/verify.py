@@ -29,7 +29,7 @@ def _compile(catalog: Catalog) -> Any:
     from firstfault.engine.session import CompiledCatalog
 
     try:
-        return CompiledCatalog(catalog)
+        return CompiledCatalog.for_catalog(catalog)
     except PatternCompileError as exc:
         # Find the culprit by compiling patterns one at a time: the message must name the rule.
         from firstfault.engine.scanner import SourceScanner
@@ -49,11 +49,14 @@ def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, la
         return CaseFailure(extractor.name, label, f"case source {source.value} is not a source of the rule")
     index = compiled.by_source[source].index(extractor)
     data = case.line.encode("utf-8")
-    hits = compiled.scanners[source].scan(data)
+    scanner = compiled.scanners[source]
+    hits = scanner.scan(data)
     scanned = bool(hits) and index in hits[0][2]
     m = extractor.regex.search(case.line)
     if case.expect == "none":
-        if scanned or m:
+        # A scanner that only looks for a necessary part of the pattern (scanner.scan_expression) may flag a
+        # line that re then rejects; an exact one must agree with re.
+        if m or (scanned and scanner.exact[index]):
             return CaseFailure(extractor.name, label, f"expected no match, but the line matched: {case.line!r}")
         return None
     if case.expect != extractor.emit_type:
