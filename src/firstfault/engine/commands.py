@@ -18,6 +18,7 @@ from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
 from firstfault.engine.engine import Engine
 from firstfault.engine.evidence import EvidenceError
 from firstfault.engine.report import render
+from firstfault.engine.timing import Timings
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
 
@@ -51,15 +52,37 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     engine = _engine()
     if isinstance(engine, int):
         return engine
+    timings = Timings()
     try:
-        result = engine.analyze_path(path)
+        result = engine.analyze_path(path, workers=args.workers, timings=timings)
     except EvidenceError as exc:
         return error(str(exc))
-    if args.json:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        render(result, Console(highlight=False, soft_wrap=True))
+    with timings.phase("output"):
+        if args.json:
+            sys.stdout.write(result.to_json() + "\n")
+        else:
+            render(result, Console(highlight=False, soft_wrap=True))
+        sys.stdout.flush()
+    if args.timings is not None:
+        timings.merge(engine.startup)
+        report = json.dumps({"path": str(path), **timings.as_dict()}) + "\n"
+        if str(args.timings) == "-":
+            sys.stderr.write(report)
+        else:
+            args.timings.write_text(report, encoding="utf-8")
     return 0
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("an integer >= 1, or auto") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("an integer >= 1, or auto")
+    return value
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
@@ -238,6 +261,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", nargs="?", const=DEFAULT_SAMPLE, default=None, metavar="NAME",
                    help=f"analyse a bundled sample (default {DEFAULT_SAMPLE}; see `firstfault samples`)")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of the report")
+    p.add_argument("--workers", type=_workers, default=0, metavar="N|auto",
+                   help="scan files in N worker processes (default auto: one per core, up to 8, when the evidence "
+                        "is at least 64 MiB in several files; otherwise in-process). The result is the same")
+    p.add_argument("--timings", type=Path, default=None, metavar="FILE",
+                   help="write where the time went (seconds per phase, bytes, lines) as JSON to FILE ('-': stderr)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("samples", help="list the bundled sample workloads")
