@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import pytest
 from firstfault.engine import Engine, default_engine
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "dev"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """CLI runs in tests keep compiled databases in a temporary directory, not in ~/.cache."""
+    os.environ["FIRSTFAULT_CACHE_DIR"] = str(tmp_path_factory.mktemp("firstfault-cache"))
 
 
 @pytest.fixture(scope="session")

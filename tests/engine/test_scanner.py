@@ -126,3 +126,16 @@ def test_scanner_with_a_scan_expression_finds_every_line_re_finds() -> None:
     flagged = {data[:start].count(b"\n") for start, _end, ids in scanner.scan(data) if 0 in ids}
     matching = {i for i, line in enumerate(lines) if regex.search(line)}
     assert matching == {0, 4} and matching <= flagged
+
+
+def test_compiled_database_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = b"a NCCL WARN x status=12\nCUDA error: out of memory\n"
+    first = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    second = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    assert not first.cached and second.cached
+    assert first.scan(data) == second.scan(data) == [(0, 23, [1]), (24, 49, [2])]
+    (entry,) = tmp_path.glob("hyperscan-*.db")
+    entry.write_bytes(b"not a database")
+    third = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    assert not third.cached and third.scan(data) == first.scan(data)
+    assert SourceScanner(PATTERNS[:2], cache_dir=tmp_path).cached is False  # other patterns, other entry

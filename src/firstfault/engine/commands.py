@@ -15,7 +15,7 @@ from rich.table import Table
 
 from firstfault.cli import error
 from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
-from firstfault.engine.engine import Engine
+from firstfault.engine.engine import Engine, default_cache_dir
 from firstfault.engine.evidence import EvidenceError
 from firstfault.engine.report import render
 from firstfault.engine.timing import Timings
@@ -34,7 +34,7 @@ def sample_dirs() -> dict[str, Path]:
 
 def _engine() -> Engine | int:
     try:
-        return Engine()
+        return Engine(cache_dir=default_cache_dir())
     except CatalogError as exc:
         return error(f"the rule catalog does not load: {exc}")
 

@@ -45,12 +45,22 @@ def auto_workers(files: int, total_bytes: int) -> int:
 
 
 class Engine:
-    def __init__(self, catalog: Catalog | None = None, params: Params | None = None) -> None:
+    def __init__(self, catalog: Catalog | None = None, params: Params | None = None, *,
+                 cache_dir: Path | None = None) -> None:
+        """Without `catalog`, load the packaged one and verify it (every inline case). `cache_dir` keeps
+        compiled hyperscan databases between processes (the CLI passes `default_cache_dir()`); the library
+        default is no cache: nothing is written."""
         self.startup = Timings()
         with self.startup.phase("catalog.load"):
-            self.catalog = catalog or load_catalog()
+            loaded = catalog or load_catalog(verify=False)
         with self.startup.phase("catalog.compile"):
-            self.compiled = CompiledCatalog.for_catalog(self.catalog)
+            self.compiled = CompiledCatalog.for_catalog(loaded, cache_dir=cache_dir)
+        if catalog is None:
+            from firstfault.engine.verify import verify_catalog
+
+            with self.startup.phase("catalog.verify"):
+                verify_catalog(loaded)
+        self.catalog = loaded
         self.params = params or Params()
 
     def session(self, context: ExecutionContext, **kwargs: int) -> Session:
@@ -138,6 +148,16 @@ class Engine:
                         timings.count("merge_fallbacks", 1)
                     else:
                         session.merge_state(state)
+
+
+def default_cache_dir() -> Path | None:
+    """Where the CLI keeps compiled hyperscan databases: $FIRSTFAULT_CACHE_DIR ("off" disables it), else
+    $XDG_CACHE_HOME/firstfault, else ~/.cache/firstfault."""
+    configured = os.environ.get("FIRSTFAULT_CACHE_DIR")
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "off", "0", "no") else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "firstfault"
 
 
 def _size(path: Path) -> int:

@@ -8,9 +8,14 @@ scanned up to that length and the rest of it is skipped (and reported).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -216,21 +221,37 @@ class SourceScanner:
     Python `re` (the session does, for the captures anyway).
     """
 
-    def __init__(self, patterns: list[str]) -> None:
+    def __init__(self, patterns: list[str], *, cache_dir: Path | None = None) -> None:
+        """Compile `patterns`. With `cache_dir`, a database compiled earlier for the same patterns (by the
+        same hyperscan, for the same machine type) is loaded from there instead, and a new one is saved."""
         self.size = len(patterns)
         self._db: hyperscan.Database | None = None
         self._local = threading.local()
         self.exact: list[bool] = []
+        self.cached = False
         if not patterns:
             return
         expressions = []
-        for index, pattern in enumerate(patterns):
+        for pattern in patterns:
             tail = scan_expression(pattern)
             self.exact.append(tail is None)
-            if tail is not None:
-                _compile([pattern], [index])  # the whole pattern must still be in hyperscan's subset
             expressions.append(pattern if tail is None else tail)
-        self._db = _compile(expressions, list(range(len(patterns))))
+        ids = list(range(len(patterns)))
+        cache_file = None
+        if cache_dir is not None:
+            key = hashlib.sha256(json.dumps([_CACHE_FORMAT, hyperscan.__version__, platform.machine(), patterns,
+                                             expressions]).encode()).hexdigest()[:40]
+            cache_file = cache_dir / f"hyperscan-{key}.db"
+            self._db = _load_cached(cache_file)
+            if self._db is not None:
+                self.cached = True
+                return
+        for index, (pattern, exact) in enumerate(zip(patterns, self.exact)):
+            if not exact:
+                _compile([pattern], [index])  # the whole pattern must still be in hyperscan's subset
+        self._db = _compile(expressions, ids)
+        if cache_file is not None:
+            _save_cached(cache_file, self._db)
 
     def _scratch(self) -> hyperscan.Scratch:
         scratch = getattr(self._local, "scratch", None)
@@ -288,6 +309,32 @@ def _compile(expressions: list[str], ids: list[int]) -> hyperscan.Database:
         index = _failing_index(message)
         raise PatternCompileError(ids[0] if len(ids) == 1 else index, message) from None
     return db
+
+
+_CACHE_FORMAT = 1
+
+
+def _load_cached(path: Path) -> hyperscan.Database | None:
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+        hyperscan.Scratch(db)  # refuses a database built for another platform
+    except Exception:  # noqa: BLE001 - a damaged or foreign cache entry is simply recompiled
+        return None
+    return db
+
+
+def _save_cached(path: Path, db: hyperscan.Database) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(hyperscan.dumpb(db))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run a compile
 
 
 def _failing_index(message: str) -> int:

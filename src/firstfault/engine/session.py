@@ -14,6 +14,7 @@ import time as _time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from firstfault.engine.catalog import Catalog, Extractor
@@ -99,7 +100,7 @@ class CompiledCatalog:
     compiles once.
     """
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, *, cache_dir: Path | None = None) -> None:
         self.catalog = catalog
         self.by_source: dict[SourceKind, list[Extractor]] = {}
         self.scanners: dict[SourceKind, SourceScanner] = {}
@@ -109,15 +110,16 @@ class CompiledCatalog:
             self.by_source[source] = extractors
             patterns = tuple(e.match_re for e in extractors)
             if patterns not in compiled:
-                compiled[patterns] = SourceScanner(list(patterns))
+                compiled[patterns] = SourceScanner(list(patterns), cache_dir=cache_dir)
             self.scanners[source] = compiled[patterns]
 
     @classmethod
-    def for_catalog(cls, catalog: Catalog) -> CompiledCatalog:
+    def for_catalog(cls, catalog: Catalog, *, cache_dir: Path | None = None) -> CompiledCatalog:
+        """The compilation of `catalog`, built once and kept on it (`cache_dir`: see `SourceScanner`)."""
         cached = catalog.compiled
         if isinstance(cached, cls) and cached.catalog is catalog:
             return cached
-        compiled = cls(catalog)
+        compiled = cls(catalog, cache_dir=cache_dir)
         catalog.compiled = compiled
         return compiled
 
