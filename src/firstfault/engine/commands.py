@@ -101,6 +101,11 @@ def cmd_rules(args: argparse.Namespace) -> int:
         for pattern in catalog.pattern_list():
             print(pattern)
         return 0
+    if args.rules_command == "docs":
+        from firstfault.engine.catalog_docs import render_markdown
+
+        sys.stdout.write(render_markdown(catalog))
+        return 0
     return error(f"unknown rules command {args.rules_command}")
 
 
@@ -238,6 +243,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q = rsub.add_parser("show", help="show one rule or symptom")
     q.add_argument("name")
     rsub.add_parser("patterns", help="print every extractor pattern, one per line (for grep -E -f)")
+    rsub.add_parser("docs", help="print the catalog documentation as Markdown (docs/rules.md)")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("eval", help="score the engine on a labelled corpus")
