@@ -115,6 +115,8 @@ class Catalog:
     metric_extractors: list[MetricExtractor]
     content_hash: str
     files: list[str]
+    # Hyperscan databases built while verifying; the engine reuses them instead of compiling twice.
+    compiled: Any = None
 
     def rules_in(self, phase: Phase) -> list[PythonRule]:
         return [r for r in self.python_rules if r.phase == phase]
@@ -324,5 +326,5 @@ def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | 
     if verify:
         from firstfault.engine.verify import verify_catalog
 
-        verify_catalog(catalog)
+        catalog.compiled = verify_catalog(catalog)
     return catalog

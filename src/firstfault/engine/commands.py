@@ -58,7 +58,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        render(result, Console(highlight=False, soft_wrap=True))
+        render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
     return 0
 
 

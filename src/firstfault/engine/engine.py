@@ -29,7 +29,7 @@ def looks_binary(head: bytes) -> bool:
 class Engine:
     def __init__(self, catalog: Catalog | None = None, params: Params | None = None) -> None:
         self.catalog = catalog or load_catalog()
-        self.compiled = CompiledCatalog(self.catalog)
+        self.compiled = self.catalog.compiled or CompiledCatalog(self.catalog)
         self.params = params or Params()
 
     def session(self, context: ExecutionContext, **kwargs: int) -> Session:

@@ -122,6 +122,12 @@ def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     return None
 
 
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
 def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
     lead = symptoms[0]
     immediate = str(lead.attributes.get("immediate") or lead.definition.next_action.immediate)
@@ -179,7 +185,7 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
     if root:
         lead = root[0]
         root_cause = RootCause(
-            symptom=lead.name, description=str(lead.attributes.get("meaning") or lead.definition.doc.split("\n")[0]),
+            symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
             node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
             evidence=[e for s in root for e in s.evidence][:5], rule=lead.rule, decided_by=decision.decided_by)
