@@ -22,6 +22,39 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
     return candidate.first_time <= action.first_time + timedelta(seconds=ws.params.clock_skew_s)
 
 
+SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
+
+
+@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, doc=f"""
+A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
+minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
+workload; it is demoted as survived.
+""", cases=[
+    RuleCase(title="early flap, late failure", evidence={
+        "a/syslog": ["Jan  1 00:05:00 a kernel: watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python:1]"],
+        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
+                     for m in range(6, 50)] + ["2025-01-01T00:55:00Z [rank8]: KeyError: 'x'"]},
+        expect={"fired": True, "sub_domain": "application", "culprits": [], "demoted": ["CPU soft or hard lockup"]}),
+    RuleCase(title="failure stops progress", evidence={
+        "a/syslog": ["Jan  1 00:30:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."],
+        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
+                     for m in range(6, 30)]},
+        expect={"fired": False, "sub_domain": "gpu", "culprits": ["a"]}),
+])
+def survived_by_progress(ws: Workspace) -> None:
+    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
+    if not ends:
+        return
+    progress_end = max(ends)
+    margin = timedelta(seconds=SURVIVED_AFTER_S)
+    for s in ws.active(role="root"):
+        last = s.last_time or s.first_time
+        if last is None or ws.undated(s) or progress_end <= last + margin:
+            continue
+        minutes = (progress_end - last).total_seconds() / 60
+        ws.demote(s, f"the workload kept training for {minutes:.0f} min after it: survived")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
