@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -10,13 +9,11 @@ import httpx
 import pytest
 
 from fact_client import FactClient, loki_streams, split_prefixed
-from live_server import EXPECTED, Server, raw_text_batch, sample_context, sample_files, verdict
+from live_server import EXPECTED, Server, raw_text_batch, sample_context, sample_files, stamped, verdict
 
 START = datetime(2026, 3, 2, 8, 0, 5, tzinfo=timezone.utc)
 END = datetime(2026, 3, 2, 9, 12, 40, tzinfo=timezone.utc)
 NODES = ["node-01", "node-02", "node-03"]
-_SYSLOG_TIME = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) ")
-_ISO_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)")
 
 
 @pytest.fixture
@@ -24,19 +21,6 @@ def fact(server: Server) -> Iterator[FactClient]:
     c = FactClient(server.url)
     yield c
     c.close()
-
-
-def stamped(text: str) -> list[tuple[int, str]]:
-    """(unix ns, line) as a log shipper would store them: each line at its own time, else the previous one's."""
-    out = []
-    last = START
-    for line in text.splitlines():
-        if m := _SYSLOG_TIME.match(line):
-            last = datetime.strptime(f"2026 {m.group(1)}", "%Y %b %d %H:%M:%S").replace(tzinfo=timezone.utc)
-        elif m := _ISO_TIME.match(line):
-            last = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
-        out.append((int(last.timestamp() * 1e9), line))
-    return out
 
 
 def test_sample_through_v1_gives_the_v2_diagnosis(client: httpx.Client, fact: FactClient,

@@ -7,7 +7,7 @@ import hmac
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from fastapi import Depends, Request, Response
@@ -94,7 +94,8 @@ def write_auth(token: str | None) -> list[DependsParam]:
     expected = token.encode()
     bearer = HTTPBearer(auto_error=False, description="FIRSTFAULT_API_TOKEN, required on write endpoints")
 
-    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    # A default rather than Annotated: `bearer` is local, and postponed annotations resolve module names only.
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
             raise ServiceError(401, "unauthorized", "this endpoint needs `Authorization: Bearer <token>`",
                                headers={"WWW-Authenticate": "Bearer"})
