@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging.config
+import signal
+import sys
+from types import FrameType
 
 from firstfault.cli import error
 from firstfault.engine.catalog import CatalogError
@@ -46,8 +49,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             access_log=False, timeout_graceful_shutdown=settings.shutdown_timeout_s,
                             server_header=False)
     server = uvicorn.Server(config)
+    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal; exit 0 for that clean stop.
+    signal.signal(signal.SIGTERM, _stopped)
     server.run()
     return 0 if server.started else 1
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    sys.exit(0)
 
 
 def _spans(settings: Settings) -> SpanStarter:
