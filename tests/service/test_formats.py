@@ -76,6 +76,7 @@ def test_prometheus_result_and_whole_response(client: httpx.Client, new_session:
               prom_series({"instance": "gpu-2:9400", "gpu": "1"}, [(T0 + 15.0, "0")])]
     ack = post(client, sid, {"format": "prometheus_metrics", "result": series})
     assert ack.status_code == 202 and ack.json()["accepted"] == 3  # NaN is skipped
+    assert post(client, sid, {"format": "prometheus_metrics"}).json()["accepted"] == 0
     whole = {"status": "success", "data": {"resultType": "matrix", "result": [
         prom_series({"node": "gpu-2"}, [(T0 + 60, "1"), (T0 + 75, "2")])]}}
     ack = post(client, sid, {"format": "prometheus_metrics", **whole})
@@ -88,7 +89,9 @@ def test_prometheus_result_and_whole_response(client: httpx.Client, new_session:
 def test_prometheus_bad_input(client: httpx.Client, new_session: Callable[..., str]) -> None:
     sid = new_session(CONTEXT)
     cases = [
-        {"format": "prometheus_metrics"},  # neither result nor data
+        {"format": "prometheus_metrics", "result": [{"metric": {}, "values": [[True, "1"]]}]},  # bool time
+        {"format": "prometheus_metrics", "result": [{"metric": {}, "values": [[T0, False]]}]},
+        {"format": "prometheus_metrics", "result": [{"metric": {"gpu": 0}, "values": []}]},
         {"format": "prometheus_metrics", "result": [prom_series({}, [(T0, "high")])]},
         {"format": "prometheus_metrics", "result": [prom_series({}, [(-1.0, "1")])]},
         {"format": "prometheus_metrics", "status": "error", "data": {"result": []}},

@@ -132,6 +132,8 @@ def test_wrong_shapes_and_types(client: httpx.Client, new_session: Callable[...,
     {"workload_id": "w", "start_time": "0001-01-01T00:00:00+05:00"},
     {"workload_id": "w", "end_time": "9999-12-31T23:59:59-05:00"},
     {"workload_id": "w", "scheduler": "pbs"}, {"workload_id": "w", "surprise": 1},
+    {"workload_id": "w", "end_time": 0}, {"workload_id": "w", "attempt": True}, {"workload_id": "w", "attempt": "1"},
+    {"workload_id": 5},
 ])
 def test_invalid_contexts(client: httpx.Client, context: dict) -> None:
     assert_error(client.post("/v2/sessions", json=context), 422, "invalid_request")

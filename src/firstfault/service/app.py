@@ -11,6 +11,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.routing import Match
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from firstfault import __version__
@@ -18,7 +20,7 @@ from firstfault.engine.engine import Engine, default_engine
 from firstfault.service import v1, v2
 from firstfault.service.core import AttributionService
 from firstfault.service.errors import STATUS_CODES, ServiceError
-from firstfault.service.http import write_auth
+from firstfault.service.http import describe_errors, write_auth
 from firstfault.service.middleware import ServiceMiddleware, SpanStarter, no_spans
 from firstfault.service.settings import Settings
 
@@ -96,22 +98,25 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
             if error.get("loc", ("",))[0] == "body":
                 return error_response(415, "unsupported_media_type",
                                       "send the body as JSON with `Content-Type: application/json`")
-    return error_response(422, "invalid_request", _describe(errors))
-
-
-def _describe(errors: list[Any]) -> str:
-    parts = []
-    for error in errors[:5]:
-        where = ".".join(str(p) for p in error.get("loc", ()))
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return "; ".join(parts) + more
+    return error_response(422, "invalid_request", describe_errors(errors))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = STATUS_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method of every route on this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:

@@ -52,6 +52,8 @@ def bounded_utc(value: datetime | None) -> datetime | None:
 class ContextBody(ExecutionContext):
     """An ExecutionContext as a request body (times bounded to 1970-2200)."""
 
+    nodes: list[NodeName] = Field(default_factory=list, max_length=100_000)
+
     @field_validator("start_time", "end_time")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -152,7 +154,7 @@ class PromData(BaseModel):
 
 
 class PromBatch(BaseModel):
-    """A Prometheus query result: `result` alone, or a whole API response (`status` + `data`)."""
+    """A Prometheus query result: `result`, or a whole API response (`status` + `data`), or both."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -160,22 +162,14 @@ class PromBatch(BaseModel):
     node_label: str = Field(default="Hostname", max_length=255,
                             description="Label naming the node; hostname, node and instance are tried next")
     origin: Origin | None = None
-    result: list[PromSeries] | None = None
-    status: str | None = None
+    result: list[PromSeries] = Field(default_factory=list)
+    status: Literal["success"] | None = None
     data: PromData | None = None
     warnings: list[str] | None = None
     infos: list[str] | None = None
 
-    @model_validator(mode="after")
-    def _one_result(self) -> PromBatch:
-        if (self.result is None) == (self.data is None):
-            raise ValueError("give either `result` or a whole response with `data`")
-        if self.status not in (None, "success"):
-            raise ValueError(f"the Prometheus response has status {self.status!r}, not success")
-        return self
-
     def series(self) -> list[PromSeries]:
-        return self.result if self.result is not None else self.data.result  # type: ignore[union-attr]
+        return self.result + (self.data.result if self.data is not None else [])
 
 
 ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, Field(discriminator="format")]

@@ -14,6 +14,7 @@ from fastapi import Depends, Request, Response
 from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import TypeAdapter, ValidationError
 
 from firstfault.service.errors import ServiceError
 
@@ -43,8 +44,9 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def decode_json(body: bytes) -> Any:
-    """Parse a request body: invalid UTF-8 is replaced (U+FFFD), NaN/Infinity and absurd nesting refused."""
+def clean_json(body: bytes) -> tuple[Any, bytes]:
+    """Parse a request body leniently: invalid UTF-8 and lone surrogates become U+FFFD; NaN, Infinity and
+    absurd nesting are refused (JSONDecodeError). Returns the document and equivalent clean JSON bytes."""
     text = body.decode("utf-8", "replace")
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
@@ -52,18 +54,31 @@ def decode_json(body: bytes) -> Any:
         raise json.JSONDecodeError(f"{exc.msg} (line {exc.lineno}, column {exc.colno})", "", 0) from None
     except (ValueError, RecursionError) as exc:
         raise json.JSONDecodeError(str(exc) or exc.__class__.__name__, "", 0) from None
-    return _scrub(doc) if _SURROGATE_ESCAPE.search(text) else doc
+    if _SURROGATE_ESCAPE.search(text):
+        doc = _scrub(doc)
+        return doc, json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    return doc, text.encode("utf-8") if "\ufffd" in text else body
+
+
+def decode_json(body: bytes) -> Any:
+    return clean_json(body)[0]
 
 
 class JsonRequest(Request):
+    """A request whose JSON is parsed by `clean_json`; `clean_body()` gives the cleaned bytes."""
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
             if len(body) > _THREAD_DECODE_BYTES:
-                self._json = await anyio.to_thread.run_sync(decode_json, body)
+                self._json, self._clean = await anyio.to_thread.run_sync(clean_json, body)
             else:
-                self._json = decode_json(body)
+                self._json, self._clean = clean_json(body)
         return self._json
+
+    async def clean_body(self) -> bytes:
+        await self.json()
+        return self._clean
 
 
 class JsonRoute(APIRoute):
@@ -85,6 +100,32 @@ async def in_thread(func: Callable[..., T], *args: Any) -> T:
 
 async def body_fingerprint(request: Request) -> str:
     return hashlib.sha256(await request.body()).hexdigest()
+
+
+def describe_errors(errors: list[Any]) -> str:
+    """A one-line summary of pydantic errors: `location: message; ...`."""
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more
+
+
+def strict_validate(adapter: TypeAdapter[T], data: bytes, where: str = "body") -> T:
+    """Validate JSON with JSON-Schema semantics (no "5" for 5, no number for a time, no bool for a number)."""
+    try:
+        return adapter.validate_json(data, strict=True)
+    except ValidationError as exc:
+        errors = [{**e, "loc": (where, *e["loc"])} for e in exc.errors()]
+        raise ServiceError(422, "invalid_request", describe_errors(errors)) from None
+
+
+async def strict_body(request: Request, adapter: TypeAdapter[T]) -> T:
+    """The request body validated strictly. FastAPI's own (lax) validation has run first and documents the
+    schema; this second pass refuses the coercions JSON Schema does not allow."""
+    assert isinstance(request, JsonRequest)
+    data = await request.clean_body()
+    if len(data) > _THREAD_DECODE_BYTES:
+        return await anyio.to_thread.run_sync(strict_validate, adapter, data)
+    return strict_validate(adapter, data)
 
 
 def write_auth(token: str | None) -> list[DependsParam]:

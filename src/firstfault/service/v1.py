@@ -11,13 +11,20 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Request
 from fastapi.params import Depends as DependsParam
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from firstfault.engine.model import Attribution, ExecutionContext
 from firstfault.service.core import AttributionService
 from firstfault.service.errors import ServiceError, error_responses
 from firstfault.service.formats import LokiBatch, PromBatch, bounded_utc
-from firstfault.service.http import JsonRoute, body_fingerprint, decode_json, in_thread
+from firstfault.service.http import (
+    JsonRoute,
+    body_fingerprint,
+    decode_json,
+    in_thread,
+    strict_body,
+    strict_validate,
+)
 from firstfault.service.v2 import IdempotencyKey, SessionId
 
 _SCHEDULERS = {"slurm": "slurm", "kubernetes": "kubernetes", "k8s": "kubernetes", "kueue": "kubernetes"}
@@ -42,7 +49,7 @@ class V1Workload(BaseModel):
     name: str = Field(default="", max_length=512)
     username: str = Field(default="", max_length=512)
     framework: str = Field(default="", max_length=512)
-    exit_code_signal: int | str | None = None
+    exit_code_signal: int | str | None = Field(default=None, description="Exit code or signal number")
 
     @field_validator("job_start_time", "job_end_time")
     @classmethod
@@ -56,7 +63,7 @@ class V1Metadata(BaseModel):
     cluster: str = Field(default="", max_length=512)
     agent: str = Field(default="", max_length=512)
     tenant: str = Field(default="", max_length=512)
-    ruleset: str = Field(default="default", max_length=128)
+    ruleset: Literal["default"] = Field(default="default", description="The one catalog this service ships")
 
 
 class V1CreateAttributor(BaseModel):
@@ -114,11 +121,14 @@ class V1Attribution(BaseModel):
     sub_domain: str
 
 
+CREATE: TypeAdapter[V1CreateAttributor] = TypeAdapter(V1CreateAttributor)
+OBSERVATION: TypeAdapter[V1Observation] = TypeAdapter(V1Observation)
+LOKI: TypeAdapter[LokiBatch] = TypeAdapter(LokiBatch)
+PROM: TypeAdapter[PromBatch] = TypeAdapter(PromBatch)
+
+
 def to_context(request: V1CreateAttributor) -> ExecutionContext:
     w = request.workload
-    if request.metadata.ruleset not in ("", "default"):
-        raise ServiceError(422, "unknown_ruleset", f"ruleset {request.metadata.ruleset!r} is not loaded; "
-                           "this service ships one catalog, named default")
     metadata = {k: v for k, v in request.metadata.model_dump().items() if v}
     metadata.update({k: str(getattr(w, k)) for k in _METADATA_FIELDS if getattr(w, k) not in (None, "")})
     try:
@@ -153,18 +163,14 @@ def to_batch(observation: V1Observation) -> LokiBatch | PromBatch:
     ctx = observation.context
     payload = _parsed(observation.body)
     extra = {"node_label": ctx.node_label} if ctx.node_label else {}
-    try:
-        if ctx.format == "prometheus_metrics":
-            return PromBatch.model_validate({**_prom_shape(payload), "format": "prometheus_metrics", **extra})
-        source = _SOURCES.get(ctx.source.lower())
-        if source is None:
-            raise ServiceError(422, "unknown_source", f"source {ctx.source!r} is not one of {sorted(_SOURCES)}")
-        return LokiBatch.model_validate({"format": "raw_loki_streams", "source": source, "streams": payload,
-                                         **extra})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ServiceError(422, "invalid_request", f"body: {where}: {first['msg']}") from None
+    if ctx.format == "prometheus_metrics":
+        batch = {**_prom_shape(payload), "format": "prometheus_metrics", **extra}
+        return strict_validate(PROM, json.dumps(batch).encode())
+    source = _SOURCES.get(ctx.source.lower())
+    if source is None:
+        raise ServiceError(422, "unknown_source", f"source {ctx.source!r} is not one of {sorted(_SOURCES)}")
+    batch = {"format": "raw_loki_streams", "source": source, "streams": payload, **extra}
+    return strict_validate(LOKI, json.dumps(batch).encode())
 
 
 def to_v1(result: Attribution, nodes: list[str], revision: int) -> V1Attribution:
@@ -190,16 +196,17 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
 
     @api.post("/attributor", response_model=V1Created, responses=error_responses(400, 401, 413, 415, 422, 429),
               dependencies=auth)
-    async def create_attributor(request: Annotated[V1CreateAttributor, Body()]) -> V1Created:
+    async def create_attributor(body: Annotated[V1CreateAttributor, Body()], request: Request) -> V1Created:
         """Open an attributor (a session) for one workload."""
-        return V1Created(attributor_id=service.create_session(to_context(request)).id)
+        context = to_context(await strict_body(request, CREATE))
+        return V1Created(attributor_id=service.create_session(context).id)
 
     @api.post("/attributor/{session_id}/observation", response_model=V1ObservationAck,
               responses=error_responses(400, 401, 404, 409, 413, 415, 422), dependencies=auth)
     async def add_observation(session_id: SessionId, observation: Annotated[V1Observation, Body()],
                               request: Request, idempotency_key: IdempotencyKey = None) -> V1ObservationAck:
         """Add one observation (Loki streams or a Prometheus result, usually as a JSON string in `body`)."""
-        batch = await in_thread(to_batch, observation)
+        batch = await in_thread(to_batch, await strict_body(request, OBSERVATION))
         fingerprint = await body_fingerprint(request) if idempotency_key else ""
         ack = await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
         return V1ObservationAck(observation_id=f"{session_id}-{ack.batch}", accepted=ack.accepted)

@@ -6,12 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Path, Request, Response
 from fastapi.params import Depends as DependsParam
+from pydantic import TypeAdapter
 
 from firstfault import __version__
 from firstfault.service.core import AttributionService
 from firstfault.service.errors import ServiceError, error_responses
 from firstfault.service.formats import ContextBody, ObservationBatch
-from firstfault.service.http import JsonRoute, body_fingerprint, in_thread
+from firstfault.service.http import JsonRoute, body_fingerprint, in_thread, strict_body
 from firstfault.service.schemas import (
     AttributeResponse,
     Health,
@@ -21,6 +22,8 @@ from firstfault.service.schemas import (
     SessionState,
 )
 
+CONTEXT: TypeAdapter[ContextBody] = TypeAdapter(ContextBody)
+BATCH: TypeAdapter[ObservationBatch] = TypeAdapter(ObservationBatch)
 SessionId = Annotated[str, Path(max_length=128, description="The id returned when the session was created")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256,
                                               description="Retries carrying the same key are ingested once")]
@@ -33,9 +36,9 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
 
     @api.post("/sessions", status_code=201, response_model=SessionCreated,
               responses=error_responses(400, 401, 413, 415, 422, 429), **writes)
-    async def create_session(context: Annotated[ContextBody, Body()]) -> SessionCreated:
+    async def create_session(context: Annotated[ContextBody, Body()], request: Request) -> SessionCreated:
         """Open a session for one workload attempt (body: an ExecutionContext)."""
-        record = service.create_session(context)
+        record = service.create_session(await strict_body(request, CONTEXT))
         return SessionCreated(session_id=record.id, revision=0)
 
     @api.post("/sessions/{session_id}/observations", status_code=202, response_model=IngestAck,
@@ -43,6 +46,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     async def add_observations(session_id: SessionId, batch: Annotated[ObservationBatch, Body()], request: Request,
                                idempotency_key: IdempotencyKey = None) -> IngestAck:
         """Add a batch of evidence in one of four formats (see `format`)."""
+        batch = await strict_body(request, BATCH)
         fingerprint = await body_fingerprint(request) if idempotency_key else ""
         return await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
 
