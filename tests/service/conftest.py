@@ -6,7 +6,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from live_server import Server, sample_context
+from tests.service.live_server import Server, sample_context
 
 # Limits small enough to cross in a test, large enough for the sample.
 TEST_LIMITS = {

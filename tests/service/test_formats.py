@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import httpx
 
-from live_server import EXPECTED, raw_text_batch, sample_context, sample_files, stamped, verdict
+from tests.service.live_server import EXPECTED, raw_text_batch, sample_context, sample_files, stamped, verdict
 
 T0 = 1772438400  # 2026-03-02T08:00:00Z
 CONTEXT = {"workload_id": "fmt", "nodes": ["gpu-1", "gpu-2"], "start_time": "2026-03-02T08:00:00Z",

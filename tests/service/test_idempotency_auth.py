@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from live_server import Server, raw_text_batch, sample_context
+from tests.service.live_server import Server, raw_text_batch, sample_context
 
 TOKEN = "s3cret-token"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from live_server import Server
+from tests.service.live_server import Server
 
 
 @pytest.fixture(scope="module")

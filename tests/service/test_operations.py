@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from live_server import Server, free_port, raw_text_batch, sample_files
+from tests.service.live_server import Server, free_port, raw_text_batch, sample_files
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

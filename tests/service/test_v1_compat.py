@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from fact_client import FactClient, loki_streams, split_prefixed
-from live_server import EXPECTED, Server, raw_text_batch, sample_context, sample_files, stamped, verdict
+from tests.service.fact_client import FactClient, loki_streams, split_prefixed
+from tests.service.live_server import EXPECTED, Server, raw_text_batch, sample_context, sample_files, stamped, verdict
 
 START = datetime(2026, 3, 2, 8, 0, 5, tzinfo=timezone.utc)
 END = datetime(2026, 3, 2, 9, 12, 40, tzinfo=timezone.utc)

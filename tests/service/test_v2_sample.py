@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from live_server import EXPECTED, raw_text_batch, sample_files, verdict
+from tests.service.live_server import EXPECTED, raw_text_batch, sample_files, verdict
 
 
 def ingest(client: httpx.Client, sid: str, batch: dict, **kwargs: object) -> dict:
@@ -90,7 +90,14 @@ def test_any_ingest_order_and_interleaved_attribution_give_the_same_result(
             assert revision >= 1
     final = attribute(client, sid)
     assert final["revision"] == revision + 1
-    assert final["result"] == reference
+    assert diagnosis(final["result"]) == diagnosis(reference)
+
+
+def diagnosis(result: dict) -> tuple:
+    """What must not depend on batching: the verdict, the root cause and each symptom's standing. (Counts of
+    sampled progress markers may: the engine keeps the first and last of them per scanned block.)"""
+    standing = sorted((s["node"], s["symptom"], s["status"], s["role"]) for s in result["symptoms"])
+    return verdict(result), result["root_cause"], standing
 
 
 def test_sample_as_normalised_observations(client: httpx.Client, new_session: Callable[..., str]) -> None:
