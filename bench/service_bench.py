@@ -115,7 +115,7 @@ def one_session(url: str, ctx: dict, files: list[tuple[str, str, str]]) -> Timin
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run(url: str, sessions: int, concurrency: int, ctx: dict, files: list[tuple[str, str, str]]) -> tuple[float, Timings]:

@@ -11,7 +11,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +111,12 @@ _ISO_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)")
 def stamped(text: str) -> list[tuple[int, str]]:
     """(unix ns, line) as a log shipper would store them: each line at its own time, else the previous one's."""
     out = []
-    last = datetime.fromisoformat(sample_context()["start_time"].replace("Z", "+00:00"))
+    last = datetime.fromisoformat(sample_context()["start_time"])
     for line in text.splitlines():
         if m := _SYSLOG_TIME.match(line):
-            last = datetime.strptime(f"2026 {m.group(1)}", "%Y %b %d %H:%M:%S").replace(tzinfo=timezone.utc)
+            last = datetime.strptime(f"2026 {m.group(1)}", "%Y %b %d %H:%M:%S").replace(tzinfo=UTC)
         elif m := _ISO_TIME.match(line):
-            last = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+            last = datetime.fromisoformat(m.group(1))
         out.append((int(last.timestamp() * 1e9), line))
     return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest

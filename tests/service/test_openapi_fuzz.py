@@ -31,7 +31,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzz_server:
         [cli, "run", f"{fuzz_server.url}/openapi.json", "--checks", "all",
          "--exclude-checks", "positive_data_acceptance", "--max-examples", "25", "--seed", "20260302",
          "--request-timeout", "30", "--no-color"],
-        capture_output=True, text=True, timeout=400, cwd=tmp_path)
+        capture_output=True, text=True, timeout=400, cwd=tmp_path, check=False)
     summary = run.stdout[-4000:]
     assert run.returncode == 0, summary
     assert " passed" in summary

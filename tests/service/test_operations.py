@@ -32,14 +32,14 @@ def test_metrics(client: httpx.Client, new_session: Callable[..., str]) -> None:
     response = client.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
-    for needle in ['firstfault_http_requests_total{method="POST",route="/v2/sessions/{session_id}/observations",'
-                   'status="202"}', "firstfault_http_request_duration_seconds_bucket", "firstfault_sessions_live ",
+    for needle in [('firstfault_http_requests_total{method="POST",route="/v2/sessions/{session_id}/observations",'
+                    'status="202"}'), "firstfault_http_request_duration_seconds_bucket", "firstfault_sessions_live ",
                    "firstfault_sessions_created_total ", 'firstfault_observations_total{format="raw_text"}',
                    "firstfault_ingest_bytes_total ", 'firstfault_attributions_total{outcome="Fail InfraHW"}',
                    "firstfault_attribute_duration_seconds_count ", "firstfault_rule_firings_total{rule=",
                    "firstfault_catalog_info{content_hash=\"sha256:"]:
         assert needle in text, needle
-    live = re.search(r"^firstfault_sessions_live (\S+)$", text, re.M)
+    live = re.search(r"^firstfault_sessions_live (\S+)$", text, re.MULTILINE)
     assert live and float(live.group(1)) >= 1
 
 
@@ -107,7 +107,7 @@ def test_broken_catalog_stops_start_up(tmp_path: Path) -> None:
         f"engine.load_catalog = functools.partial(engine.load_catalog, extra_files=[('broken.toml', {broken!r})])\n"
         "from firstfault.cli import main\n"
         f"sys.exit(main(['serve', '--port', '{port}']))\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode != 0
     assert "BrokenServiceProbe" in result.stderr
     try:

@@ -41,9 +41,8 @@ def test_eviction_takes_the_longest_idle_session() -> None:
         pass  # a was used last
     clock.now += 11
     create(s)
-    with pytest.raises(SessionNotFound, match="evicted"):
-        with s.use(b):
-            pass
+    with pytest.raises(SessionNotFound, match="evicted"), s.use(b):
+        pass
     with s.use(a):
         pass
 

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from tests.service.fact_client import FactClient, loki_streams, split_prefixed
-from tests.service.live_server import EXPECTED, Server, raw_text_batch, sample_context, sample_files, stamped, verdict
+from tests.service.live_server import (
+    EXPECTED,
+    Server,
+    raw_text_batch,
+    sample_context,
+    sample_files,
+    stamped,
+    verdict,
+)
 
-START = datetime(2026, 3, 2, 8, 0, 5, tzinfo=timezone.utc)
-END = datetime(2026, 3, 2, 9, 12, 40, tzinfo=timezone.utc)
+START = datetime(2026, 3, 2, 8, 0, 5, tzinfo=UTC)
+END = datetime(2026, 3, 2, 9, 12, 40, tzinfo=UTC)
 NODES = ["node-01", "node-02", "node-03"]
 
 
@@ -62,7 +70,7 @@ def test_public_client_dmesg_flow(fact: FactClient) -> None:
                                         end=end)
     base_ns = int((END - timedelta(seconds=1)).timestamp() * 1e9)
     for node in NODES:
-        text = dict(((n, s), t) for n, s, t in sample_files())[(node, "syslog")]
+        text = {(n, s): t for n, s, t in sample_files()}[(node, "syslog")]
         dmesg = [f"{node}: {line.split('kernel: ', 1)[1]}" for line in text.splitlines() if "kernel: " in line]
         entries = []
         for i, line in enumerate(dmesg):

@@ -39,7 +39,7 @@ def test_sample_end_to_end(client: httpx.Client, new_session: Callable[..., str]
     assert root["node"] == "node-02" and root["sub_domain"] == "nvlink"
     cited = root["evidence"][0]["provenance"]
     assert cited["origin"] == "node-02/syslog.log"
-    sample_line = dict(((n, s), t) for n, s, t in sample_files())[("node-02", "syslog")].splitlines()[cited["line"] - 1]
+    sample_line = {(n, s): t for n, s, t in sample_files()}[("node-02", "syslog")].splitlines()[cited["line"] - 1]
     assert "Xid" in sample_line and "149" in sample_line  # line numbers are the file's own
 
     state = client.get(f"/v2/sessions/{sid}").json()

@@ -12,8 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from starlette.routing import Match
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from firstfault import __version__
 from firstfault.engine.engine import Engine, default_engine

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Json, field_validator, model_validator
@@ -27,8 +27,8 @@ from firstfault.engine.model import (
 from firstfault.engine.session import Session
 
 # Times outside this window are refused: they are certainly wrong, and arithmetic near datetime's limits fails.
-EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 _NS = 1_000_000_000
 _NODE_LABEL_FALLBACKS = ("Hostname", "hostname", "node", "instance")
 
@@ -178,7 +178,7 @@ ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | Prom
 def _prom_time(stamp: float) -> datetime:
     if not (math.isfinite(stamp) and EARLIEST.timestamp() <= stamp < LATEST.timestamp()):
         raise ValueError("Prometheus sample times are Unix seconds between 1970 and 2200")
-    return datetime.fromtimestamp(stamp, tz=timezone.utc)
+    return datetime.fromtimestamp(stamp, tz=UTC)
 
 
 # -- preparation ----------------------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def split_text(text: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _prepare_raw_text(batch: RawTextBatch, cleaner: LineCleaner) -> PreparedBatch:
@@ -293,7 +293,7 @@ def _unwrap_envelope(line: str) -> tuple[str, str | None]:
 
 
 def _loki_time(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns // _NS, tz=timezone.utc).replace(microsecond=(ns % _NS) // 1000)
+    return datetime.fromtimestamp(ns // _NS, tz=UTC).replace(microsecond=(ns % _NS) // 1000)
 
 
 def _prepare_loki(batch: LokiBatch, cleaner: LineCleaner) -> PreparedBatch:

@@ -136,7 +136,7 @@ def write_auth(token: str | None) -> list[DependsParam]:
     bearer = HTTPBearer(auto_error=False, description="FIRSTFAULT_API_TOKEN, required on write endpoints")
 
     # A default rather than Annotated: `bearer` is local, and postponed annotations resolve module names only.
-    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
             raise ServiceError(401, "unauthorized", "this endpoint needs `Authorization: Bearer <token>`",
                                headers={"WWW-Authenticate": "Bearer"})

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from firstfault.engine.model import ExecutionContext
 from firstfault.engine.session import Session
@@ -150,7 +150,7 @@ class SessionStore:
         return len(self._sessions)
 
     def create(self, context: ExecutionContext, engine_session: Session) -> SessionRecord:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         record = SessionRecord(id=uuid.uuid4().hex, context=context, engine=engine_session,
                                idempotency=IdempotencyCache(self.limits.idempotency_keys), created_at=now,
                                last_activity=now, last_seen=self._clock())
@@ -201,7 +201,7 @@ class SessionStore:
 
     def _touch(self, record: SessionRecord) -> None:
         record.last_seen = self._clock()
-        record.last_activity = datetime.now(timezone.utc)
+        record.last_activity = datetime.now(UTC)
 
     def _eviction_candidate(self) -> str | None:
         cutoff = self._clock() - self.limits.min_idle_s
