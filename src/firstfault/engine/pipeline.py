@@ -133,6 +133,9 @@ def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
     immediate = str(lead.attributes.get("immediate") or lead.definition.next_action.immediate)
     investigatory = lead.attributes.get("investigatory") or lead.definition.next_action.investigatory
     summary = str(lead.attributes.get("action") or lead.definition.next_action.summary)
+    recovery = lead.attributes.get("recovery_action")
+    if recovery:
+        summary += f" The driver requires: {recovery} (Xid 154)."
     return NextAction(immediate=immediate, investigatory=investigatory, summary=summary)
 
 

@@ -1,4 +1,4 @@
-"""Job-wide refiners (REFINE_LATE): scheduler actions and completed workloads.
+"""Job-wide rules: scheduler evidence, survived events, scheduler actions and completed workloads.
 
 Facts used: a scheduler cancellation (time limit, preemption, scancel, node failure) is the root only if
 nothing failed before it - a job hung by a fault runs into its time limit (domain-facts §6.2); Slurm's
@@ -8,11 +8,20 @@ accounting can call a job COMPLETED while a step failed, and a completed job's s
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
-from firstfault.engine.model import SubDomain, TerminalState, normalise_state
-from firstfault.engine.rules_api import Phase, RuleCase, refiner
-from firstfault.engine.workspace import WorkSymptom, Workspace
+from firstfault.engine.model import (
+    EventType,
+    Evidence,
+    Provenance,
+    SourceKind,
+    SubDomain,
+    TerminalState,
+    normalise_state,
+)
+from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
+from firstfault.engine.workspace import EmitSpec, WorkSymptom, Workspace
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -133,3 +142,47 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         return
     ws.decision.terminal_state = state
     ws.note("state", f"no scheduler state recorded; the evidence says {state.value}")
+
+
+# What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
+STATE_SYMPTOMS = {
+    TerminalState.TIMEOUT: "Slurm time limit",
+    TerminalState.PREEMPTED: "Slurm preemption",
+    TerminalState.NODE_FAIL: "Slurm node failure",
+    TerminalState.OUT_OF_MEMORY: "Slurm OOM kill",
+    TerminalState.CANCELLED: "Job cancelled",
+}
+_SIGNAL_EXIT = re.compile(r"^\d+:(?P<signal>[1-9]\d*)$")
+
+
+@filter_rule("SchedulerStateEvidence", phase=Phase.FILTER_EARLY, doc="""
+The scheduler state and exit code recorded in the ExecutionContext are evidence too: TIMEOUT, PREEMPTED,
+NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more), and an
+exit code with a signal (e.g. 0:9) says the job was killed. They are timed at the job end, so any earlier fault
+found in the logs wins over them.
+""", cases=[
+    RuleCase(title="timeout without logs", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler_state": "TIMEOUT", "exit_code": "0:0"},
+             expect={"fired": True, "sub_domain": "scheduler", "terminal_state": "TIMEOUT"}),
+    RuleCase(title="failed job", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect={"fired": False, "sub_domain": "unknown"}),
+])
+def scheduler_state_evidence(ws: Workspace) -> None:
+    ctx = ws.context
+    state = normalise_state(ctx.scheduler_state)
+    symptom = STATE_SYMPTOMS.get(state)
+    if symptom == "Slurm OOM kill" and ctx.scheduler == "kubernetes":
+        symptom = "Kubernetes OOMKilled"
+    signal = _SIGNAL_EXIT.match(ctx.exit_code.strip())
+    if symptom is None and signal:
+        symptom = "Worker killed by signal"
+    if symptom is None:
+        return
+    text = f"{ctx.scheduler} recorded the workload as {ctx.scheduler_state or 'unknown'}" + (
+        f" with exit code {ctx.exit_code}" if ctx.exit_code else "")
+    evidence = Evidence(source=SourceKind.SCHEDULER, node=None, time=ctx.end_time, text=text,
+                        provenance=Provenance(origin="execution-context"))
+    attributes = {"terminal_state": state.value} if state in STATE_SYMPTOMS else {}
+    if signal:
+        attributes["signal"] = signal.group("signal")
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes))
