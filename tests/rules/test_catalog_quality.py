@@ -48,3 +48,12 @@ def test_rules_patterns_exports_every_pattern(capsys) -> None:
     assert main(["rules", "patterns"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == len(load_catalog(verify=False).extractors)
+
+
+def test_docs_rules_md_is_generated_from_the_catalog() -> None:
+    from pathlib import Path
+
+    from firstfault.engine.catalog_docs import render_markdown
+
+    docs = Path(__file__).parents[2] / "docs" / "rules.md"
+    assert docs.read_text() == render_markdown(load_catalog(verify=False)), "run: firstfault rules docs > docs/rules.md"

@@ -41,3 +41,16 @@ def test_fatal_rows_are_bad_and_ignore_rows_are_not() -> None:
 
 def test_table_covers_every_nvlink5_code() -> None:
     assert {row.xid for row in decode_rows()} == set(range(144, 151))
+
+
+def test_xid74_register_decode() -> None:
+    from firstfault.rules.xid import decode_xid74
+
+    example = decode_xid74("0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0")  # 3rd register bit 16 (catalog example)
+    assert example is not None and example.fatal and example.classes == {"hw_link"}
+    assert "register 3 bit 16" in example.notes[0]
+    ignorable = decode_xid74("0x1, 0x0, 0x0, 0x0, 0x100000, 0x0, 0x0")  # r1 bit 0 + r5 bit 20
+    assert ignorable is not None and not ignorable.fatal
+    assert decode_xid74("0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0") is None
+    unknown = decode_xid74("0x0, 0x4, 0x0, 0x0, 0x0, 0x0, 0x0")
+    assert unknown is not None and unknown.fatal and "unknown bit" in unknown.notes[0]

@@ -61,7 +61,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(result.to_json() + "\n")
         else:
-            render(result, Console(highlight=False, soft_wrap=True))
+            render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
         sys.stdout.flush()
     if args.timings is not None:
         timings.merge(engine.startup)
@@ -122,6 +122,11 @@ def cmd_rules(args: argparse.Namespace) -> int:
         return _rules_show(catalog, args.name)
     if args.rules_command == "patterns":
         return _rules_patterns(catalog, ere=args.ere)
+    if args.rules_command == "docs":
+        from firstfault.engine.catalog_docs import render_markdown
+
+        sys.stdout.write(render_markdown(catalog))
+        return 0
     return error(f"unknown rules command {args.rules_command}")
 
 
@@ -285,6 +290,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                     "with --ere converted to POSIX ERE for `LC_ALL=C grep -E -f` (docs/benchmarks.md).")
     q.add_argument("--ere", action="store_true",
                    help="convert to POSIX extended regular expressions (grep -E; \\b is the one GNU extension)")
+    rsub.add_parser("docs", help="print the catalog documentation as Markdown (docs/rules.md)")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("eval", help="score the engine on a labelled corpus")

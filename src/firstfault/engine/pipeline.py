@@ -11,6 +11,7 @@ from firstfault.engine.model import (
     Coverage,
     CulpritNode,
     EventType,
+    Evidence,
     NextAction,
     Outcome,
     RootCause,
@@ -122,11 +123,27 @@ def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     return None
 
 
+def _root_evidence(root: list[WorkSymptom], corroborating: list[WorkSymptom], limit: int = 6) -> list[Evidence]:
+    """The root group's evidence lines first, then later reports of the same fault on the same node."""
+    cited = [e for s in root for e in s.evidence]
+    extra = [s.evidence[0] for s in corroborating]
+    return (cited[: limit - min(len(extra), 2)] + extra)[:limit]
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
 def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
     lead = symptoms[0]
     immediate = str(lead.attributes.get("immediate") or lead.definition.next_action.immediate)
     investigatory = lead.attributes.get("investigatory") or lead.definition.next_action.investigatory
     summary = str(lead.attributes.get("action") or lead.definition.next_action.summary)
+    recovery = lead.attributes.get("recovery_action")
+    if recovery:
+        summary += f" The driver requires: {recovery} (Xid 154)."
     return NextAction(immediate=immediate, investigatory=investigatory, summary=summary)
 
 
@@ -187,10 +204,10 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
     if root:
         lead = root[0]
         root_cause = RootCause(
-            symptom=lead.name, description=str(lead.attributes.get("meaning") or lead.definition.doc.split("\n")[0]),
+            symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
             node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
-            evidence=[e for s in root for e in s.evidence][:5], rule=lead.rule, decided_by=decision.decided_by)
+            evidence=_root_evidence(root, decision.corroborating), rule=lead.rule, decided_by=decision.decided_by)
     culprits = []
     for node in sorted(decision.culprits):
         symptoms = decision.culprits[node]

@@ -214,69 +214,109 @@ def _bracket_end(pattern: str, i: int) -> int:
 
 
 class SourceScanner:
-    """One compiled hyperscan database for a list of patterns (ids are list positions).
+    """Compiled hyperscan databases for a list of patterns (ids are list positions).
 
     A hit means the line may match the pattern: for most patterns hyperscan decides exactly, for those with
     a `scan_expression` (`exact[i]` False) it scans a necessary part only. Callers confirm every hit with
     Python `re` (the session does, for the captures anyway).
+
+    Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
+    the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
+    the last one, so their matches never cost a callback per line. They are always scanned exactly (a first
+    match that re rejected would hide the real one).
     """
 
-    def __init__(self, patterns: list[str], *, cache_dir: Path | None = None) -> None:
-        """Compile `patterns`. With `cache_dir`, a database compiled earlier for the same patterns (by the
-        same hyperscan, for the same machine type) is loaded from there instead, and a new one is saved."""
+    TAIL_WINDOWS = (64 * 1024, 1024 * 1024)
+
+    def __init__(self, patterns: list[str], sampled: frozenset[int] = frozenset(), *,
+                 cache_dir: Path | None = None) -> None:
+        """Compile `patterns`. With `cache_dir`, databases compiled earlier for the same patterns (by the same
+        hyperscan, for the same machine type) are loaded from there instead, and new ones are saved."""
         self.size = len(patterns)
-        self._db: hyperscan.Database | None = None
         self._local = threading.local()
-        self.exact: list[bool] = []
         self.cached = False
-        if not patterns:
-            return
+        self.exact: list[bool] = []
         expressions = []
-        for pattern in patterns:
-            tail = scan_expression(pattern)
+        for index, pattern in enumerate(patterns):
+            tail = None if index in sampled else scan_expression(pattern)
             self.exact.append(tail is None)
             expressions.append(pattern if tail is None else tail)
-        ids = list(range(len(patterns)))
-        cache_file = None
-        if cache_dir is not None:
+        regular = [i for i in range(len(patterns)) if i not in sampled]
+        sampled_ids = sorted(sampled)
+        plan = [("main", regular, 0), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH), ("tail", sampled_ids, 0)]
+        dbs: dict[str, hyperscan.Database] = {}
+        cache_files: dict[str, Path] = {}
+        if cache_dir is not None and patterns:
             key = hashlib.sha256(json.dumps([_CACHE_FORMAT, hyperscan.__version__, platform.machine(), patterns,
-                                             expressions]).encode()).hexdigest()[:40]
-            cache_file = cache_dir / f"hyperscan-{key}.db"
-            self._db = _load_cached(cache_file)
-            if self._db is not None:
-                self.cached = True
-                return
-        for index, (pattern, exact) in enumerate(zip(patterns, self.exact)):
-            if not exact:
-                _compile([pattern], [index])  # the whole pattern must still be in hyperscan's subset
-        self._db = _compile(expressions, ids)
-        if cache_file is not None:
-            _save_cached(cache_file, self._db)
+                                             expressions, sampled_ids]).encode()).hexdigest()[:40]
+            for name, ids, _flags in plan:
+                if ids:
+                    cache_files[name] = cache_dir / f"hyperscan-{key}-{name}.db"
+                    db = _load_cached(cache_files[name])
+                    if db is not None:
+                        dbs[name] = db
+            self.cached = bool(cache_files) and len(dbs) == len(cache_files)
+        if not self.cached:
+            dbs = {}
+            for index in regular:
+                if not self.exact[index]:
+                    _compile([patterns[index]], [index])  # the whole pattern must still be in hyperscan's subset
+            for name, ids, flags in plan:
+                if ids:
+                    dbs[name] = _compile([expressions[i] for i in ids], ids, flags)
+                    if name in cache_files:
+                        _save_cached(cache_files[name], dbs[name])
+        self._db: hyperscan.Database | None = dbs.get("main")
+        self._first_db: hyperscan.Database | None = dbs.get("first")
+        self._tail_db: hyperscan.Database | None = dbs.get("tail")
 
-    def _scratch(self) -> hyperscan.Scratch:
-        scratch = getattr(self._local, "scratch", None)
+    def _scratch(self, name: str, db: hyperscan.Database) -> hyperscan.Scratch:
+        scratch = getattr(self._local, name, None)
         if scratch is None:
-            scratch = hyperscan.Scratch(self._db)
-            self._local.scratch = scratch
+            scratch = hyperscan.Scratch(db)
+            setattr(self._local, name, scratch)
         return scratch
 
-    def scan(self, data: bytes | bytearray, length: int | None = None) -> list[tuple[int, int, list[int]]]:
-        """Return (line_start, line_end, sorted pattern ids) for every line of `data[:length]` that matched."""
-        if length is None:
-            length = len(data)
-        if self._db is None or not length:
-            return []
-        hits: list[tuple[int, int]] = []
-        append = hits.append
+    def _matches(self, name: str, db: hyperscan.Database, data: bytes | bytearray, start: int,
+                 end: int) -> list[tuple[int, int]]:
+        """(end offset in data, pattern id) of every match in data[start:end]."""
+        found: list[tuple[int, int]] = []
+        append = found.append
 
         def on_match(pattern_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            append((to, pattern_id))
+            append((start + to, pattern_id))
 
-        if length == len(data):
-            self._db.scan(data, match_event_handler=on_match, scratch=self._scratch())
+        scratch = self._scratch(name, db)
+        if start == 0 and end == len(data):
+            db.scan(data, match_event_handler=on_match, scratch=scratch)
         else:
-            with memoryview(data) as view, view[:length] as part:
-                self._db.scan(part, match_event_handler=on_match, scratch=self._scratch())
+            with memoryview(data) as view, view[start:end] as part:
+                db.scan(part, match_event_handler=on_match, scratch=scratch)
+        return found
+
+    def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:
+        assert self._first_db is not None and self._tail_db is not None
+        first = self._matches("first", self._first_db, data, 0, length)
+        wanted = {pattern_id for _, pattern_id in first}
+        last: dict[int, int] = {}
+        for window in (*self.TAIL_WINDOWS, length):
+            start = 0 if window >= length else data.find(b"\n", length - window, length) + 1
+            for to, pattern_id in self._matches("tail", self._tail_db, data, start, length):
+                last[pattern_id] = max(to, last.get(pattern_id, -1))
+            if set(last) >= wanted or start == 0:
+                break
+        return first + [(to, pattern_id) for pattern_id, to in last.items()]
+
+    def scan(self, data: bytes | bytearray, length: int | None = None) -> list[tuple[int, int, list[int]]]:
+        """Return (line_start, line_end, sorted pattern ids) for every line of `data[:length]` that matched (for
+        sampled patterns: the first and the last matching line only)."""
+        if length is None:
+            length = len(data)
+        if not length:
+            return []
+        hits = self._matches("main", self._db, data, 0, length) if self._db is not None else []
+        if self._first_db is not None:
+            hits += self._sampled_matches(data, length)
         if not hits:
             return []
         hits.sort()
@@ -297,12 +337,11 @@ class SourceScanner:
             lines.append((current_start, current_end, sorted(set(ids))))
         return lines
 
-
-def _compile(expressions: list[str], ids: list[int]) -> hyperscan.Database:
+def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hyperscan.Database:
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
         db.compile(expressions=[p.encode("utf-8") for p in expressions], ids=ids,
-                   flags=[hyperscan.HS_FLAG_MULTILINE] * len(expressions))
+                   flags=[hyperscan.HS_FLAG_MULTILINE | extra_flags] * len(expressions))
     except hyperscan.error as exc:
         # hyperscan names the failing expression by id in its message ("Expression id N").
         message = str(exc)

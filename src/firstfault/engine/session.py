@@ -104,14 +104,15 @@ class CompiledCatalog:
         self.catalog = catalog
         self.by_source: dict[SourceKind, list[Extractor]] = {}
         self.scanners: dict[SourceKind, SourceScanner] = {}
-        compiled: dict[tuple[str, ...], SourceScanner] = {}
+        compiled: dict[tuple[tuple[str, ...], frozenset[int]], SourceScanner] = {}
         for source in SourceKind:
             extractors = catalog.extractors_for(source)
             self.by_source[source] = extractors
             patterns = tuple(e.match_re for e in extractors)
-            if patterns not in compiled:
-                compiled[patterns] = SourceScanner(list(patterns), cache_dir=cache_dir)
-            self.scanners[source] = compiled[patterns]
+            sampled = frozenset(i for i, e in enumerate(extractors) if e.sampled)
+            if (patterns, sampled) not in compiled:
+                compiled[patterns, sampled] = SourceScanner(list(patterns), sampled, cache_dir=cache_dir)
+            self.scanners[source] = compiled[patterns, sampled]
 
     @classmethod
     def for_catalog(cls, catalog: Catalog, *, cache_dir: Path | None = None) -> CompiledCatalog:
@@ -260,12 +261,14 @@ class Session:
             time = times[line_no - first_line] if times is not None else None
             if time is None:
                 time = self.timestamps.parse(text)
-            if time is None:
+            inherited = time is None
+            if inherited:
                 time = self._last_time_of(data, start) or last_time
             else:
                 last_time = time
             offset = None if start_offset is None else start_offset + start
-            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors)
+            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
+                            inherited)
         return last_time, line_no, pos
 
     def _last_time_of(self, data: bytes | bytearray, before: int) -> datetime | None:
@@ -284,10 +287,12 @@ class Session:
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
-                   extractors: list[Extractor]) -> None:
+                   extractors: list[Extractor], inherited: bool = False) -> None:
         max_chars = self.params.max_evidence_chars
         shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
-        time_inferred = False
+        # A line without its own stamp is only known to come after the previous stamped line (inherited time,
+        # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
+        time_inferred = inherited
         if time is None and self.context.end_time is not None:
             time, time_inferred = self.context.end_time, True
         # Most matching lines only count towards an accumulator that already holds earlier evidence, so the

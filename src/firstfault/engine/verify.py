@@ -134,9 +134,9 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     return None
 
 
-def check_catalog(catalog: Catalog) -> list[CaseFailure]:
+def check_catalog(catalog: Catalog, compiled: Any = None) -> list[CaseFailure]:
     """Run every inline case; return all failures (empty = the catalog is sound)."""
-    compiled = _compile(catalog)
+    compiled = compiled or _compile(catalog)
     failures: list[CaseFailure] = []
     for extractor in catalog.extractors:
         for i, case in enumerate(extractor.cases, start=1):
@@ -161,9 +161,12 @@ def check_catalog(catalog: Catalog) -> list[CaseFailure]:
     return failures
 
 
-def verify_catalog(catalog: Catalog) -> None:
-    failures = check_catalog(catalog)
+def verify_catalog(catalog: Catalog) -> Any:
+    """Check the catalog; raise CatalogError naming the failing rules, else return the compiled catalog."""
+    compiled = _compile(catalog)
+    failures = check_catalog(catalog, compiled)
     if failures:
         shown = "\n  ".join(str(f) for f in failures[:20])
         more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
         raise CatalogError(f"the rule catalog failed {len(failures)} inline case(s):\n  {shown}{more}")
+    return compiled

@@ -96,6 +96,43 @@ def decode_rows() -> tuple[DecodeRow, ...]:
     return tuple(rows)
 
 
+@dataclass(frozen=True)
+class Xid74Decode:
+    classes: frozenset[str]
+    notes: tuple[str, ...]
+
+    @property
+    def fatal(self) -> bool:
+        """Bits that only say 'ignore' or 'threshold exceeded, continue' do not end a job."""
+        return not self.classes <= {"ignore", "threshold"}
+
+
+@lru_cache(maxsize=1)
+def _xid74_bits() -> dict[tuple[int, int], tuple[str, str]]:
+    blob = (importlib.resources.files("firstfault.rules") / "data" / "xid74_decode.toml").read_bytes()
+    table = {}
+    for row in tomllib.loads(blob.decode())["bits"]:
+        for bit in row["bits"]:
+            table[(row["register"], bit)] = (row["class"], row["meaning"])
+    return table
+
+
+def decode_xid74(registers: str) -> Xid74Decode | None:
+    """Decode the seven registers of an Xid 74 line ("0x0, 0x0, 0x10000, ..."); None if no bit is set."""
+    values = [int(v.strip(), 16) for v in registers.split(",")]
+    table = _xid74_bits()
+    classes: set[str] = set()
+    notes: list[str] = []
+    for register, value in enumerate(values, start=1):
+        for bit in range(32):
+            if not value >> bit & 1:
+                continue
+            cls, meaning = table.get((register, bit), ("unknown", "unknown bit: report a bug"))
+            classes.add(cls)
+            notes.append(f"register {register} bit {bit}: {meaning}")
+    return Xid74Decode(frozenset(classes), tuple(notes)) if notes else None
+
+
 def _mask_matches(mask: str, value: int) -> bool:
     bits = f"{value & 0xFFFFFFFF:032b}"
     return all(m == "-" or m == b for m, b in zip(mask, bits, strict=True))
@@ -197,6 +234,11 @@ def _decode_event(ws: Workspace, event: Event, code: int) -> tuple[str, bool, di
     attributes: dict[str, object] = dict(event.attributes)
     symptom = f"XID-{code}"
     bad = ws.catalog.symptom(symptom).role != "context"
+    if code == 74 and attributes.get("registers"):
+        decoded74 = decode_xid74(str(attributes["registers"]))
+        if decoded74 is not None:
+            attributes["decode"] = "; ".join(decoded74.notes)
+            return symptom, decoded74.fatal, attributes
     if code not in NVLINK5_CODES:
         return symptom, bad, attributes
     if not attributes.get("intrinfo"):
@@ -210,7 +252,7 @@ def _decode_event(ws: Workspace, event: Event, code: int) -> tuple[str, bool, di
     attributes.update(unit=decoded.unit, subcode=decoded.subcode, decode_layout=decoded.layout,
                       immediate=decoded.immediate, investigatory=decoded.investigatory, severity=decoded.severity,
                       hw_sw=decoded.hw_sw, impact=decoded.impact, meaning=decoded.meaning,
-                      action=f"{decoded.meaning}. Immediate: {decoded.immediate}; investigate: {decoded.investigatory}.")
+                      action=f"Drain the node and follow the decode: {decoded.meaning}.")
     return decoded.symptom, decoded.fatal, attributes
 
 
@@ -286,3 +328,31 @@ def xid_burst_root(ws: Workspace) -> None:
             reason = _explained_by(root, other)
             if reason:
                 ws.demote(other, f"{reason} ({root.name} on {root.node}, same burst)")
+
+
+# Xid 154 recovery actions, least to most disruptive (Xid catalog trigger text).
+RECOVERY_ORDER = ("None", "Drain P2P", "Drain and Reset", "GPU Reset Required", "Node Reboot Required")
+
+
+@refiner("Xid154Linkage", phase=Phase.CLEAN, doc="""
+Xid 154 announces the recovery action the driver requires after another Xid (Drain and Reset, GPU Reset
+Required, Node Reboot Required). It is never the cause; the most disruptive action announced on a node is
+attached to that node's hardware Xids, so their next action says what the driver asks for.
+""", cases=[
+    RuleCase(title="149 with 154", evidence={"n2/syslog": [
+        "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        "Jan  1 00:10:01 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)"]},
+        expect={"fired": True, "root_symptom": "XID-149.4", "culprits": ["n2"]}),
+])
+def xid154_linkage(ws: Workspace) -> None:
+    for node in sorted({s.node or "" for s in ws.select(prefix="XID-154")}):
+        actions = {a for s in ws.select(prefix="XID-154", node=node or None) for a in s.value_set("recovery_action")}
+        known = [a for a in RECOVERY_ORDER if a in actions]
+        if not known:
+            continue
+        action = known[-1]
+        for s in ws.active(node=node or None, role="root"):
+            if s.definition.family == "xid":
+                s.attributes["recovery_action"] = action
+                ws.note("link", f"driver recovery action for {s.name}: {action} (Xid 154)", node=s.node, symptom=s.name)
