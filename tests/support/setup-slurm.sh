@@ -8,9 +8,11 @@ BASE=${SLURM_CI_DIR:-/tmp/slurm-ci}
 export SLURM_CONF=$BASE/slurm.conf
 export DEBIAN_FRONTEND=noninteractive
 
+nodes_usable() {   # both nodes answer (idle, mixed, allocated, planned, completing: not down/drained)
+  [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cvE '^(down|drain|fail|unk|not_resp)')" = 2 ]
+}
 cluster_up() {
-  [ -f "$SLURM_CONF" ] && scontrol ping >/dev/null 2>&1 && sacctmgr -n show cluster >/dev/null 2>&1 &&
-    [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)')" = 2 ]
+  [ -f "$SLURM_CONF" ] && scontrol ping >/dev/null 2>&1 && sacctmgr -n show cluster >/dev/null 2>&1 && nodes_usable
 }
 if command -v scontrol >/dev/null 2>&1 && cluster_up; then echo "slurm already up"; exit 0; fi
 
@@ -111,7 +113,7 @@ scontrol ping >/dev/null 2>&1 || slurmctld
 for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
 for n in node1 node2; do alive "$BASE/slurmd-$n.pid" || slurmd -N "$n"; done
 for _ in $(seq 200); do
-  [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)')" = 2 ] && break
+  nodes_usable && break
   scontrol update nodename=node[1-2] state=resume >/dev/null 2>&1 || true
   sleep 0.1
 done
