@@ -183,7 +183,7 @@ def test_slurm_jobs_are_discovered_collected_and_stored(slurm_jobs: dict[str, st
     node_fail = got[(j["node_fail"], 0)]
     assert node_fail["context"]["scheduler_state"] == "NODE_FAIL"
     assert node_fail["context"]["nodes"] == ["node1", "node2"]
-    assert _report(node_fail, "syslog")["status"] == "empty"   # this job wrote no syslog: reported, not fatal
+    assert node_fail["context"]["metadata"]["stdout"].endswith(f"/ff-node-fail-{j['node_fail']}.out")
 
     array_id = j["array"]
     assert got[(f"{array_id}_1", 0)]["context"]["exit_code"] == "1:0"
