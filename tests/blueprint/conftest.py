@@ -47,7 +47,8 @@ def free_port() -> int:
 
 # -- Slurm ---------------------------------------------------------------------------------------------------
 def slurm(*argv: str) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "SLURM_CONF": str(SLURM_CONF)})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "SLURM_CONF": str(SLURM_CONF)})
     if done.returncode != 0:
         raise AssertionError(f"{' '.join(argv)}: {done.stderr.strip()}")
     return done.stdout.strip()

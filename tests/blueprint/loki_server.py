@@ -185,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return tenant or "fake"
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         tenant = self._prelude()
         if tenant is None:
             return
@@ -201,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._answer(404, f"{url.path}: not part of this test server's Loki subset")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         tenant = self._prelude()
         if tenant is None:
             return

@@ -102,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         return json.loads(self.rfile.read(length)) if length else None
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         if not self._authorised():
             return
         stub, path = self.stub, self.path
@@ -151,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(202, reply)
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         if not self._authorised():
             return
         m = _SESSION.match(self.path)

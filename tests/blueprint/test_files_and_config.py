@@ -62,7 +62,7 @@ def test_files_collector_scopes_by_node_template_and_window(tmp_path: Path) -> N
     batches = list(FilesCollector(spec, timedelta(minutes=15)).collect(ctx))
     lines = {(b.node, b.source.value, b.origin.split("/")[-1], b.first_line): b.lines for b in batches}
     assert lines[("gpu-f02", "syslog", "syslog.1", 2)] == [
-        f"Mar  2 08:20:00 gpu-f02 systemd[1]: Started Session 12.", f"Mar  2 08:41:15 gpu-f02 {XID}",
+        "Mar  2 08:20:00 gpu-f02 systemd[1]: Started Session 12.", f"Mar  2 08:41:15 gpu-f02 {XID}",
         "    continuation of the line above"]
     assert lines[("gpu-f01", "syslog", "syslog", 1)] == ["Mar  2 09:10:00 gpu-f01 systemd[1]: Started Session 40."]
     assert not any(o == "syslog.2.gz" for _, _, o, _ in lines)        # rotated before the window: not read

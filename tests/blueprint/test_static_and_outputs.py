@@ -73,9 +73,8 @@ def test_samples_through_the_service_give_identical_diagnoses(tmp_path: Path, se
 
 def test_service_retries_reuse_the_idempotency_key(service: ServiceStub) -> None:
     ctx = ExecutionContext(workload_id="w", nodes=["n1"])
-    batch = LineBatch("n1", SourceKind.SYSLOG, "x.log",
-                      ["Feb 12 00:52:07 n1 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, name=python, "
-                       "GPU has fallen off the bus."])
+    line = "Feb 12 00:52:07 n1 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, name=python, GPU has fallen off the bus."
+    batch = LineBatch("n1", SourceKind.SYSLOG, "x.log", [line])
     client = ServiceAttributor(service.url, token="s3cret", timeout=5, retries=3)
     client.client.sleep = lambda _s: None
     session = client.open(ctx)

@@ -48,8 +48,7 @@ def log_reaction(logs: dict[str, str], namespace: str, pod: str) -> Any:
     return serve
 
 
-async def main(seed_path: str, port: int) -> None:
-    seed = json.loads(open(seed_path, encoding="utf-8").read())
+async def main(seed: dict[str, Any], port: int) -> None:
     async with KubectlFriendlyEmulator() as k8s, kmock.Server(k8s, port=port) as server:
         k8s["get /version"] << {"major": "1", "minor": "31", "gitVersion": "v1.31.0"}
         k8s.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, verbs=VERBS,
@@ -69,4 +68,5 @@ async def main(seed_path: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        asyncio.run(main(json.load(fh), int(sys.argv[2])))

@@ -22,7 +22,7 @@ XID_NODE, XID_GPU, XID = "gpu-p02", 3, 79
 STEP = 15
 
 
-def gpu_series(name: str, value_of) -> list[str]:  # noqa: ANN001 - a small generator script
+def gpu_series(name: str, value_of) -> list[str]:
     return [f'{name}{{Hostname="{node}",gpu="{gpu}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3"}} '
             f"{value_of(node, gpu, t)} {t}"
             for node in NODES for gpu in range(GPUS) for t in range(START, END + 1, STEP)]

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from firstfault.blueprint.base import Batch, LineBatch, LokiBatch, MetricBatch
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
 from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.result import Mode
 from firstfault.engine import Attribution, ExecutionContext, Observation, Session, SourceKind, default_engine
 from firstfault.engine.model import MetricSample, Provenance
 
@@ -29,7 +30,7 @@ class AttributionSession(Protocol):
 
 
 class Attributor(Protocol):
-    mode: str
+    mode: Mode
 
     def open(self, ctx: ExecutionContext) -> AttributionSession: ...
     def close(self) -> None: ...
@@ -95,7 +96,7 @@ class _EmbeddedSession:
 
 
 class EmbeddedAttributor:
-    mode = "embedded"
+    mode: Mode = "embedded"
 
     def __init__(self) -> None:
         self.engine = default_engine()
@@ -132,7 +133,7 @@ class _ServiceSession:
 
 
 class ServiceAttributor:
-    mode = "service"
+    mode: Mode = "service"
 
     def __init__(self, url: str, *, token: str | None, timeout: float, retries: int) -> None:
         self.client = RetryingClient(url, headers=auth_headers(token), timeout=timeout, retries=retries)

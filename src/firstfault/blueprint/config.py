@@ -33,7 +33,7 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message says what to change."""
 
 
-def parse_duration(text: str | float | int) -> timedelta:
+def parse_duration(text: str | float) -> timedelta:
     """`30s`, `10m`, `2h`, `1d`, `1w`, `250ms` or a number of seconds."""
     if isinstance(text, int | float):
         return timedelta(seconds=float(text))
@@ -51,7 +51,7 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
     if _DURATION.match(text):
         return now - parse_duration(text)
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ConfigError(f"not a time: {text!r} (use ISO 8601, `now`, or a duration ago such as 2h)") from None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

@@ -11,6 +11,7 @@ from firstfault.engine import Attribution, ExecutionContext
 
 RESULT_SCHEMA_VERSION = "1.0"
 ReportStatus = Literal["ok", "empty", "error"]
+Mode = Literal["embedded", "service"]
 
 
 class ConnectorReport(BaseModel):
@@ -50,7 +51,7 @@ class AttributionBlueprintResult(BaseModel):
     connector_reports: list[ConnectorReport]
     timings: Timings
     catalog_hash: str
-    mode: Literal["embedded", "service"]
+    mode: Mode
     attributed_at: datetime
 
     def failed_connectors(self) -> list[ConnectorReport]:

@@ -18,7 +18,7 @@ from firstfault.blueprint.attribution import AttributionError
 from firstfault.blueprint.base import Collector, CollectorError, ContextConnector, NothingInScope
 from firstfault.blueprint.config import BlueprintConfig
 from firstfault.blueprint.connectors import Plan
-from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, Timings
+from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, ReportStatus, Timings
 from firstfault.engine import Attribution, ExecutionContext
 
 
@@ -77,6 +77,8 @@ class Runner:
                 session.close()
         except AttributionError as exc:
             error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one workload failing must not stop the batch
+            error = _describe(exc)
         return AttributionBlueprintResult(
             context=ctx, diagnosis=diagnosis, error=error, connector_reports=reports,
             timings=Timings(collect_s=round(collect_s, 4), attribute_s=round(attribute_s, 4),
@@ -176,7 +178,8 @@ def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..
     started = time.monotonic()
     count = 0
     nodes: set[str] = set()
-    status, reason = "ok", ""
+    status: ReportStatus = "ok"
+    reason = ""
     try:
         for batch in collector.collect(ctx):
             add(batch)

@@ -52,7 +52,7 @@ class LokiCollector:
         selector = spec.get("selector")
         self.query = spec.get("query") or ('{$node_label=~"$nodes"' + (f", {selector}" if selector else "") + "}")
         try:
-            self.source = SourceKind(spec.get("source", "syslog"))
+            self.source = SourceKind(spec.get("source") or "syslog")
         except ValueError:
             raise ConfigError(f"logs loki: source must be one of {', '.join(s.value for s in SourceKind)}") from None
         self.limit = spec.get_int("limit", 5000)

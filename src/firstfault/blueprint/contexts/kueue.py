@@ -85,7 +85,7 @@ def to_context(workload: dict[str, Any], pods: list[dict[str, Any]]) -> Executio
     state, condition = decided
     meta, status = workload["metadata"], workload.get("status", {})
     admitted = _conditions(workload).get("Admitted") or _conditions(workload).get("QuotaReserved") or {}
-    owner = next(iter(meta.get("ownerReferences", [])), {})
+    owner: dict[str, Any] = next(iter(meta.get("ownerReferences", [])), {})
     namespace = meta.get("namespace", "default")
     code, reason = exit_status(pods)
     metadata = {"namespace": namespace, "workload": meta["name"], "owner": f"{owner.get('kind', '')}/{owner.get('name', '')}",
