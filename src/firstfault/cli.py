@@ -6,9 +6,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 # Subcommands contributed by the parts of the package: module path -> function adding its parsers.
 _PART_COMMANDS = (
@@ -41,12 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def error(message: str) -> int:
     """Print a one-line error for people (no traceback) and return the CLI's error exit status."""
-    Console(stderr=True).print(f"[bold red]error:[/bold red] {message}", highlight=False, markup=True)
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
     return 2
-
-
-def path_arg(text: str) -> Path:
-    return Path(text).expanduser()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,6 +96,7 @@ class Extractor:
     fact: str | None
     attributes: dict[str, Any]
     key: tuple[str, ...]  # captures that keep events apart when coalescing (e.g. one event per GPU)
+    sampled: bool  # only the first and last match per scan block are used (progress markers)
     doc: str
     ref: str
     cases: tuple[ExtractorCase, ...]
@@ -115,6 +116,8 @@ class Catalog:
     metric_extractors: list[MetricExtractor]
     content_hash: str
     files: list[str]
+    # Hyperscan databases built while verifying; the engine reuses them instead of compiling twice.
+    compiled: Any = None
 
     def rules_in(self, phase: Phase) -> list[PythonRule]:
         return [r for r in self.python_rules if r.phase == phase]
@@ -253,6 +256,7 @@ def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
         raise CatalogError(f"{where}: needs at least one positive and one negative (expect = \"none\") case")
     return Extractor(name=name, sources=sources, match_re=match_re, regex=regex, emit_type=emit_type,
                      symptom=symptom, fact=fact, attributes=dict(table.get("attributes", {})), key=key,
+                     sampled=bool(table.get("sampled", False)),
                      doc=_require(table, "doc", str, where).strip(), ref=table.get("ref", ""), cases=cases,
                      origin=origin)
 
@@ -324,5 +328,5 @@ def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | 
     if verify:
         from firstfault.engine.verify import verify_catalog
 
-        verify_catalog(catalog)
+        catalog.compiled = verify_catalog(catalog)
     return catalog

@@ -13,17 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from firstfault.cli import error
 from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
 from firstfault.engine.engine import Engine
 from firstfault.engine.evidence import EvidenceError
 from firstfault.engine.report import render
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
-
-
-def _error(message: str) -> int:
-    Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
-    return 2
 
 
 def samples_root() -> Path:
@@ -39,30 +35,30 @@ def _engine() -> Engine | int:
     try:
         return Engine()
     except CatalogError as exc:
-        return _error(f"the rule catalog does not load: {exc}")
+        return error(f"the rule catalog does not load: {exc}")
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     if args.sample is not None:
         samples = sample_dirs()
         if args.sample not in samples:
-            return _error(f"no sample named {args.sample!r}; `firstfault samples` lists them")
+            return error(f"no sample named {args.sample!r}; `firstfault samples` lists them")
         path = samples[args.sample]
     elif args.path is not None:
         path = args.path
     else:
-        return _error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
+        return error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
     engine = _engine()
     if isinstance(engine, int):
         return engine
     try:
         result = engine.analyze_path(path)
     except EvidenceError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     if args.json:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        render(result, Console(highlight=False, soft_wrap=True))
+        render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
     return 0
 
 
@@ -88,7 +84,7 @@ def _load(verify: bool, extra: list[Path] | None = None) -> Catalog | int:
         files = [(p.name, p.read_bytes()) for p in (extra or [])]
         return load_catalog(verify=verify, extra_files=files)
     except (CatalogError, OSError) as exc:
-        return _error(str(exc))
+        return error(str(exc))
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -105,7 +101,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
         for pattern in catalog.pattern_list():
             print(pattern)
         return 0
-    return _error(f"unknown rules command {args.rules_command}")
+    if args.rules_command == "docs":
+        from firstfault.engine.catalog_docs import render_markdown
+
+        sys.stdout.write(render_markdown(catalog))
+        return 0
+    return error(f"unknown rules command {args.rules_command}")
 
 
 def _rules_list(catalog: Catalog, as_json: bool) -> int:
@@ -152,7 +153,7 @@ def _rules_show(catalog: Catalog, name: str) -> int:
         console.print(escape(s.doc))
         console.print(f"next action: {s.next_action.immediate} - {escape(s.next_action.summary)}")
         return 0
-    return _error(f"no rule or symptom named {name!r}")
+    return error(f"no rule or symptom named {name!r}")
 
 
 def _rules_test(args: argparse.Namespace) -> int:
@@ -164,7 +165,7 @@ def _rules_test(args: argparse.Namespace) -> int:
     try:
         failures = check_catalog(catalog)
     except CatalogError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     cases = sum(len(e.cases) for e in catalog.extractors) + sum(len(r.cases) for r in catalog.python_rules)
     for failure in failures:
         print(f"FAIL {failure}")
@@ -182,7 +183,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         report = evaluate(args.corpus, engine)
     except EvidenceError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -242,6 +243,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q = rsub.add_parser("show", help="show one rule or symptom")
     q.add_argument("name")
     rsub.add_parser("patterns", help="print every extractor pattern, one per line (for grep -E -f)")
+    rsub.add_parser("docs", help="print the catalog documentation as Markdown (docs/rules.md)")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("eval", help="score the engine on a labelled corpus")

@@ -20,8 +20,8 @@ _TEXT_CONTROL = {9, 10, 12, 13, 27}
 def looks_binary(head: bytes) -> bool:
     """True when the head of a file is mostly not text (NUL padding alone does not make a log binary)."""
     sample = head.replace(b"\0", b"")
-    if not sample:
-        return bool(head)
+    if not sample:  # all NUL: the padding a crashed node leaves in its syslog, scanned as text
+        return False
     control = sum(1 for b in sample if b < 32 and b not in _TEXT_CONTROL)
     return control / len(sample) > 0.10
 
@@ -29,7 +29,7 @@ def looks_binary(head: bytes) -> bool:
 class Engine:
     def __init__(self, catalog: Catalog | None = None, params: Params | None = None) -> None:
         self.catalog = catalog or load_catalog()
-        self.compiled = CompiledCatalog(self.catalog)
+        self.compiled = self.catalog.compiled or CompiledCatalog(self.catalog)
         self.params = params or Params()
 
     def session(self, context: ExecutionContext, **kwargs: int) -> Session:

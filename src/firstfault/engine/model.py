@@ -62,6 +62,21 @@ class TerminalState(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+_SCHEDULER_STATES = {
+    "COMPLETED": TerminalState.COMPLETED, "SUCCEEDED": TerminalState.COMPLETED,
+    "FAILED": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
+    "CANCELLED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
+    "BOOT_FAIL": TerminalState.NODE_FAIL, "OUT_OF_MEMORY": TerminalState.OUT_OF_MEMORY,
+    "OOMKILLED": TerminalState.OUT_OF_MEMORY, "PREEMPTED": TerminalState.PREEMPTED,
+}
+
+
+def normalise_state(raw: str) -> TerminalState:
+    """Map a scheduler's state text (`CANCELLED by 1234`, `Failed`, `OOMKilled` ...) to the Slurm vocabulary."""
+    word = raw.strip().split(" ")[0].upper() if raw.strip() else ""
+    return _SCHEDULER_STATES.get(word, TerminalState.UNKNOWN)
+
+
 # Default outcome of each sub_domain; a symptom definition may override it.
 SUBDOMAIN_OUTCOME: dict[SubDomain, Outcome] = {
     SubDomain.GPU: Outcome.FAIL_INFRA_HW,

@@ -20,6 +20,7 @@ from firstfault.engine.model import (
     SymptomView,
     TerminalState,
     WorkloadRef,
+    normalise_state,
 )
 from firstfault.engine.rules_api import Phase
 from firstfault.engine.workspace import WorkSymptom, Workspace
@@ -27,20 +28,7 @@ from firstfault.engine.workspace import WorkSymptom, Workspace
 if TYPE_CHECKING:
     from firstfault.engine.session import Session
 
-_SCHEDULER_STATES = {
-    "COMPLETED": TerminalState.COMPLETED, "SUCCEEDED": TerminalState.COMPLETED,
-    "FAILED": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
-    "CANCELLED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
-    "BOOT_FAIL": TerminalState.NODE_FAIL, "OUT_OF_MEMORY": TerminalState.OUT_OF_MEMORY,
-    "OOMKILLED": TerminalState.OUT_OF_MEMORY, "PREEMPTED": TerminalState.PREEMPTED,
-}
 _LOG_SOURCES = (SourceKind.APPLOG, SourceKind.SYSLOG)
-
-
-def normalise_state(raw: str) -> TerminalState:
-    """Map a scheduler's state text (`CANCELLED by 1234`, `Failed`, `OOMKilled` ...) to the Slurm vocabulary."""
-    word = raw.strip().split(" ")[0].upper() if raw.strip() else ""
-    return _SCHEDULER_STATES.get(word, TerminalState.UNKNOWN)
 
 
 def _canonical_node(node: str | None, allocation: dict[str, str]) -> str | None:
@@ -134,11 +122,20 @@ def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     return None
 
 
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
 def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
     lead = symptoms[0]
     immediate = str(lead.attributes.get("immediate") or lead.definition.next_action.immediate)
     investigatory = lead.attributes.get("investigatory") or lead.definition.next_action.investigatory
     summary = str(lead.attributes.get("action") or lead.definition.next_action.summary)
+    recovery = lead.attributes.get("recovery_action")
+    if recovery:
+        summary += f" The driver requires: {recovery} (Xid 154)."
     return NextAction(immediate=immediate, investigatory=investigatory, summary=summary)
 
 
@@ -191,7 +188,8 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
     if root:
         lead = root[0]
         root_cause = RootCause(
-            symptom=lead.name, description=lead.definition.doc.split("\n")[0], sub_domain=lead.sub_domain,
+            symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
+            sub_domain=lead.sub_domain,
             node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
             evidence=[e for s in root for e in s.evidence][:5], rule=lead.rule, decided_by=decision.decided_by)
     culprits = []

@@ -22,7 +22,11 @@ def headline(result: Attribution) -> str:
     if root is None:
         return (f"{result.workload.workload_id} {result.terminal_state.value}: cause unknown "
                 "- the available evidence names no fault.")
-    where = f" on {root.node}" if root.node else ""
+    culprits = [c.node for c in result.culprit_nodes]
+    if root.node and culprits and root.node not in culprits:
+        where = f" reported on {root.node}"
+    else:
+        where = f" on {root.node}" if root.node else ""
     gpu = f" (GPU {root.gpu})" if root.gpu else ""
     blame = (" Culprit: " + ", ".join(c.node for c in result.culprit_nodes) + ".") if result.culprit_nodes else \
         " No node is blamed."

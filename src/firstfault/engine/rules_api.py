@@ -62,13 +62,16 @@ class RuleCase:
     `evidence` maps "node/source" (e.g. "node-02/syslog") to log lines; `context` overrides fields of the
     case's ExecutionContext. `expect` keys: `sub_domain`, `culprits` (list), `root_symptom` (prefix),
     `terminal_state`, `fired` (True: the rule must leave a trace entry; False: it must not), `demoted`
-    (symptom prefixes that must end up interesting), `active` (prefixes that must stay bad).
+    (symptom prefixes that must end up interesting), `active` (prefixes that must stay bad). `metrics` adds
+    metric samples per node.
     """
 
     evidence: dict[str, list[str]]
     expect: dict[str, Any]
     context: dict[str, Any] = field(default_factory=dict)
     title: str = ""
+    # node -> [(metric name, labels, value, ISO time)], ingested as node_metrics observations
+    metrics: dict[str, list[tuple[str, dict[str, str], float, str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

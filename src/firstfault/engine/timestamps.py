@@ -21,6 +21,7 @@ _NON_TIME_PREFIX = re.compile(
       | \[[A-Za-z_][\w.-]*?\d+(?:\|\d+)?\]:  # torchelastic [trainer0]: / [trainer0|0]:
       | \d{1,6}:\s                        # srun --label
       | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
+      | \d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}\s(?=\S)  # minute-resolution platform stamp (often local time)
     )""",
     re.VERBOSE,
 )
@@ -31,8 +32,8 @@ _ISO = re.compile(
 _SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
-_GLOG = re.compile(r"^\s*\[?[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
-_SYSLOG_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.(\d{1,9})\]")
+# glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
+_GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
 
 def _micro(fraction: str | None) -> int:
@@ -106,10 +107,3 @@ class TimestampParser:
                 best = candidate
         return best
 
-
-def kernel_uptime(line: str) -> float | None:
-    """The printk uptime of a syslog-forwarded kernel line (`kernel: [240314.528856] ...`), in seconds."""
-    m = _SYSLOG_UPTIME.search(line)
-    if not m:
-        return None
-    return int(m.group(1)) + _micro(m.group(2)) / 1e6

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from firstfault.engine.catalog import Catalog, CatalogError, Extractor, ExtractorCase
-from firstfault.engine.model import ExecutionContext, SourceKind
+from firstfault.engine.model import ExecutionContext, MetricSample, Observation, Provenance, SourceKind
 from firstfault.engine.rules_api import PythonRule, RuleCase
 from firstfault.engine.scanner import PatternCompileError
 
@@ -73,7 +73,7 @@ def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, la
 
 
 def _case_context(case: RuleCase) -> ExecutionContext:
-    nodes = sorted({key.split("/")[0] for key in case.evidence})
+    nodes = sorted({key.split("/")[0] for key in case.evidence} | set(case.metrics))
     fields: dict[str, Any] = {
         "workload_id": f"case-{case.title or 'rule'}", "scheduler": "slurm", "job_id": "1", "nodes": nodes,
         "start_time": _CASE_START, "end_time": _CASE_START + timedelta(hours=2), "scheduler_state": "FAILED",
@@ -92,6 +92,10 @@ def run_rule_case(compiled: Any, case: RuleCase) -> Any:
     for key, lines in sorted(case.evidence.items()):
         node, _, source = key.partition("/")
         session.ingest_stream(node, SourceKind(source), io.BytesIO("\n".join(lines).encode()), f"{key}.log")
+    session.ingest(
+        Observation(source=SourceKind.NODE_METRICS, node=node, observed_at=datetime.fromisoformat(when),
+                    metric=MetricSample(name=name, labels=labels, value=value), provenance=Provenance(origin=name))
+        for node, samples in sorted(case.metrics.items()) for name, labels, value, when in samples)
     return session.attribute()
 
 
@@ -127,9 +131,9 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     return None
 
 
-def check_catalog(catalog: Catalog) -> list[CaseFailure]:
+def check_catalog(catalog: Catalog, compiled: Any = None) -> list[CaseFailure]:
     """Run every inline case; return all failures (empty = the catalog is sound)."""
-    compiled = _compile(catalog)
+    compiled = compiled or _compile(catalog)
     failures: list[CaseFailure] = []
     for extractor in catalog.extractors:
         for i, case in enumerate(extractor.cases, start=1):
@@ -154,9 +158,12 @@ def check_catalog(catalog: Catalog) -> list[CaseFailure]:
     return failures
 
 
-def verify_catalog(catalog: Catalog) -> None:
-    failures = check_catalog(catalog)
+def verify_catalog(catalog: Catalog) -> Any:
+    """Check the catalog; raise CatalogError naming the failing rules, else return the compiled catalog."""
+    compiled = _compile(catalog)
+    failures = check_catalog(catalog, compiled)
     if failures:
         shown = "\n  ".join(str(f) for f in failures[:20])
         more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
         raise CatalogError(f"the rule catalog failed {len(failures)} inline case(s):\n  {shown}{more}")
+    return compiled

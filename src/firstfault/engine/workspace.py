@@ -179,3 +179,20 @@ class Workspace:
     @property
     def end_time(self) -> datetime | None:
         return self.context.end_time
+
+    def canonical_node(self, name: str | None) -> str | None:
+        """The allocated node a host name refers to (exact, or by short name); None if it is not allocated."""
+        if not name:
+            return None
+        nodes = self.context.nodes
+        if name in nodes:
+            return name
+        short = name.split(".")[0]
+        for node in nodes:
+            if node.split(".")[0] == short:
+                return node
+        return None
+
+    def undated(self, symptom: WorkSymptom) -> bool:
+        """True when the symptom's time is only the job-end fallback (no line carried or inherited a time)."""
+        return symptom.first_time is None or all(e.time_inferred for e in symptom.evidence)

@@ -1,17 +1,18 @@
-"""Root-cause election (FINAL) and the systemic guard.
+"""Root-cause election (FINAL), the systemic guard, and demotion of everything the root explains.
 
 The first fault in time wins among root candidates. Candidates whose first times lie within the clock-skew
-tolerance of the earliest one started together; among those, kernel and hardware facts outrank what an
-application reports (strength), and if candidates of different sub_domains are still tied the answer is
-`ambiguous` with every candidate listed. Downstream symptoms (timeouts, remote errors, exits) are the root
-only when no root candidate exists, and then the answer names no node.
+tolerance of the earliest one started together, and so do candidates without a time of their own (they may
+have happened at any point); among those, kernel and hardware facts outrank what an application reports
+about them (strength), and if candidates of different sub_domains are still tied the answer is `ambiguous`
+with every candidate listed. Downstream symptoms (timeouts, remote errors, exits) are the root only when no
+root candidate exists, and then the answer names no node.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import SubDomain, TerminalState
+from firstfault.engine.model import SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Phase, RuleCase, refiner
 from firstfault.engine.workspace import WorkSymptom, Workspace
 
@@ -19,52 +20,80 @@ from firstfault.engine.workspace import WorkSymptom, Workspace
 STRENGTH_MARGIN = 10
 
 
-def _time(ws: Workspace, s: WorkSymptom) -> datetime | None:
-    return s.first_time or ws.end_time
+def blamed_nodes(ws: Workspace, s: WorkSymptom) -> list[str]:
+    """Allocated nodes a symptom blames: its own node (blame=node) or the nodes named or resolved (peer)."""
+    if s.definition.blame == "node":
+        names = {s.node} if s.node else set()
+    elif s.definition.blame == "peer":
+        names = s.value_set("blamed_node")
+    else:
+        return []
+    return sorted({n for n in (ws.canonical_node(name) for name in names) if n})
 
 
-def blamed_nodes(s: WorkSymptom) -> list[str]:
-    """Nodes a symptom blames: its own node (blame=node) or the nodes a refiner resolved (blame=peer)."""
-    if s.definition.blame == "node" and s.node:
-        return [s.node]
-    if s.definition.blame == "peer":
-        return sorted(s.value_set("blamed_node"))
-    return []
+def _start(ws: Workspace, s: WorkSymptom) -> datetime | None:
+    return None if ws.undated(s) else s.first_time
 
 
 def _concurrent(ws: Workspace, candidates: list[WorkSymptom]) -> list[WorkSymptom]:
-    timed = [s for s in candidates if _time(ws, s) is not None]
-    if not timed:
+    dated = [s for s in candidates if _start(ws, s) is not None]
+    if not dated:
         return candidates
-    t0 = min(_time(ws, s) for s in timed)  # type: ignore[type-var]
+    t0 = min(_start(ws, s) for s in dated)  # type: ignore[type-var]
     window = t0 + timedelta(seconds=ws.params.clock_skew_s)
-    return [s for s in timed if _time(ws, s) <= window]  # type: ignore[operator]
+    return [s for s in candidates if (_start(ws, s) or t0) <= window]
+
+
+def _group_order(s: WorkSymptom) -> tuple[object, ...]:
+    # Within one cause: earliest first; at the same time, the most specific (strongest) report first.
+    t = s.first_time
+    return (t is None, t.timestamp() if t else 0.0, -s.definition.strength, s.node or "", s.name)
 
 
 def _groups(symptoms: list[WorkSymptom]) -> list[list[WorkSymptom]]:
     by_domain: dict[SubDomain, list[WorkSymptom]] = {}
     for s in symptoms:
         by_domain.setdefault(s.sub_domain, []).append(s)
-    return [sorted(g, key=WorkSymptom.sort_key) for _, g in sorted(by_domain.items(), key=lambda kv: kv[1][0].sort_key())]
+    groups = [sorted(g, key=_group_order) for g in by_domain.values()]
+    return sorted(groups, key=lambda g: _group_order(g[0]))
 
 
-def _decide(ws: Workspace, root: list[WorkSymptom], sub_domain: SubDomain, why: str) -> None:
+def _decide(ws: Workspace, root: list[WorkSymptom], sub_domain: SubDomain, why: str, *, blame: bool = True) -> None:
     d = ws.decision
     d.root, d.sub_domain, d.decided_by = root, sub_domain, ws.rule
     d.culprits = {}
-    for s in root:
-        for node in blamed_nodes(s):
-            d.culprits.setdefault(node, []).append(s)
+    if blame:
+        for s in root:
+            for node in blamed_nodes(ws, s):
+                d.culprits.setdefault(node, []).append(s)
     ws.note("decide", f"{sub_domain.value}: {why}", node=root[0].node if root else None,
             symptom=root[0].name if root else None)
 
 
+def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
+    concurrent = _concurrent(ws, roots)
+    top = max(s.definition.strength for s in concurrent)
+    leading = [s for s in concurrent if s.definition.strength > top - STRENGTH_MARGIN]
+    outranked = sorted({s.name for s in concurrent if s not in leading})
+    if outranked:
+        ws.note("rank", "outranked by a stronger candidate that started together: " + ", ".join(outranked))
+    groups = _groups(leading)
+    if len(groups) == 1:
+        group = groups[0]
+        _decide(ws, group, group[0].sub_domain, f"{group[0].name} on {group[0].node or '-'} is the first fault")
+        return
+    ws.decision.candidates = groups
+    _decide(ws, [g[0] for g in groups], SubDomain.AMBIGUOUS,
+            "unrelated root candidates started together: " + ", ".join(g[0].name for g in groups), blame=False)
+
+
 @refiner("ElectRootCause", phase=Phase.FINAL, doc="""
-Elect the root cause among the active (bad) symptoms. Root candidates that started within clock_skew_s of
-the earliest one are considered together; the strongest of them (hardware and kernel facts first) wins; if
-several sub_domains remain within STRENGTH_MARGIN the result is ambiguous with all of them as candidates.
-Without any root candidate, the earliest remaining downstream symptom is cited with its own sub_domain and
-no node is blamed; with no failure evidence at all the result is unknown (or none for a completed job).
+Elect the root cause among the active (bad) symptoms. Root candidates that started within clock_skew_s of the
+earliest one (or have no time of their own) are considered together; the strongest of them (hardware and
+kernel facts first) win; if several sub_domains remain within STRENGTH_MARGIN the result is ambiguous with all
+of them as candidates and no node is blamed. Without any root candidate, the earliest remaining downstream
+symptom is cited with its own sub_domain and no node is blamed; with no failure evidence at all the result is
+unknown (or none for a completed job).
 """, cases=[
     RuleCase(title="two unrelated roots at once", evidence={
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
@@ -74,45 +103,34 @@ no node is blamed; with no failure evidence at all the result is unknown (or non
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
         "b/applog": ["2025-01-01T00:30:00Z [rank8]: OSError: [Errno 28] No space left on device"]},
         expect={"sub_domain": "gpu_oom", "culprits": [], "root_symptom": "CUDA out of memory"}),
+    RuleCase(title="hardware outranks the application report", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
+        "a/applog": ["2025-01-01T00:10:01Z [rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"]},
+        expect={"sub_domain": "gpu", "culprits": ["a"], "root_symptom": "XID-79"}),
+    RuleCase(title="only timeouts", evidence={"a/applog": [
+        "2025-01-01T00:40:00Z [rank8]:[E0101 00:40:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
+        expect={"sub_domain": "unknown", "culprits": [], "root_symptom": "NCCL watchdog timeout"}),
 ])
 def elect_root_cause(ws: Workspace) -> None:
     roots = ws.active(role="root")
     if roots:
-        concurrent = _concurrent(ws, roots)
-        top = max(s.definition.strength for s in concurrent)
-        leading = [s for s in concurrent if s.definition.strength > top - STRENGTH_MARGIN]
-        outranked = [s for s in concurrent if s not in leading]
-        if outranked:
-            ws.note("rank", "outranked by a stronger candidate that started together: "
-                    + ", ".join(sorted({s.name for s in outranked})))
-        groups = _groups(leading)
-        if len(groups) == 1:
-            group = groups[0]
-            _decide(ws, group, group[0].sub_domain, f"{group[0].name} is the first fault")
-            return
-        ws.decision.candidates = groups
-        _decide(ws, [g[0] for g in groups], SubDomain.AMBIGUOUS,
-                "unrelated root candidates started together: " + ", ".join(g[0].name for g in groups))
-        ws.decision.culprits = {}
+        _elect_among_roots(ws, roots)
         return
     downstream = sorted(ws.active(role="symptom"), key=WorkSymptom.sort_key)
     if downstream:
         first = downstream[0]
         _decide(ws, [first], first.sub_domain,
-                f"no root candidate; {first.name} is the earliest failure signal and names no node")
-        ws.decision.culprits = {}
+                f"no root candidate; {first.name} is the earliest failure signal and names no node", blame=False)
         return
-    state = ws.decision.terminal_state or None
-    if state is None and ws.context.scheduler_state.upper().startswith("COMPLETED"):
-        state = TerminalState.COMPLETED
-    if state == TerminalState.COMPLETED:
+    completed = (ws.decision.terminal_state or normalise_state(ws.context.scheduler_state)) == TerminalState.COMPLETED
+    if completed:
         _decide(ws, [], SubDomain.NONE, "the workload completed and no failure evidence remains")
     else:
         _decide(ws, [], SubDomain.UNKNOWN, "no failure evidence in the available logs")
 
 
 @refiner("SystemicGuard", phase=Phase.FINAL, doc="""
-When the elected root signature is blamed on more than systemic_share of the job's nodes (and at least
+When the elected root is blamed on more than systemic_share of the job's nodes (and at least
 systemic_min_nodes), the cause is shared (fabric, filesystem, image, configuration) and no single node is
 blamed: draining most of a job's nodes on one signature would do more harm than good.
 """, cases=[
@@ -130,3 +148,32 @@ def systemic_guard(ws: Workspace) -> None:
         ws.note("systemic", f"{ws.decision.root[0].name} blames {len(culprits)} of {total} nodes: "
                 "a shared cause, no single node is blamed")
         ws.decision.culprits = {}
+
+
+@refiner("DemoteExplained", phase=Phase.FINAL, doc="""
+After the election, every other bad symptom is demoted to interesting evidence with the reason: downstream of
+the root, later than the root, or outranked by it. Provenance is kept, so the cascade stays inspectable.
+""", cases=[
+    RuleCase(title="walkthrough cascade", evidence={
+        "n2/syslog": ["Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
+        "n1/applog": ["2025-01-01T00:20:01Z [rank0]:[E0101 00:20:01.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
+        expect={"fired": True, "demoted": ["NCCL watchdog timeout"], "active": ["XID-79"]}),
+])
+def demote_explained(ws: Workspace) -> None:
+    decision = ws.decision
+    if decision.sub_domain in (SubDomain.AMBIGUOUS, SubDomain.NONE):
+        return
+    lead = decision.root[0] if decision.root else None
+    if lead is None or lead.role != "root":  # no root cause found: nothing explains the rest
+        return
+    keep = {id(s) for s in decision.root}
+    for s in ws.active():
+        if id(s) in keep:
+            continue
+        if s.role == "symptom":
+            reason = f"downstream of the root cause {lead.name} on {lead.node or '-'}"
+        elif s.first_time and lead.first_time and s.first_time > lead.first_time:
+            reason = f"started after the root cause {lead.name}"
+        else:
+            reason = f"outranked by {lead.name} ({lead.sub_domain.value}), which started at the same time"
+        ws.demote(s, reason)

@@ -1,1 +1,89 @@
-"""placeholder"""
+"""Metric extractors (node_metrics observations) and the refiner that reads counter increases.
+
+Facts used: dcgm-exporter's DCGM_FI_DEV_XID_ERRORS gauge holds the value of the last Xid seen on a GPU (not a
+count); ECC DBE and NVLink error counters and node_exporter's node_infiniband_link_downed_total are counters,
+so what matters is an increase inside the workload window; DCGM_FI_DEV_ROW_REMAP_FAILURE = 1 is a row-remap
+failure (domain-facts §4.1, §4.2).
+"""
+
+from __future__ import annotations
+
+from firstfault.engine.model import EventType, Evidence, MetricSample, Provenance, SourceKind
+from firstfault.engine.rules_api import Phase, RuleCase, metric_extractor, refiner
+from firstfault.engine.workspace import EmitSpec, Workspace
+
+COUNTERS = {
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "GPU uncorrectable ECC (DCGM counter)",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": "GPU uncorrectable ECC (DCGM counter)",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "NVLink error counters rising (DCGM)",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "NVLink error counters rising (DCGM)",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "NVLink error counters rising (DCGM)",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "NVLink error counters rising (DCGM)",
+    "node_infiniband_link_downed_total": "IB link downed counter rising",
+}
+
+
+def _evidence(sample: MetricSample) -> Evidence:
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+    return Evidence(source=SourceKind.NODE_METRICS, node=None, time=None,
+                    text=f"{sample.name}{{{labels}}} {sample.value:g}", provenance=Provenance(origin=sample.name))
+
+
+def _gpu_attributes(sample: MetricSample) -> dict[str, object]:
+    attrs: dict[str, object] = {"metric": sample.name, "value": f"{sample.value:g}"}
+    for label, key in (("pci_bus_id", "pci"), ("gpu", "gpu"), ("UUID", "uuid"), ("device", "device"), ("port", "port")):
+        if sample.labels.get(label):
+            attrs[key] = sample.labels[label]
+    return attrs
+
+
+@metric_extractor("DcgmXidGauge", metrics=("DCGM_FI_DEV_XID_ERRORS",), doc="""
+A non-zero DCGM_FI_DEV_XID_ERRORS sample is the code of the last Xid on that GPU: it becomes an Xid burst event
+(decoded like a kernel Xid line, without NVLink5 registers).""")
+def dcgm_xid_gauge(sample: MetricSample) -> list[EmitSpec]:
+    if sample.value <= 0 or sample.value != int(sample.value):
+        return []
+    code = int(sample.value)
+    return [EmitSpec(type=EventType.XID_BURST, node=None, symptom=f"XID-{code}", evidence=_evidence(sample),
+                     attributes={**_gpu_attributes(sample), "xid": str(code), "form": "dcgm-exporter gauge"})]
+
+
+@metric_extractor("DcgmRowRemapFailure", metrics=("DCGM_FI_DEV_ROW_REMAP_FAILURE",), doc="""
+DCGM_FI_DEV_ROW_REMAP_FAILURE = 1: the GPU failed to remap a memory row.""")
+def dcgm_row_remap_failure(sample: MetricSample) -> list[EmitSpec]:
+    if sample.value < 1:
+        return []
+    return [EmitSpec(type=EventType.NODE_BAD, node=None, symptom="GPU row remap failure (DCGM)",
+                     evidence=_evidence(sample), attributes=_gpu_attributes(sample))]
+
+
+@metric_extractor("ErrorCounterSample", metrics=tuple(COUNTERS), doc="""
+Samples of error counters (ECC DBE, NVLink CRC/replay/recovery, IB link_downed) are kept as interesting
+evidence per counter; CounterIncrease promotes them when the counter rose inside the window.""")
+def error_counter_sample(sample: MetricSample) -> list[EmitSpec]:
+    return [EmitSpec(type=EventType.NODE_INTERESTING, node=None, symptom=COUNTERS[sample.name],
+                     evidence=_evidence(sample), attributes=_gpu_attributes(sample))]
+
+
+_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+
+
+@refiner("CounterIncrease", phase=Phase.CLEAN, doc="""
+An error counter that rose inside the workload window (its highest sample exceeds its lowest) is a root
+candidate on its node; a flat counter (errors from before the job) stays context.""", cases=[
+    RuleCase(title="DBE counter rises", evidence={}, metrics={"n1": [
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 0.0, "2025-01-01T00:10:00+00:00"),
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 2.0, "2025-01-01T00:11:00+00:00")]},
+        expect={"fired": True, "sub_domain": "gpu", "culprits": ["n1"]}),
+    RuleCase(title="flat counter", evidence={}, metrics={"n1": [
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:10:00+00:00"),
+        (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:11:00+00:00")]},
+        expect={"fired": False, "sub_domain": "unknown"}),
+])
+def counter_increase(ws: Workspace) -> None:
+    for name in sorted(set(COUNTERS.values())):
+        for s in ws.select(prefix=name, status="interesting"):
+            values = sorted(float(v) for v in s.value_set("value"))
+            if len(values) >= 2 and values[-1] > values[0]:
+                s.attributes["increase"] = f"{values[-1] - values[0]:g}"
+                ws.promote(s, f"{name}: counter rose by {values[-1] - values[0]:g} during the workload")

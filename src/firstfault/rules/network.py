@@ -1,1 +1,65 @@
-"""placeholder"""
+"""Network localisation (REFINE): which node do RDMA errors that name a peer point at?
+
+Facts used (NCCL issue #902, domain-facts §6.4): a retry-exceeded completion (error 12) means the NIC got no
+acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or
+switch port) is the common element; when two nodes only name each other, the fault is on the path between
+them and no single node can be blamed.
+"""
+
+from __future__ import annotations
+
+from firstfault.engine.model import SubDomain
+from firstfault.engine.rules_api import Phase, RuleCase, refiner
+from firstfault.engine.workspace import WorkSymptom, Workspace
+
+MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
+
+
+def _resolve(ws: Workspace, peer: str) -> str | None:
+    node = ws.facts.get("ip_to_node", {}).get(peer)
+    return node or ws.canonical_node(peer)
+
+
+def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
+    peers = {_resolve(ws, p) for p in s.value_set("peer")}
+    return {p for p in peers if p and p != s.node}
+
+
+@refiner("IbPeerResolution", phase=Phase.REFINE, doc=f"""
+Resolve the peers named by RDMA completion errors (IB Error-12 and other completion errors) to nodes (by the
+NCCL interface addresses, or by host name). A peer named by at least {MIN_REPORTERS} distinct reporting nodes,
+and by more reporters than any other peer, is blamed on those errors (`blamed_node`). Two nodes naming only
+each other, or a peer named by a single reporter, blame no node: the fault may be anywhere on the path.
+""", cases=[
+    RuleCase(title="mutual", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        expect={"fired": True, "culprits": [], "sub_domain": "network"}),
+])
+def ib_peer_resolution(ws: Workspace) -> None:
+    errors = [s for s in ws.active(role="root", sub_domain=SubDomain.NETWORK) if s.definition.blame == "peer"]
+    if not errors:
+        return
+    reporters: dict[str, set[str]] = {}
+    for s in errors:
+        for peer in _named_peers(ws, s):
+            if s.node:
+                reporters.setdefault(peer, set()).add(s.node)
+    if not reporters:
+        ws.note("localise", "the RDMA errors name no peer that resolves to an allocated node: no node is blamed")
+        return
+    best = max(len(r) for r in reporters.values())
+    leaders = sorted(p for p, r in reporters.items() if len(r) == best)
+    if best < MIN_REPORTERS or len(leaders) > 1:
+        ws.note("localise", "no single peer is named by several nodes (" + "; ".join(
+            f"{p} by {', '.join(sorted(r))}" for p, r in sorted(reporters.items())) + "): the path is at fault, "
+            "no node is blamed")
+        return
+    peer = leaders[0]
+    for s in errors:
+        if peer in _named_peers(ws, s):
+            s.values["blamed_node"] = [peer]
+    ws.note("localise", f"{peer} is named as the peer by {best} nodes ({', '.join(sorted(reporters[peer]))})",
+            node=peer)

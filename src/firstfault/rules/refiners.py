@@ -1,1 +1,188 @@
-"""placeholder"""
+"""Job-wide rules: scheduler evidence, survived events, scheduler actions and completed workloads.
+
+Facts used: a scheduler cancellation (time limit, preemption, scancel, node failure) is the root only if
+nothing failed before it - a job hung by a fault runs into its time limit (domain-facts §6.2); Slurm's
+accounting can call a job COMPLETED while a step failed, and a completed job's scary lines are benign
+(corpus README, domain-facts §3.7).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from firstfault.engine.model import (
+    EventType,
+    Evidence,
+    Provenance,
+    SourceKind,
+    SubDomain,
+    TerminalState,
+    normalise_state,
+)
+from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
+from firstfault.engine.workspace import EmitSpec, WorkSymptom, Workspace
+
+
+def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
+    """The candidate happened before the scheduler action (or its time is unknown, so it may have)."""
+    if ws.undated(candidate) or candidate.first_time is None or action.first_time is None:
+        return True
+    return candidate.first_time <= action.first_time + timedelta(seconds=ws.params.clock_skew_s)
+
+
+SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
+
+
+@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, doc=f"""
+A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
+minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
+workload; it is demoted as survived.
+""", cases=[
+    RuleCase(title="early flap, late failure", evidence={
+        "a/syslog": ["Jan  1 00:05:00 a kernel: watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python:1]"],
+        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
+                     for m in range(6, 50)] + ["2025-01-01T00:55:00Z [rank8]: KeyError: 'x'"]},
+        expect={"fired": True, "sub_domain": "application", "culprits": [], "demoted": ["CPU soft or hard lockup"]}),
+    RuleCase(title="failure stops progress", evidence={
+        "a/syslog": ["Jan  1 00:30:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."],
+        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
+                     for m in range(6, 30)]},
+        expect={"fired": False, "sub_domain": "gpu", "culprits": ["a"]}),
+])
+def survived_by_progress(ws: Workspace) -> None:
+    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
+    if not ends:
+        return
+    progress_end = max(ends)
+    margin = timedelta(seconds=SURVIVED_AFTER_S)
+    for s in ws.active(role="root"):
+        last = s.last_time or s.first_time
+        if last is None or ws.undated(s) or progress_end <= last + margin:
+            continue
+        minutes = (progress_end - last).total_seconds() / 60
+        ws.demote(s, f"the workload kept training for {minutes:.0f} min after it: survived")
+
+
+@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, doc="""
+A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
+another root candidate started before it, or has no time of its own and may have: the job had already failed
+or hung, and the scheduler only ended it.
+""", cases=[
+    RuleCase(title="port error then time limit", evidence={
+        "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got async event : port error"],
+        "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect={"fired": True, "sub_domain": "network", "culprits": ["a"], "terminal_state": "TIMEOUT"}),
+    RuleCase(title="time limit alone", evidence={
+        "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect={"fired": False, "sub_domain": "scheduler"}),
+])
+def scheduler_action_yields(ws: Workspace) -> None:
+    actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
+    others = [s for s in ws.active(role="root") if s.sub_domain != SubDomain.SCHEDULER]
+    for action in actions:
+        earlier = [s for s in others if _not_after(ws, s, action)]
+        if earlier:
+            first = min(earlier, key=WorkSymptom.sort_key)
+            ws.demote(action, f"the job had already failed ({first.name} on {first.node or '-'}); "
+                      "the scheduler only ended it")
+
+
+@refiner("CompletedWorkload", phase=Phase.REFINE_LATE, doc="""
+When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
+WorkerState.SUCCEEDED, training finished) or nothing failed, every remaining bad symptom was survived and is
+demoted, giving `none`. If root candidates remain without a success report, the accounting is wrong (a step
+failed) and the terminal state becomes FAILED.
+""", cases=[
+    RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
+        "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect={"fired": True, "sub_domain": "none", "culprits": [], "terminal_state": "COMPLETED"}),
+    RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect={"fired": True, "sub_domain": "application", "terminal_state": "FAILED"}),
+])
+def completed_workload(ws: Workspace) -> None:
+    if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
+        return
+    succeeded = bool(ws.select(prefix="Workload completed"))
+    roots = ws.active(role="root")
+    if roots and not succeeded:
+        ws.decision.terminal_state = TerminalState.FAILED
+        ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")
+        return
+    for s in ws.active():
+        ws.demote(s, "the workload completed: this was survived")
+
+
+@refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
+When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
+state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), FAILED for any other
+failure, COMPLETED when the workload reported success and nothing failed.
+""", cases=[
+    RuleCase(title="mpirun failure", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
+        context={"scheduler": "none", "scheduler_state": ""}, expect={"fired": True, "terminal_state": "FAILED"}),
+])
+def terminal_state_from_evidence(ws: Workspace) -> None:
+    if ws.decision.terminal_state not in (None, TerminalState.UNKNOWN):
+        return
+    root = ws.decision.root
+    implied = next((str(s.attributes["terminal_state"]) for s in root if s.attributes.get("terminal_state")), None)
+    if implied:
+        state = TerminalState(implied)
+    elif root and ws.decision.sub_domain != SubDomain.NONE:
+        state = TerminalState.FAILED
+    elif ws.select(prefix="Workload completed"):
+        state = TerminalState.COMPLETED
+    else:
+        return
+    ws.decision.terminal_state = state
+    ws.note("state", f"no scheduler state recorded; the evidence says {state.value}")
+
+
+# What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
+STATE_SYMPTOMS = {
+    TerminalState.TIMEOUT: "Slurm time limit",
+    TerminalState.PREEMPTED: "Slurm preemption",
+    TerminalState.NODE_FAIL: "Slurm node failure",
+    TerminalState.OUT_OF_MEMORY: "Slurm OOM kill",
+    TerminalState.CANCELLED: "Job cancelled",
+}
+_SIGNAL_EXIT = re.compile(r"^\d+:(?P<signal>[1-9]\d*)$")
+
+
+@filter_rule("SchedulerStateEvidence", phase=Phase.FILTER_EARLY, doc="""
+The scheduler state and exit code recorded in the ExecutionContext are evidence too: TIMEOUT, PREEMPTED,
+NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more), and an
+exit code with a signal (e.g. 0:9) says the job was killed. They are timed at the job end, so any earlier fault
+found in the logs wins over them.
+""", cases=[
+    RuleCase(title="timeout without logs", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler_state": "TIMEOUT", "exit_code": "0:0"},
+             expect={"fired": True, "sub_domain": "scheduler", "terminal_state": "TIMEOUT"}),
+    RuleCase(title="failed job", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect={"fired": False, "sub_domain": "unknown"}),
+])
+def scheduler_state_evidence(ws: Workspace) -> None:
+    ctx = ws.context
+    state = normalise_state(ctx.scheduler_state)
+    symptom = STATE_SYMPTOMS.get(state)
+    if symptom == "Slurm OOM kill" and ctx.scheduler == "kubernetes":
+        symptom = "Kubernetes OOMKilled"
+    signal = _SIGNAL_EXIT.match(ctx.exit_code.strip())
+    if symptom is None and signal:
+        symptom = "Worker killed by signal"
+    if symptom is None:
+        return
+    text = f"{ctx.scheduler} recorded the workload as {ctx.scheduler_state or 'unknown'}" + (
+        f" with exit code {ctx.exit_code}" if ctx.exit_code else "")
+    evidence = Evidence(source=SourceKind.SCHEDULER, node=None, time=ctx.end_time, text=text,
+                        provenance=Provenance(origin="execution-context"))
+    attributes = {"terminal_state": state.value} if state in STATE_SYMPTOMS else {}
+    if signal:
+        attributes["signal"] = signal.group("signal")
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes))

@@ -16,16 +16,30 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 
-from firstfault.engine.model import EventType
+from firstfault.engine.model import Event, EventType
 from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import EmitSpec, Workspace
+from firstfault.engine.workspace import EmitSpec, WorkSymptom, Workspace
 
 NVLINK5_CODES = range(144, 151)
 # Bits 25:20 of IntrInfo carry the NETIR link-down reason (decode sheet; gpud calculateSubCode).
 SUBCODE_SHIFT, SUBCODE_MASK = 20, 0x3F
 R575 = 575  # drivers >= R575 print the V2 IntrInfo layout
+HARDWARE_STRENGTH = 80  # Xids at or above this strength are hardware-class (catalog reading, xid_codes.toml)
 _DRIVER_RE = re.compile(r"^(\d{3})\.")
 _CAUSED_BY_RE = re.compile(r"caused by previous Xid (\d+)")
+INVESTIGATION_MEANING = {
+    "INVESTIGATE_LINK_SI": "NVLink signal integrity issue on this link",
+    "INVESTIGATE_LINK_SI_AND_CABLES": "NVLink link fault: cable, temperature, transceiver or seating",
+    "INVESTIGATE_PEER_DEVICE": "the device at the other end of the link (switch tray or peer GPU) took the link down",
+    "INVESTIGATE_SW_USER": "link taken down by software or an operator action",
+    "INVESTIGATE_SW_USER_LINK_SI": "link taken down by software or an operator, possibly signal integrity",
+    "INVESTIGATE_SW/USER": "peer-side intentional link down",
+    "INVESTIGATE_HOST": "secondary indicator of an action elsewhere on the host",
+    "SYMPATHETIC_REPORT_SOLO": "generic link down: sympathetic unless it is the only error",
+    "REPORT_ISSUE": "link down to report if seen more than once a day",
+    "CONTACT_SUPPORT": "hardware error reported by the NVLink unit; escalate",
+    "IGNORE": "non-fatal, informational",
+}
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,11 @@ class Nvlink5Decode:
     def fatal(self) -> bool:
         return self.immediate not in ("IGNORE", "XID_154_EVAL")
 
+    @property
+    def meaning(self) -> str:
+        """A one-line reading of the decode for people (investigatory bucket of the sheet)."""
+        return INVESTIGATION_MEANING.get(self.investigatory.split(" ")[0], self.investigatory)
+
 
 @lru_cache(maxsize=1)
 def decode_rows() -> tuple[DecodeRow, ...]:
@@ -75,6 +94,43 @@ def decode_rows() -> tuple[DecodeRow, ...]:
                               immediate=r["immediate"], investigatory=r["investigatory"], severity=r["severity"],
                               hw_sw=r["hw_sw"], impact=r["impact"]))
     return tuple(rows)
+
+
+@dataclass(frozen=True)
+class Xid74Decode:
+    classes: frozenset[str]
+    notes: tuple[str, ...]
+
+    @property
+    def fatal(self) -> bool:
+        """Bits that only say 'ignore' or 'threshold exceeded, continue' do not end a job."""
+        return not self.classes <= {"ignore", "threshold"}
+
+
+@lru_cache(maxsize=1)
+def _xid74_bits() -> dict[tuple[int, int], tuple[str, str]]:
+    blob = (importlib.resources.files("firstfault.rules") / "data" / "xid74_decode.toml").read_bytes()
+    table = {}
+    for row in tomllib.loads(blob.decode())["bits"]:
+        for bit in row["bits"]:
+            table[(row["register"], bit)] = (row["class"], row["meaning"])
+    return table
+
+
+def decode_xid74(registers: str) -> Xid74Decode | None:
+    """Decode the seven registers of an Xid 74 line ("0x0, 0x0, 0x10000, ..."); None if no bit is set."""
+    values = [int(v.strip(), 16) for v in registers.split(",")]
+    table = _xid74_bits()
+    classes: set[str] = set()
+    notes: list[str] = []
+    for register, value in enumerate(values, start=1):
+        for bit in range(32):
+            if not value >> bit & 1:
+                continue
+            cls, meaning = table.get((register, bit), ("unknown", "unknown bit: report a bug"))
+            classes.add(cls)
+            notes.append(f"register {register} bit {bit}: {meaning}")
+    return Xid74Decode(frozenset(classes), tuple(notes)) if notes else None
 
 
 def _mask_matches(mask: str, value: int) -> bool:
@@ -124,7 +180,7 @@ def _fatal(row: DecodeRow) -> bool:
 def _driver_major(ws: Workspace, node: str | None) -> int | None:
     for event in ws.events_of(f"{EventType.CONTEXT}.driver_version"):
         if event.node == node:
-            m = _DRIVER_RE.match(str(event.attributes.get("version", "")))
+            m = _DRIVER_RE.match(str(event.attributes.get("version") or event.attributes.get("version_old") or ""))
             if m:
                 return int(m.group(1))
     return None
@@ -158,38 +214,93 @@ code informational. Each decode is also published as an XID_parser.info event fo
              expect={"fired": False}),
 ])
 def handle_xid_burst_events(ws: Workspace) -> None:
-    for event in ws.events_of(EventType.XID_BURST):
+    bursts = ws.events_of(EventType.XID_BURST)
+    codes_by_node = {(e.node, _code(e)) for e in bursts}
+    for event in bursts:
         ws.drop(event, "decoded")
-        code = int((event.symptom or "XID-0").removeprefix("XID-"))
-        attributes = dict(event.attributes)
-        symptom = f"XID-{code}"
-        bad = ws.catalog.symptom(symptom).role != "context"
-        if code in NVLINK5_CODES and attributes.get("intrinfo"):
-            decoded = decode_nvlink5(code, int(attributes["intrinfo"], 16), int(attributes.get("error_status", "0x0"), 16),
-                                     str(attributes.get("unit", "")), _driver_major(ws, event.node))
-            if decoded is not None:
-                symptom, bad = decoded.symptom, decoded.fatal
-                attributes.update(unit=decoded.unit, subcode=decoded.subcode, decode_layout=decoded.layout,
-                                  immediate=decoded.immediate, investigatory=decoded.investigatory,
-                                  severity=decoded.severity, hw_sw=decoded.hw_sw, impact=decoded.impact)
-            else:
-                attributes["decode"] = "no row of the NVLink5 decode sheet matches"
+        code = _code(event)
+        symptom, bad, attributes = _decode_event(ws, event, code)
+        _emit_decoded(ws, event, symptom, bad, attributes)
         caused_by = _CAUSED_BY_RE.search(event.evidence.text)
         if caused_by:
-            attributes["caused_by_xid"] = caused_by.group(1)
-        spec = EmitSpec(type=EventType.NODE_BAD if bad else EventType.NODE_INTERESTING, node=event.node,
-                        symptom=symptom, evidence=event.evidence, time=event.time, last_time=event.last_time,
-                        attributes=attributes, count=event.count)
-        ws.emit(spec)
-        ws.emit(EmitSpec(type=EventType.XID_INFO, node=event.node, symptom=symptom, evidence=event.evidence,
-                         time=event.time, attributes=attributes, count=event.count))
+            _emit_referenced_xid(ws, event, int(caused_by.group(1)), codes_by_node)
 
 
-@refiner("XidBurstRoot", phase=Phase.CLEAN, doc="""
+def _code(event: Event) -> int:
+    return int((event.symptom or "XID-0").removeprefix("XID-"))
+
+
+def _decode_event(ws: Workspace, event: Event, code: int) -> tuple[str, bool, dict[str, object]]:
+    attributes: dict[str, object] = dict(event.attributes)
+    symptom = f"XID-{code}"
+    bad = ws.catalog.symptom(symptom).role != "context"
+    if code == 74 and attributes.get("registers"):
+        decoded74 = decode_xid74(str(attributes["registers"]))
+        if decoded74 is not None:
+            attributes["decode"] = "; ".join(decoded74.notes)
+            return symptom, decoded74.fatal, attributes
+    if code not in NVLINK5_CODES:
+        return symptom, bad, attributes
+    if not attributes.get("intrinfo"):
+        attributes["decode"] = "IntrInfo/errorStatus not printed: cannot be decoded, kept as a fatal candidate"
+        return symptom, True, attributes
+    decoded = decode_nvlink5(code, int(str(attributes["intrinfo"]), 16), int(str(attributes.get("error_status", "0x0")), 16),
+                             str(attributes.get("unit", "")), _driver_major(ws, event.node))
+    if decoded is None:
+        attributes["decode"] = "no row of the NVLink5 decode sheet matches; kept as a fatal candidate"
+        return symptom, True, attributes
+    attributes.update(unit=decoded.unit, subcode=decoded.subcode, decode_layout=decoded.layout,
+                      immediate=decoded.immediate, investigatory=decoded.investigatory, severity=decoded.severity,
+                      hw_sw=decoded.hw_sw, impact=decoded.impact, meaning=decoded.meaning,
+                      action=f"Drain the node and follow the decode: {decoded.meaning}.")
+    return decoded.symptom, decoded.fatal, attributes
+
+
+def _emit_decoded(ws: Workspace, event: Event, symptom: str, bad: bool, attributes: dict[str, object]) -> None:
+    ws.emit(EmitSpec(type=EventType.NODE_BAD if bad else EventType.NODE_INTERESTING, node=event.node,
+                     symptom=symptom, evidence=event.evidence, time=event.time, last_time=event.last_time,
+                     attributes=attributes, count=event.count))
+    ws.emit(EmitSpec(type=EventType.XID_INFO, node=event.node, symptom=symptom, evidence=event.evidence,
+                     time=event.time, attributes=attributes, count=event.count))
+
+
+def _emit_referenced_xid(ws: Workspace, event: Event, code: int, seen: set[tuple[str | None, int]]) -> None:
+    """Newer drivers print `Xid 45 ... caused by previous Xid N`: when Xid N itself is missing from the
+    collected logs (rotated, rate-limited, a coverage gap) the Xid 45 line is the evidence that it happened."""
+    if (event.node, code) in seen or ws.catalog.symptom(f"XID-{code}").role != "root":
+        return
+    seen.add((event.node, code))
+    attributes = {"xid": str(code), "pci": event.attributes.get("pci", ""), "inferred_from": "XID-45",
+                  "decode": f"reported by an Xid 45 line; the Xid {code} line itself was not collected"}
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=f"XID-{code}", evidence=event.evidence,
+                     time=event.time, last_time=event.last_time, attributes=attributes, count=event.count))
+
+
+_NVLINK_XIDS = {74} | set(NVLINK5_CODES)
+
+
+def _xid_code(name: str) -> int | None:
+    head = name.removeprefix("XID-").split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _explained_by(root: WorkSymptom, other: WorkSymptom) -> str | None:
+    """Why `other` (later in the same burst on the same node) is a symptom of `root`, or None."""
+    if other.definition.strength < HARDWARE_STRENGTH:
+        return "application-class Xid in a burst that a hardware Xid began"
+    if other.value_set("pci") & root.value_set("pci"):
+        return "later Xid on the same GPU"
+    if _xid_code(root.name) == 79 and _xid_code(other.name) in _NVLINK_XIDS:
+        return "NVLink peers of a GPU that fell off the bus lose their links"
+    return None
+
+
+@refiner("XidBurstRoot", phase=Phase.CLEAN, doc=f"""
 Within one node's Xid burst (events less than burst_gap_s apart, 3 minutes by default) the earliest
-hardware-class Xid (strength >= 80: 48, 62, 64, 74, 79, 94, 95, 119/120, 140, 143, fatal NVLink5 ...) is
-the root. Later Xids of the burst, and application-class Xids (13, 31, 43) in it, are its symptoms: a GPU
-that fell off the bus makes NVLink peers log 74 and running contexts log 13/31/45.
+hardware-class Xid (strength >= {HARDWARE_STRENGTH}: 48, 62, 64, 74, 79, 94, 95, 119/120, 140, 143, fatal NVLink5 ...)
+is the root. Its symptoms are: application-class Xids of the burst (13, 31, 43 ...), later Xids on the same GPU,
+and NVLink Xids (74, 144-150) on the other GPUs after a GPU fell off the bus (Xid 79). Hardware Xids on other
+GPUs are kept: several GPUs can fail together.
 """, cases=[
     RuleCase(title="79 then 74", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
@@ -203,8 +314,8 @@ def xid_burst_root(ws: Workspace) -> None:
     gap = timedelta(seconds=ws.params.burst_gap_s)
     nodes = sorted({s.node or "" for s in ws.active(role="root") if s.definition.family == "xid"})
     for node in nodes:
-        xids = sorted((s for s in ws.select(status="bad", node=node or None, family="xid")), key=lambda s: s.sort_key())
-        hardware = [s for s in xids if s.role == "root" and s.definition.strength >= 80]
+        xids = sorted(ws.select(status="bad", node=node or None, family="xid"), key=lambda s: s.sort_key())
+        hardware = [s for s in xids if s.role == "root" and s.definition.strength >= HARDWARE_STRENGTH]
         if not hardware or hardware[0].first_time is None:
             continue
         root = hardware[0]
@@ -212,6 +323,36 @@ def xid_burst_root(ws: Workspace) -> None:
             if other is root or other.first_time is None:
                 continue
             in_burst = other.first_time <= (root.last_time or root.first_time) + gap
-            application_class = other.definition.strength < 80
-            if in_burst and (other.first_time >= root.first_time or application_class):
-                ws.demote(other, f"in the Xid burst of {root.name} on the same node, which came first")
+            if not in_burst or other.first_time < root.first_time:
+                continue
+            reason = _explained_by(root, other)
+            if reason:
+                ws.demote(other, f"{reason} ({root.name} on {root.node}, same burst)")
+
+
+# Xid 154 recovery actions, least to most disruptive (Xid catalog trigger text).
+RECOVERY_ORDER = ("None", "Drain P2P", "Drain and Reset", "GPU Reset Required", "Node Reboot Required")
+
+
+@refiner("Xid154Linkage", phase=Phase.CLEAN, doc="""
+Xid 154 announces the recovery action the driver requires after another Xid (Drain and Reset, GPU Reset
+Required, Node Reboot Required). It is never the cause; the most disruptive action announced on a node is
+attached to that node's hardware Xids, so their next action says what the driver asks for.
+""", cases=[
+    RuleCase(title="149 with 154", evidence={"n2/syslog": [
+        "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        "Jan  1 00:10:01 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)"]},
+        expect={"fired": True, "root_symptom": "XID-149.4", "culprits": ["n2"]}),
+])
+def xid154_linkage(ws: Workspace) -> None:
+    for node in sorted({s.node or "" for s in ws.select(prefix="XID-154")}):
+        actions = {a for s in ws.select(prefix="XID-154", node=node or None) for a in s.value_set("recovery_action")}
+        known = [a for a in RECOVERY_ORDER if a in actions]
+        if not known:
+            continue
+        action = known[-1]
+        for s in ws.active(node=node or None, role="root"):
+            if s.definition.family == "xid":
+                s.attributes["recovery_action"] = action
+                ws.note("link", f"driver recovery action for {s.name}: {action} (Xid 154)", node=s.node, symptom=s.name)

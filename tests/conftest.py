@@ -1,0 +1,45 @@
+"""Shared fixtures: the engine over the packaged catalog (loaded once), and builders for workload directories."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from firstfault.engine import Engine, default_engine
+
+CORPUS = Path(__file__).parent / "data" / "corpus" / "dev"
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    return default_engine()
+
+
+WorkloadFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def make_workload(tmp_path: Path) -> WorkloadFactory:
+    """Write a static workload directory: make_workload({"node/source": [lines] | bytes}, nodes=[...], **fields)."""
+
+    def make(files: dict[str, list[str] | bytes], *, nodes: list[str] | None = None, name: str = "wl",
+             scheduler_state: str = "FAILED", start: str = "2025-01-01T00:00:00Z",
+             end: str = "2025-01-01T02:00:00Z") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        all_nodes = nodes or sorted({key.split("/")[0] for key in files})
+        node_list = ", ".join(f'"{n}"' for n in all_nodes)
+        (root / "scenario.toml").write_text(
+            f'id = "{name}"\n[workload]\nscheduler = "slurm"\njob_id = "1"\nscheduler_state = "{scheduler_state}"\n'
+            f'exit_code = "1:0"\nstart_time = "{start}"\nend_time = "{end}"\nnodes = [{node_list}]\n'
+            "ranks_per_node = 8\n")
+        for key, content in files.items():
+            node, source = key.split("/")
+            path = root / node / f"{source}.log"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(content if isinstance(content, bytes) else ("\n".join(content) + "\n").encode())
+        return root
+
+    return make

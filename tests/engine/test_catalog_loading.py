@@ -1,0 +1,131 @@
+"""Catalog loading: a broken inline case or an invalid pattern refuses to load with a message naming the rule
+and the case; every pattern stays in the hyperscan / RE2 common subset."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from firstfault.engine.catalog import CatalogError, check_pattern_subset, load_catalog
+
+_SYMPTOM = '''
+[[symptom]]
+name = "Test symptom"
+sub_domain = "application"
+role = "root"
+immediate = "NONE"
+action = "none"
+doc = "test"
+'''
+
+
+def _extractor(name: str, pattern: str, positive: str, negative: str) -> bytes:
+    return (_SYMPTOM + f'''
+[[extractor]]
+name = "{name}"
+doc = "test rule"
+match_re = '{pattern}'
+emit = {{ type = "bad_node", symptom = "Test symptom" }}
+
+[[extractor.cases]]
+expect = "bad"
+line = "{positive}"
+
+[[extractor.cases]]
+expect = "none"
+line = "{negative}"
+''').encode()
+
+
+def test_packaged_catalog_loads_and_every_case_passes() -> None:
+    catalog = load_catalog()
+    assert catalog.content_hash.startswith("sha256:")
+    assert len(catalog.extractors) > 50 and len(catalog.python_rules) > 10
+
+
+def test_broken_case_names_rule_and_case() -> None:
+    bad = _extractor("BrokenCaseRule", r"widget failure \d+", "widget failure: none", "all good")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(extra_files=[("zz_test.toml", bad)])
+    assert "BrokenCaseRule" in str(err.value) and "case 1" in str(err.value)
+
+
+def test_negative_case_that_matches_is_reported() -> None:
+    bad = _extractor("LeakyRule", "widget", "widget failure", "widget ok")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(extra_files=[("zz_test.toml", bad)])
+    assert "LeakyRule" in str(err.value) and "case 2" in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", [r"foo(?=bar)", r"(a)\\1", r"(?<!x)y", r"[unclosed"])
+def test_invalid_or_unsupported_pattern_names_rule(pattern: str) -> None:
+    bad = _extractor("UnsupportedPatternRule", pattern, "foobar", "nothing")
+    with pytest.raises(CatalogError) as err:
+        load_catalog(extra_files=[("zz_test.toml", bad)])
+    assert "UnsupportedPatternRule" in str(err.value)
+
+
+def test_rule_without_negative_case_is_refused() -> None:
+    text = (_SYMPTOM + '''
+[[extractor]]
+name = "OnlyPositive"
+doc = "x"
+match_re = 'widget'
+emit = { type = "bad_node", symptom = "Test symptom" }
+
+[[extractor.cases]]
+expect = "bad"
+line = "widget"
+''').encode()
+    with pytest.raises(CatalogError, match="OnlyPositive.*negative"):
+        load_catalog(extra_files=[("zz_test.toml", text)])
+
+
+def test_unknown_symptom_is_refused() -> None:
+    text = b'''
+[[extractor]]
+name = "UndefinedSymptom"
+doc = "x"
+match_re = 'widget'
+emit = { type = "bad_node", symptom = "No such symptom" }
+
+[[extractor.cases]]
+expect = "bad"
+line = "widget"
+
+[[extractor.cases]]
+expect = "none"
+line = "gadget"
+'''
+    with pytest.raises(CatalogError, match="No such symptom"):
+        load_catalog(extra_files=[("zz_test.toml", text)])
+
+
+def test_duplicate_symptom_definition_is_refused() -> None:
+    text = b'''
+[[symptom]]
+name = "XID-79"
+sub_domain = "application"
+role = "root"
+immediate = "NONE"
+action = "none"
+doc = "a different meaning for an existing name"
+'''
+    with pytest.raises(CatalogError, match="already defined"):
+        load_catalog(extra_files=[("zz_test.toml", text)])
+
+
+def test_every_pattern_is_in_the_hyperscan_re2_common_subset() -> None:
+    re2 = pytest.importorskip("re2")
+    for extractor in load_catalog(verify=False).extractors:
+        assert check_pattern_subset(extractor.match_re) is None, extractor.name
+        re2.compile(extractor.match_re)  # raises on anything RE2 does not support
+        re.compile(extractor.match_re)
+
+
+def test_subset_check_rejects_lookaround_and_backreferences() -> None:
+    assert check_pattern_subset(r"a(?=b)") is not None
+    assert check_pattern_subset(r"(a)\1") is not None
+    assert check_pattern_subset(r"x*") is not None  # matches the empty string
+    assert check_pattern_subset(r"NVRM: Xid \((?P<pci>[^)]+)\)") is None

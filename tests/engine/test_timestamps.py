@@ -1,0 +1,45 @@
+"""Timestamp prefixes met on GPU clusters."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from firstfault.engine.timestamps import TimestampParser
+
+REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("2025-11-05T01:49:49.872Z host x", "2025-11-05T01:49:49.872000"),
+    ("2024-10-25T00:37:30.297985043Z [rank0]: x", "2024-10-25T00:37:30.297985"),
+    ("2024-03-01T10:43:35.123456+01:00 host kernel: x", "2024-03-01T09:43:35.123456"),
+    ("Mar  1 10:43:35 node kernel: [12.3] NVRM", "2025-03-01T10:43:35"),
+    ("Dec 31 23:59:59 node kernel: x", "2024-12-31T23:59:59"),
+    ("[rank0]:[E1105 01:49:49.882303000 ProcessGroupNCCL.cpp:1589] x", "2024-11-05T01:49:49.882303"),
+    ("[rank2]:[E313 10:09:51.640000120 ProcessGroupNCCL.cpp:1601] x", "2025-03-13T10:09:51.640000"),
+    ("E0626 06:24:45.154486 160920 torch/distributed/x", "2025-06-26T06:24:45.154486"),
+    ("[2023-04-07 13:08:55,468] [INFO] x", "2023-04-07T13:08:55.468000"),
+    ("[Sun Feb 23 16:24:18 2025] NVRM: Xid", "2025-02-23T16:24:18"),
+    ("[Jul 23 2024 07:53:55] [ERROR] [tid 841] x", "2024-07-23T07:53:55"),
+    ("[1,5]<stderr>:[E1105 01:49:49.882 x] y", "2024-11-05T01:49:49.882000"),
+    ("0: 2025-11-05 01:02:03 hello", "2025-11-05T01:02:03"),
+    ("kern  :warn  : 2025-01-21T08:41:30,287197+00:00 x", "2025-01-21T08:41:30.287197"),
+    (" 2025-02-18 12:54 [rank2]:[E218 04:54:22.461377000 x] y", "2025-02-18T04:54:22.461377"),
+    ("[2024-04-20T09:09:36.512] slurmctld", "2024-04-20T09:09:36.512000"),
+    ("2024-06-16_20:34:34 x", "2024-06-16T20:34:34"),
+])
+def test_formats(line: str, expected: str) -> None:
+    parsed = TimestampParser(REF).parse(line)
+    assert parsed is not None and parsed.replace(tzinfo=None).isoformat() == expected
+
+
+@pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", ""])
+def test_no_timestamp(line: str) -> None:
+    assert TimestampParser(REF).parse(line) is None
+
+
+def test_year_less_stamp_needs_a_window() -> None:
+    assert TimestampParser(None).parse("Mar  1 10:43:35 node kernel: x") is None
+

@@ -1,0 +1,26 @@
+"""CI gate on the labelled development corpus (a copy of ../shared/corpus/dev lives in tests/data): the
+thresholds of the catalog issue, checked through the same code path as `firstfault eval`."""
+
+from __future__ import annotations
+
+from firstfault.cli import main
+from firstfault.engine import Engine
+from firstfault.engine.evaluate import evaluate
+
+from ..conftest import CORPUS
+
+
+def test_dev_corpus_accuracy(engine: Engine) -> None:
+    report = evaluate(CORPUS, engine)
+    m = report.metrics
+    failures = [f"{s.id}: got {s.got_sub_domain} {s.got_culprits}" for s in report.scores if not s.passed]
+    assert m["sub_domain_accuracy"] >= 0.95, failures
+    assert m["culprit_exact_match"] >= 0.95, failures
+    assert m["false_infra_blame"] == 0, failures
+    assert m["terminal_state_accuracy"] >= 0.95
+
+
+def test_eval_command_thresholds(capsys) -> None:
+    assert main(["eval", str(CORPUS), "--min-accuracy", "0.95", "--min-culprit", "0.95", "--max-false-blame", "0"]) == 0
+    assert main(["eval", str(CORPUS), "--min-accuracy", "1.01"]) == 1
+    assert "threshold" in capsys.readouterr().err
