@@ -152,7 +152,7 @@ def test_slurm_jobs_are_discovered_collected_and_stored(slurm_jobs: dict[str, st
     assert ok["context"]["scheduler_state"] == "COMPLETED" and ok["context"]["exit_code"] == "0:0"
     assert ok["context"]["nodes"] == ["node1", "node2"]
     assert ok["context"]["workload_id"] == f"slurm:ci:{j['ok']}"
-    assert ok["diagnosis"]["terminal_state"] == "COMPLETED"
+    assert _report(ok, "stdout")["status"] == "ok" and _report(ok, "stdout")["nodes"] == ["node1"]
 
     xid = got[(j["xid"], 0)]
     assert xid["context"]["scheduler_state"] == "FAILED" and xid["context"]["exit_code"] == "1:0"

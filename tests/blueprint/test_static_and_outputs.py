@@ -63,7 +63,8 @@ def test_samples_through_the_service_give_identical_diagnoses(tmp_path: Path, se
                          capsys)[0] == 0
     monkeypatch.setenv("FIRSTFAULT_API_TOKEN", "s3cret")
     code, _, err = run_blueprint(["--configs", str(SAMPLES), "--connector", "attribution", "service_url", service.url,
-                                  "--connector", "output", "db", "sqlite", "path", str(remote)], capsys)
+                                  "--workers", "3", "--connector", "output", "db", "sqlite", "path", str(remote)],
+                                 capsys)
     assert code == 0, err
     assert _diagnoses(embedded) == _diagnoses(remote)
     with sqlite3.connect(remote) as con:
