@@ -16,8 +16,9 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from firstfault.blueprint.attribution import metric_observations
+from firstfault.blueprint.base import MetricBatch
 from firstfault.engine import ExecutionContext, Observation, Session, SourceKind, default_engine
-from firstfault.engine.model import MetricSample, Provenance
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _OBS = re.compile(r"^/v2/sessions/([\w-]+)/observations$")
@@ -41,17 +42,8 @@ def apply(session: Session, body: dict[str, Any]) -> int:
                 labels=labels)
         return count
     if fmt == "prometheus_metrics":
-        observations = []
-        for series in body["result"]:
-            labels = dict(series["metric"])
-            name = labels.pop("__name__", "")
-            for ts, value in series["values"]:
-                observations.append(Observation(
-                    source=SourceKind.NODE_METRICS, node=labels.get(body["node_label"]),
-                    observed_at=_EPOCH + timedelta(seconds=float(ts)),
-                    metric=MetricSample(name=name, labels=labels, value=float(value)),
-                    provenance=Provenance(origin=f"promql:{name}")))
-        return session.ingest(observations)
+        return session.ingest(metric_observations(
+            MetricBatch(body["node_label"], body.get("origin") or "prometheus", body["result"])))
     if fmt == "observations":
         return session.ingest(Observation.model_validate(o) for o in body["observations"])
     raise ValueError(f"unknown format {fmt!r}")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import run_blueprint
+from conftest import free_port, run_blueprint, wait_for
 from service_stub import ServiceStub
 
 from firstfault.blueprint.attribution import AttributionError, ServiceAttributor
@@ -156,3 +160,32 @@ def test_stdout_lines_are_blueprint_results(tmp_path: Path, capsys: pytest.Captu
     assert set(result) >= {"context", "diagnosis", "connector_reports", "timings", "catalog_hash", "mode"}
     assert result["catalog_hash"] == result["diagnosis"]["catalog_hash"] and result["mode"] == "embedded"
     assert result["timings"]["total_s"] >= result["timings"]["collect_s"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("firstfault.service.app") is None,
+                    reason="the HTTP service (branch `service`) is not merged into this tree yet")
+def test_samples_through_the_real_service(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`firstfault serve` in a subprocess: the same diagnoses in-process and through the v2 API."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for("the service", lambda: _healthy(url), 60)
+        embedded, remote = tmp_path / "embedded.db", tmp_path / "service.db"
+        assert run_blueprint(["--configs", str(SAMPLES), "--connector", "output", "db", "sqlite", "path",
+                              str(embedded)], capsys)[0] == 0
+        code, _, err = run_blueprint(["--configs", str(SAMPLES), "--connector", "attribution", "service_url", url,
+                                      "--connector", "output", "db", "sqlite", "path", str(remote)], capsys)
+        assert code == 0, err
+        assert _diagnoses(embedded) == _diagnoses(remote)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/v2/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -5,6 +5,7 @@ Both take the same observation batches, so the same evidence gives the same diag
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
@@ -41,18 +42,19 @@ def from_nanoseconds(ns: str | int) -> datetime:
 
 
 def metric_observations(batch: MetricBatch) -> list[Observation]:
-    """A Prometheus matrix as node_metrics observations (the node is the `node_label` label)."""
+    """A Prometheus matrix as node_metrics observations: the node is the `node_label` label, the sample keeps
+    every label (`__name__` included) and non-finite values (`NaN`, `+Inf`) are skipped, as the service does."""
     out: list[Observation] = []
-    provenance = Provenance(origin=batch.origin)
     for series in batch.result:
-        labels = dict(series["metric"])
-        name = labels.pop("__name__", "")
-        node = labels.get(batch.node_label)
-        for ts, value in series["values"]:
-            out.append(Observation(source=SourceKind.NODE_METRICS, node=node,
-                                   observed_at=_EPOCH + timedelta(seconds=float(ts)),
-                                   metric=MetricSample(name=name, labels=labels, value=float(value)),
-                                   provenance=provenance))
+        labels = dict(sorted(series["metric"].items()))
+        provenance = Provenance(origin=batch.origin, labels=labels)
+        for ts, raw in series["values"]:
+            value = float(raw)
+            if math.isfinite(value):
+                out.append(Observation(source=SourceKind.NODE_METRICS, node=labels.get(batch.node_label),
+                                       observed_at=_EPOCH + timedelta(seconds=float(ts)),
+                                       metric=MetricSample(name=labels.get("__name__", ""), labels=labels, value=value),
+                                       provenance=provenance))
     return out
 
 
@@ -62,7 +64,7 @@ def ingest_batch(session: Session, batch: Batch) -> None:
         session.ingest_lines(batch.node, batch.source, batch.lines, batch.origin, first_line=batch.first_line)
     elif isinstance(batch, LokiBatch):
         for stream in batch.streams:
-            labels = {str(k): str(v) for k, v in stream["stream"].items()}
+            labels = {str(k): str(v) for k, v in sorted(stream["stream"].items())}
             session.ingest_lines(labels.get(batch.node_label), batch.source, [v[1] for v in stream["values"]],
                                  batch.origin, times=[from_nanoseconds(v[0]) for v in stream["values"]],
                                  labels=labels)
@@ -78,7 +80,8 @@ def wire_payload(batch: Batch) -> dict[str, Any]:
     if isinstance(batch, LokiBatch):
         return {"format": "raw_loki_streams", "source": batch.source.value, "node_label": batch.node_label,
                 "origin": batch.origin, "streams": batch.streams}
-    return {"format": "prometheus_metrics", "node_label": batch.node_label, "result": batch.result}
+    return {"format": "prometheus_metrics", "node_label": batch.node_label, "origin": batch.origin,
+            "result": batch.result}
 
 
 class _EmbeddedSession:
