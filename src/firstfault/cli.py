@@ -14,6 +14,7 @@ from rich.markup import escape
 _PART_COMMANDS = (
     "firstfault.engine.commands",
     "firstfault.blueprint.cli",
+    "firstfault.service.cli",
 )
 
 

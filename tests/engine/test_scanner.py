@@ -61,3 +61,22 @@ def test_offsets_point_at_line_starts() -> None:
     blocks = list(iter_blocks(io.BytesIO(data), block_size=4))
     for block in blocks:
         assert data[block.start_offset:block.start_offset + len(block.data)] == block.data
+
+
+def test_sampled_patterns_report_first_and_last_match_only() -> None:
+    patterns = [r"ERROR \d+", r"iteration \d+"]
+    scanner = SourceScanner(patterns, sampled=frozenset({1}))
+    lines = [f"iteration {i}" if i % 3 else f"ERROR {i}" for i in range(60_000)]
+    data = "\n".join(lines).encode()
+    got = scanner.scan(data)
+    errors = [start for start, _end, ids in got if ids == [0]]
+    progress = [data[start:end] for start, end, ids in got if ids == [1]]
+    assert len(errors) == 20_000
+    assert progress == [b"iteration 1", b"iteration 59999"]
+
+
+def test_sampled_last_match_found_outside_the_tail_window() -> None:
+    scanner = SourceScanner([r"ERROR", r"iteration \d+"], sampled=frozenset({1}))
+    data = b"iteration 1\niteration 2\n" + b"x" * (3 * 1024 * 1024) + b"\nend"
+    got = [data[s:e] for s, e, ids in scanner.scan(data)]
+    assert got == [b"iteration 1", b"iteration 2"]

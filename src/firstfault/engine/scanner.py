@@ -79,44 +79,74 @@ def iter_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
         yield Block(carry, line_no, carry_offset)
 
 
+def _compile(patterns: list[str], ids: list[int], extra_flags: int = 0) -> hyperscan.Database:
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    try:
+        db.compile(expressions=[patterns[i].encode("utf-8") for i in ids], ids=ids,
+                   flags=[hyperscan.HS_FLAG_MULTILINE | extra_flags] * len(ids))
+    except hyperscan.error as exc:
+        # hyperscan names the failing expression by index in its message ("Expression id N").
+        raise PatternCompileError(_failing_index(str(exc)), str(exc)) from None
+    return db
+
+
 class SourceScanner:
-    """One compiled hyperscan database for a list of patterns (ids are list positions)."""
+    """Compiled hyperscan databases for a list of patterns (ids are list positions).
 
-    def __init__(self, patterns: list[str]) -> None:
+    Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
+    the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
+    the last one, so their matches never cost a callback per line.
+    """
+
+    TAIL_WINDOWS = (64 * 1024, 1024 * 1024)
+
+    def __init__(self, patterns: list[str], sampled: frozenset[int] = frozenset()) -> None:
         self.size = len(patterns)
-        self._db: hyperscan.Database | None = None
         self._local = threading.local()
-        if not patterns:
-            return
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        flags = [hyperscan.HS_FLAG_MULTILINE] * len(patterns)
-        try:
-            db.compile(expressions=[p.encode("utf-8") for p in patterns], ids=list(range(len(patterns))),
-                       flags=flags)
-        except hyperscan.error as exc:
-            # hyperscan names the failing expression by index in its message ("Expression id N").
-            index = _failing_index(str(exc))
-            raise PatternCompileError(index, str(exc)) from None
-        self._db = db
+        regular = [i for i in range(len(patterns)) if i not in sampled]
+        sampled_ids = sorted(sampled)
+        self._db = _compile(patterns, regular) if regular else None
+        self._first_db = _compile(patterns, sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH) if sampled_ids else None
+        self._tail_db = _compile(patterns, sampled_ids) if sampled_ids else None
 
-    def _scratch(self) -> hyperscan.Scratch:
-        scratch = getattr(self._local, "scratch", None)
+    def _scratch(self, name: str, db: hyperscan.Database) -> hyperscan.Scratch:
+        scratch = getattr(self._local, name, None)
         if scratch is None:
-            scratch = hyperscan.Scratch(self._db)
-            self._local.scratch = scratch
+            scratch = hyperscan.Scratch(db)
+            setattr(self._local, name, scratch)
         return scratch
 
-    def scan(self, data: bytes) -> list[tuple[int, int, list[int]]]:
-        """Return (line_start, line_end, sorted pattern ids) for every line of `data` that matched."""
-        if self._db is None or not data:
-            return []
-        hits: list[tuple[int, int]] = []
-        append = hits.append
+    def _matches(self, name: str, db: hyperscan.Database, data: bytes, base: int = 0) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        append = found.append
 
         def on_match(pattern_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            append((to, pattern_id))
+            append((base + to, pattern_id))
 
-        self._db.scan(data, match_event_handler=on_match, scratch=self._scratch())
+        db.scan(data, match_event_handler=on_match, scratch=self._scratch(name, db))
+        return found
+
+    def _sampled_matches(self, data: bytes) -> list[tuple[int, int]]:
+        assert self._first_db is not None and self._tail_db is not None
+        first = self._matches("first", self._first_db, data)
+        wanted = {pattern_id for _, pattern_id in first}
+        last: dict[int, int] = {}
+        for window in (*self.TAIL_WINDOWS, len(data)):
+            start = 0 if window >= len(data) else data.find(b"\n", len(data) - window) + 1
+            for to, pattern_id in self._matches("tail", self._tail_db, data[start:], start):
+                last[pattern_id] = max(to, last.get(pattern_id, -1))
+            if set(last) >= wanted or start == 0:
+                break
+        return first + [(to, pattern_id) for pattern_id, to in last.items()]
+
+    def scan(self, data: bytes) -> list[tuple[int, int, list[int]]]:
+        """Return (line_start, line_end, sorted pattern ids) for every line of `data` that matched (for sampled
+        patterns: the first and the last matching line only)."""
+        if not data:
+            return []
+        hits = self._matches("main", self._db, data) if self._db is not None else []
+        if self._first_db is not None:
+            hits += self._sampled_matches(data)
         if not hits:
             return []
         hits.sort()

@@ -64,24 +64,6 @@ class _StreamStats:
     origins: set[str] = field(default_factory=set)
 
 
-def _thin_sampled(hits: list[tuple[int, int, list[int]]], extractors: list[Extractor]) -> list[tuple[int, int, list[int]]]:
-    """Keep only the first and last line of a block for lines matched by sampled extractors alone.
-
-    Sampled extractors (training-progress markers) can match a large share of all lines; only the span of
-    their matches matters, so the lines in between never reach Python.
-    """
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i, (_start, _end, ids) in enumerate(hits):
-        if all(extractors[x].sampled for x in ids):
-            first.setdefault(ids[0], i)
-            last[ids[0]] = i
-    if not first:
-        return hits
-    keep = set(first.values()) | set(last.values())
-    return [h for i, h in enumerate(hits) if i in keep or not all(extractors[x].sampled for x in h[2])]
-
-
 def _evidence_key(ev: Evidence) -> tuple[Any, ...]:
     t = ev.time
     return (t is None, t.timestamp() if t else 0.0, ev.provenance.origin, ev.provenance.line or 0,
@@ -98,7 +80,8 @@ class CompiledCatalog:
         for source in SourceKind:
             extractors = catalog.extractors_for(source)
             self.by_source[source] = extractors
-            self.scanners[source] = SourceScanner([e.match_re for e in extractors])
+            self.scanners[source] = SourceScanner([e.match_re for e in extractors],
+                                                  frozenset(i for i, e in enumerate(extractors) if e.sampled))
 
 
 class Session:
@@ -133,7 +116,7 @@ class Session:
             for line_no in block.truncated_lines:
                 self._issue(f"{origin}:{line_no}: line longer than {self.max_line_bytes} bytes; "
                             "scanned up to that length, the rest skipped")
-            hits = _thin_sampled(scanner.scan(block.data), extractors)
+            hits = scanner.scan(block.data)
             if hits:
                 last_time = self._handle_hits(block.data, block.first_line, block.start_offset, hits, node,
                                               source, origin, extractors, last_time)
@@ -154,7 +137,7 @@ class Session:
         cleaned = [line.replace("\r", "").replace("\n", " ") for line in lines]
         data = "\n".join(cleaned).encode("utf-8", errors="replace")
         self._count(node, source, origin, len(lines), len(data) + 1)
-        hits = _thin_sampled(self.compiled.scanners[source].scan(data), self.compiled.by_source[source])
+        hits = self.compiled.scanners[source].scan(data)
         if hits:
             self._handle_hits(data, first_line, None, hits, node, source, origin, self.compiled.by_source[source], None,
                               times=times, labels=labels)

@@ -1,0 +1,67 @@
+"""`firstfault serve`: run the Attribution Service under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging.config
+import signal
+import sys
+from types import FrameType
+
+from firstfault.cli import error
+from firstfault.engine.catalog import CatalogError
+from firstfault.engine.engine import Engine
+from firstfault.service.logs import log_config
+from firstfault.service.middleware import SpanStarter, no_spans
+from firstfault.service.settings import Settings
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the Attribution Service (HTTP API over the engine)",
+                       description="Run the Attribution Service. Every option also reads FIRSTFAULT_<OPTION> "
+                                   "(e.g. FIRSTFAULT_PORT, FIRSTFAULT_API_TOKEN); see docs/service.md.")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1: loopback only)")
+    p.add_argument("--port", type=int, help="TCP port (default 8000)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from firstfault.service.app import create_app
+
+    try:
+        settings = Settings.from_env(host=args.host, port=args.port, log_level=args.log_level)
+    except ValueError as exc:
+        return error(str(exc))
+    logging.config.dictConfig(log_config(settings.log_level))
+    try:
+        engine = Engine()
+    except CatalogError as exc:
+        return error(f"the rule catalog does not load, not serving: {exc}")
+    try:
+        spans = _spans(settings)
+    except RuntimeError as exc:
+        return error(str(exc))
+    app = create_app(settings, engine, spans)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
+                            access_log=False, timeout_graceful_shutdown=settings.shutdown_timeout_s,
+                            server_header=False)
+    server = uvicorn.Server(config)
+    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal; exit 0 for that clean stop.
+    signal.signal(signal.SIGTERM, _stopped)
+    server.run()
+    return 0 if server.started else 1
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    sys.exit(0)
+
+
+def _spans(settings: Settings) -> SpanStarter:
+    if not settings.otel_exporter:
+        return no_spans
+    from firstfault.service.tracing import otel_spans
+
+    return otel_spans(settings.otel_exporter)

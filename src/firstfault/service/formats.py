@@ -1,0 +1,359 @@
+"""Observation payloads accepted by the ingest endpoint, and their conversion into engine calls.
+
+Four formats, told apart by `format`: normalised observations, a raw text block of one node and source, Loki
+streams and a Prometheus `query_range` result. `prepare()` turns any of them into a `PreparedBatch` (lines
+cleaned, cut and timed; samples made observations) without touching a session, so the caller can check the
+session's caps first; `PreparedBatch.apply()` then feeds the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Json, field_validator, model_validator
+
+from firstfault.engine.model import (
+    ExecutionContext,
+    MetricSample,
+    Observation,
+    Provenance,
+    SourceKind,
+    utc,
+)
+from firstfault.engine.session import Session
+
+# Times outside this window are refused: they are certainly wrong, and arithmetic near datetime's limits fails.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+_NS = 1_000_000_000
+_NODE_LABEL_FALLBACKS = ("Hostname", "hostname", "node", "instance")
+
+LineSource = Literal["applog", "syslog", "scheduler"]
+NodeName = Annotated[str, Field(min_length=1, max_length=255)]
+Origin = Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+def bounded_utc(value: datetime | None) -> datetime | None:
+    """An aware UTC time within [1970, 2200), or ValueError."""
+    if value is None:
+        return None
+    if not 1900 < value.year < 2300:
+        raise ValueError("time must lie between 1970 and 2200")
+    value = utc(value)
+    if not EARLIEST <= value < LATEST:
+        raise ValueError("time must lie between 1970 and 2200")
+    return value
+
+
+class ContextBody(ExecutionContext):
+    """An ExecutionContext as a request body (times bounded to 1970-2200)."""
+
+    nodes: list[NodeName] = Field(default_factory=list, max_length=100_000)
+
+    @field_validator("start_time", "end_time")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return bounded_utc(value)
+
+
+class ObservationBody(Observation):
+    """A normalised Observation as a request body (time bounded to 1970-2200)."""
+
+    @field_validator("observed_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return bounded_utc(value)
+
+
+class ObservationsBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["observations"]
+    observations: list[ObservationBody]
+
+
+class RawTextBatch(BaseModel):
+    """A block of log text of one node and source; lines are numbered from `first_line`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["raw_text"]
+    node: NodeName | None = None
+    source: LineSource
+    origin: Origin | None = Field(default=None, description="Where the text came from (default raw:<node>/<source>)")
+    first_line: int = Field(default=1, ge=1, le=2**40)
+    text: str
+
+
+def _loki_ns(value: str | int) -> int:
+    ns = int(value) if isinstance(value, int) or value.isdigit() else -1
+    if not EARLIEST.timestamp() * _NS <= ns < LATEST.timestamp() * _NS:
+        raise ValueError("Loki timestamps are Unix epoch nanoseconds between 1970 and 2200")
+    return ns
+
+
+LokiTimestamp = Annotated[str | int, Field(description="Unix epoch nanoseconds, as a decimal string")]
+LokiValue = tuple[LokiTimestamp, str] | tuple[LokiTimestamp, str, dict[str, Any]]
+
+
+class LokiStream(BaseModel):
+    stream: dict[str, str] = Field(default_factory=dict)
+    values: list[LokiValue]
+
+    @field_validator("values")
+    @classmethod
+    def _timestamps(cls, values: list[Any]) -> list[Any]:
+        for entry in values:
+            _loki_ns(entry[0])
+        return values
+
+
+class LokiBatch(BaseModel):
+    """Loki streams (push/query shape). Lines that are JSON envelopes with a string `body` are unwrapped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["raw_loki_streams"]
+    source: LineSource
+    node_label: str = Field(default="hostname", max_length=255, description="Stream label naming the node")
+    origin: Origin | None = None
+    streams: list[LokiStream] | Json[list[LokiStream]] = Field(
+        description="The streams, or the same list encoded as a JSON string")
+
+
+PromValue = Annotated[str | float, Field(description='The sample value ("NaN" and "+Inf" are skipped)')]
+PromSample = tuple[float, PromValue]
+
+
+class PromSeries(BaseModel):
+    metric: dict[str, str] = Field(default_factory=dict)
+    values: list[PromSample] = Field(default_factory=list)
+    value: PromSample | None = Field(default=None, description="An instant-vector sample")
+
+    @model_validator(mode="after")
+    def _samples(self) -> PromSeries:
+        for stamp, raw in self.samples():
+            _prom_time(stamp)
+            try:
+                float(raw)
+            except ValueError:
+                raise ValueError(f"sample value {raw!r} is not a number") from None
+        return self
+
+    def samples(self) -> list[PromSample]:
+        return self.values + ([self.value] if self.value is not None else [])
+
+
+class PromData(BaseModel):
+    resultType: Literal["matrix", "vector"] = "matrix"
+    result: list[PromSeries]
+
+
+class PromBatch(BaseModel):
+    """A Prometheus query result: `result`, or a whole API response (`status` + `data`), or both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["prometheus_metrics"]
+    node_label: str = Field(default="Hostname", max_length=255,
+                            description="Label naming the node; hostname, node and instance are tried next")
+    origin: Origin | None = None
+    result: list[PromSeries] = Field(default_factory=list)
+    status: Literal["success"] | None = None
+    data: PromData | None = None
+    warnings: list[str] | None = None
+    infos: list[str] | None = None
+
+    def series(self) -> list[PromSeries]:
+        return self.result + (self.data.result if self.data is not None else [])
+
+
+ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, Field(discriminator="format")]
+
+
+def _prom_time(stamp: float) -> datetime:
+    if not (math.isfinite(stamp) and EARLIEST.timestamp() <= stamp < LATEST.timestamp()):
+        raise ValueError("Prometheus sample times are Unix seconds between 1970 and 2200")
+    return datetime.fromtimestamp(stamp, tz=UTC)
+
+
+# -- preparation ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LineChunk:
+    """One `Session.ingest_lines` call: lines of one stream."""
+
+    node: str | None
+    source: SourceKind
+    origin: str
+    lines: list[str]
+    times: list[datetime | None] | None = None
+    first_line: int = 1
+    labels: dict[str, str] | None = None
+
+
+@dataclass
+class PreparedBatch:
+    """A batch ready for the engine, with what it adds to the session's counters."""
+
+    format: str
+    chunks: list[LineChunk] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+    count: int = 0
+    nbytes: int = 0
+    truncated_lines: int = 0
+
+    def apply(self, session: Session) -> None:
+        for chunk in self.chunks:
+            session.ingest_lines(chunk.node, chunk.source, chunk.lines, chunk.origin, times=chunk.times,
+                                 first_line=chunk.first_line, labels=chunk.labels)
+        if self.observations:
+            session.ingest(self.observations)
+
+
+class LineCleaner:
+    """Replaces invalid UTF-8 (lone surrogates) and cuts long lines with a marker; counts bytes and cuts."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.nbytes = 0
+        self.truncated = 0
+
+    def clean(self, line: str) -> str:
+        if line.isascii():
+            size = len(line)
+            if size > self.max_line_bytes:
+                return self._cut(line.encode("ascii"))
+            self.nbytes += size + 1
+            return line
+        raw = line.encode("utf-8", "surrogatepass")
+        if b"\xed" in raw:  # a surrogate code point: not valid UTF-8
+            line = raw.decode("utf-8", "replace")
+            raw = line.encode("utf-8")
+        if len(raw) > self.max_line_bytes:
+            return self._cut(raw)
+        self.nbytes += len(raw) + 1
+        return line
+
+    def _cut(self, raw: bytes) -> str:
+        self.truncated += 1
+        marker = f" …[line truncated: {len(raw) - self.max_line_bytes} more bytes]"
+        kept = raw[:self.max_line_bytes].decode("utf-8", "ignore") + marker
+        self.nbytes += len(kept.encode("utf-8")) + 1
+        return kept
+
+
+def prepare(batch: ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, max_line_bytes: int) -> PreparedBatch:
+    cleaner = LineCleaner(max_line_bytes)
+    if isinstance(batch, RawTextBatch):
+        prepared = _prepare_raw_text(batch, cleaner)
+    elif isinstance(batch, LokiBatch):
+        prepared = _prepare_loki(batch, cleaner)
+    elif isinstance(batch, PromBatch):
+        prepared = _prepare_prometheus(batch)
+    else:
+        prepared = _prepare_observations(batch, cleaner)
+    prepared.nbytes = cleaner.nbytes
+    prepared.truncated_lines = cleaner.truncated
+    return prepared
+
+
+def split_text(text: str) -> list[str]:
+    """Lines of a text block: split at \\n, a trailing \\r dropped, no empty last line for a final newline."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _prepare_raw_text(batch: RawTextBatch, cleaner: LineCleaner) -> PreparedBatch:
+    source = SourceKind(batch.source)
+    lines = [cleaner.clean(line) for line in split_text(batch.text)]
+    origin = batch.origin or f"raw:{batch.node or '-'}/{source.value}"
+    chunk = LineChunk(node=batch.node, source=source, origin=origin, lines=lines, first_line=batch.first_line)
+    return PreparedBatch(format=batch.format, chunks=[chunk] if lines else [], count=len(lines))
+
+
+def _unwrap_envelope(line: str) -> tuple[str, str | None]:
+    """The `body` of a JSON log envelope (and its attributes.hostname), or the line itself."""
+    if not line.startswith("{"):
+        return line, None
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return line, None
+    if not isinstance(doc, dict) or not isinstance(doc.get("body"), str):
+        return line, None
+    attributes = doc.get("attributes")
+    host = attributes.get("hostname") if isinstance(attributes, dict) else None
+    return doc["body"], host if isinstance(host, str) and 0 < len(host) <= 255 else None
+
+
+def _loki_time(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns // _NS, tz=UTC).replace(microsecond=(ns % _NS) // 1000)
+
+
+def _prepare_loki(batch: LokiBatch, cleaner: LineCleaner) -> PreparedBatch:
+    source = SourceKind(batch.source)
+    prepared = PreparedBatch(format=batch.format)
+    for stream in batch.streams:
+        entries = sorted(((_loki_ns(entry[0]), entry[1]) for entry in stream.values), key=lambda e: e[0])
+        if not entries:
+            continue
+        node = stream.stream.get(batch.node_label) or None
+        lines: list[str] = []
+        times: list[datetime | None] = []
+        for ns, raw in entries:
+            text, host = _unwrap_envelope(raw)
+            node = node or host
+            lines.append(cleaner.clean(text))
+            times.append(_loki_time(ns))
+        if node is not None and len(node) > 255:
+            node = node[:255]
+        labels = dict(sorted(stream.stream.items()))
+        origin = batch.origin or "loki:{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        prepared.chunks.append(LineChunk(node=node, source=source, origin=origin[:4096], lines=lines, times=times,
+                                         labels=labels))
+        prepared.count += len(lines)
+    return prepared
+
+
+def _series_node(labels: dict[str, str], node_label: str) -> str | None:
+    for name in (node_label, *_NODE_LABEL_FALLBACKS):
+        value = labels.get(name)
+        if value:
+            if name == "instance" and value.rsplit(":", 1)[-1].isdigit():
+                value = value.rsplit(":", 1)[0]
+            return value[:255]
+    return None
+
+
+def _prepare_prometheus(batch: PromBatch) -> PreparedBatch:
+    prepared = PreparedBatch(format=batch.format)
+    for series in batch.series():
+        labels = dict(sorted(series.metric.items()))
+        name = labels.get("__name__", "")
+        node = _series_node(labels, batch.node_label)
+        origin = batch.origin or f"prometheus:{name or '{}'}"
+        provenance = Provenance(origin=origin[:4096], labels=labels)
+        for stamp, raw in series.samples():
+            value = float(raw)
+            if not math.isfinite(value):
+                continue
+            prepared.observations.append(Observation(
+                source=SourceKind.NODE_METRICS, node=node, observed_at=_prom_time(stamp),
+                metric=MetricSample(name=name, labels=labels, value=value), provenance=provenance))
+    prepared.count = len(prepared.observations)
+    return prepared
+
+
+def _prepare_observations(batch: ObservationsBatch, cleaner: LineCleaner) -> PreparedBatch:
+    observations: list[Observation] = []
+    for obs in batch.observations:
+        if obs.line is not None:
+            obs = obs.model_copy(update={"line": cleaner.clean(obs.line)})
+        observations.append(obs)
+    return PreparedBatch(format=batch.format, observations=observations, count=len(observations))

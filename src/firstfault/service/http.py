@@ -1,0 +1,144 @@
+"""HTTP plumbing shared by the v2 and v1 routers: lenient JSON decoding, bearer auth, threadpool calls."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Depends, Request, Response
+from fastapi.params import Depends as DependsParam
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import TypeAdapter, ValidationError
+
+from firstfault.service.errors import ServiceError
+
+T = TypeVar("T")
+
+_THREAD_DECODE_BYTES = 1024 * 1024
+# A \uD800-\uDFFF escape: json.loads turns an unpaired one into a lone surrogate, which is not valid UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _scrub(value: Any) -> Any:
+    """Replace lone surrogates in every string (keys too) with U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def clean_json(body: bytes) -> tuple[Any, bytes]:
+    """Parse a request body leniently: invalid UTF-8 and lone surrogates become U+FFFD; NaN, Infinity and
+    absurd nesting are refused (JSONDecodeError). Returns the document and equivalent clean JSON bytes."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise json.JSONDecodeError(f"{exc.msg} (line {exc.lineno}, column {exc.colno})", "", 0) from None
+    except (ValueError, RecursionError) as exc:
+        raise json.JSONDecodeError(str(exc) or exc.__class__.__name__, "", 0) from None
+    if _SURROGATE_ESCAPE.search(text):
+        doc = _scrub(doc)
+        return doc, json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    return doc, text.encode("utf-8") if "\ufffd" in text else body
+
+
+def decode_json(body: bytes) -> Any:
+    return clean_json(body)[0]
+
+
+class JsonRequest(Request):
+    """A request whose JSON is parsed by `clean_json`; `clean_body()` gives the cleaned bytes."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            if len(body) > _THREAD_DECODE_BYTES:
+                self._json, self._clean = await anyio.to_thread.run_sync(clean_json, body)
+            else:
+                self._json, self._clean = clean_json(body)
+        return self._json
+
+    async def clean_body(self) -> bytes:
+        await self.json()
+        return self._clean
+
+
+class JsonRoute(APIRoute):
+    """An APIRoute whose request parses JSON leniently (see `decode_json`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def route_handler(request: Request) -> Response:
+            return await handler(JsonRequest(request.scope, request.receive))
+
+        return route_handler
+
+
+async def in_thread(func: Callable[..., T], *args: Any) -> T:
+    """Run blocking engine work off the event loop."""
+    return await anyio.to_thread.run_sync(func, *args)
+
+
+async def body_fingerprint(request: Request) -> str:
+    return hashlib.sha256(await request.body()).hexdigest()
+
+
+def describe_errors(errors: list[Any]) -> str:
+    """A one-line summary of pydantic errors: `location: message; ...`."""
+    parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more
+
+
+def strict_validate(adapter: TypeAdapter[T], data: bytes, where: str = "body") -> T:
+    """Validate JSON with JSON-Schema semantics (no "5" for 5, no number for a time, no bool for a number)."""
+    try:
+        return adapter.validate_json(data, strict=True)
+    except ValidationError as exc:
+        errors = [{**e, "loc": (where, *e["loc"])} for e in exc.errors()]
+        raise ServiceError(422, "invalid_request", describe_errors(errors)) from None
+
+
+async def strict_body(request: Request, adapter: TypeAdapter[T]) -> T:
+    """The request body validated strictly. FastAPI's own (lax) validation has run first and documents the
+    schema; this second pass refuses the coercions JSON Schema does not allow."""
+    assert isinstance(request, JsonRequest)
+    data = await request.clean_body()
+    if len(data) > _THREAD_DECODE_BYTES:
+        return await anyio.to_thread.run_sync(strict_validate, adapter, data)
+    return strict_validate(adapter, data)
+
+
+def write_auth(token: str | None) -> list[DependsParam]:
+    """Dependencies for write endpoints: a bearer token check when a token is configured, else none."""
+    if not token:
+        return []
+    expected = token.encode()
+    bearer = HTTPBearer(auto_error=False, description="FIRSTFAULT_API_TOKEN, required on write endpoints")
+
+    # A default rather than Annotated: `bearer` is local, and postponed annotations resolve module names only.
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
+            raise ServiceError(401, "unauthorized", "this endpoint needs `Authorization: Bearer <token>`",
+                               headers={"WWW-Authenticate": "Bearer"})
+
+    return [Depends(require_token)]

@@ -1,0 +1,133 @@
+"""ASGI middleware around the whole app: request-size cap, trace context, access log, request metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from firstfault.service.logs import TraceContext, current_trace, trace_from_header
+from firstfault.service.metrics import ServiceMetrics
+
+log = logging.getLogger("firstfault.service.access")
+
+_BODY_METHODS = {"POST", "PUT", "PATCH"}
+# A body over the cap is read and discarded up to this multiple of the cap (so the client sees the 413 instead
+# of a reset connection), then the connection is closed.
+_DRAIN_FACTOR = 4
+
+# Starts a tracing span for a request and yields the request's trace context as the tracer sees it, or None
+# when spans are not exported.
+SpanStarter = Callable[[TraceContext, str], AbstractContextManager[TraceContext | None]]
+
+
+def no_spans(trace: TraceContext, name: str) -> AbstractContextManager[TraceContext | None]:
+    return nullcontext(None)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class ServiceMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, max_body_bytes: int,
+                 spans: SpanStarter = no_spans) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.spans = spans
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        trace = trace_from_header(headers.get("traceparent"))
+        with self.spans(trace, f"{scope['method']} {scope['path']}") as traced:
+            trace = traced or trace
+            token = current_trace.set(trace)
+            status = [500]
+
+            async def send_traced(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status[0] = message["status"]
+                    MutableHeaders(scope=message)["traceparent"] = trace.traceparent()
+                await send(message)
+
+            try:
+                await self._handle(scope, receive, send_traced, headers)
+            finally:
+                self._record(scope, status[0], time.perf_counter() - started)
+                current_trace.reset(token)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        if scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read_body(receive, headers)
+        except _TooLarge:
+            response = JSONResponse({"error_code": "request_too_large",
+                                     "message": f"request body over the {self.max_body_bytes}-byte limit"},
+                                    status_code=413, headers={"Connection": "close"})
+            await response(scope, receive, send)
+            return
+        if body is None:  # the client went away
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, receive: Receive, headers: Headers) -> bytes | None:
+        declared = headers.get("content-length", "")
+        limit = self.max_body_bytes
+        if declared.isdigit() and int(declared) > limit * _DRAIN_FACTOR:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > limit * _DRAIN_FACTOR:
+                raise _TooLarge
+            if total <= limit:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if total > limit:
+            raise _TooLarge
+        return b"".join(chunks)
+
+    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        self.metrics.request(scope["method"], route, status, seconds)
+        extra: dict[str, Any] = {"method": scope["method"], "path": scope["path"], "route": route,
+                                 "status": status, "duration_ms": round(seconds * 1000, 2)}
+        session_id = scope.get("path_params", {}).get("session_id")
+        if session_id:
+            extra["session_id"] = session_id
+        client = scope.get("client")
+        if client:
+            extra["client"] = client[0]
+        log.info("request", extra=extra)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

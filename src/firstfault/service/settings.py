@@ -1,0 +1,82 @@
+"""Service configuration: defaults, `FIRSTFAULT_*` environment variables, and command-line overrides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+ENV_PREFIX = "FIRSTFAULT_"
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every tunable of `firstfault serve`. The environment name of a field is FIRSTFAULT_<FIELD>."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # Bearer token required on every write endpoint when set (FIRSTFAULT_API_TOKEN).
+    api_token: str | None = None
+    # Largest accepted request body; larger ones get 413 before they are parsed.
+    max_request_bytes: int = 32 * MIB
+    # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
+    max_line_bytes: int = 64 * 1024
+    # Per-session caps: a batch that would cross one is refused whole (413).
+    max_session_observations: int = 20_000_000
+    max_session_bytes: int = 4096 * MIB
+    # Live sessions kept in memory. At the cap, the session idle the longest is evicted, but only one idle for
+    # at least `session_min_idle_s` and with no request in flight; otherwise creation gets 429.
+    max_sessions: int = 1000
+    session_ttl_s: float = 3600.0
+    session_min_idle_s: float = 30.0
+    # Idempotency keys remembered per session (oldest forgotten first).
+    idempotency_keys: int = 1000
+    # Seconds uvicorn waits for in-flight requests on SIGTERM/SIGINT before closing them.
+    shutdown_timeout_s: float = 30.0
+    log_level: str = "info"
+    # OpenTelemetry span export: "" (off), "console" or "otlp" (needs the `otel` extra).
+    otel_exporter: str = ""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then FIRSTFAULT_* variables, then explicit overrides (None means "not given")."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f.name, raw, cls.__dataclass_fields__[f.name].default)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = replace(cls(), **values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        positive = ("max_request_bytes", "max_line_bytes", "max_session_observations", "max_session_bytes",
+                    "max_sessions", "session_ttl_s", "idempotency_keys")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"{ENV_PREFIX}PORT must be a TCP port number")
+        if self.session_min_idle_s < 0 or self.shutdown_timeout_s < 0:
+            raise ValueError("durations cannot be negative")
+        if self.max_line_bytes < 64:
+            raise ValueError(f"{ENV_PREFIX}MAX_LINE_BYTES must be at least 64")
+        if self.otel_exporter not in ("", "console", "otlp"):
+            raise ValueError(f"{ENV_PREFIX}OTEL_EXPORTER must be console or otlp")
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a number") from None
+    return raw

@@ -1,0 +1,111 @@
+"""SessionStore and IdempotencyCache in-process, with a fake clock (eviction and expiry rules)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from firstfault.engine import ExecutionContext, default_engine
+from firstfault.service.errors import ServiceError, SessionNotFound
+from firstfault.service.schemas import IngestAck
+from firstfault.service.sessions import IdempotencyCache, SessionStore, StoreLimits
+
+CONTEXT = ExecutionContext(workload_id="w", nodes=["n1"])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store(clock: Clock, max_sessions: int = 2) -> SessionStore:
+    limits = StoreLimits(max_sessions=max_sessions, ttl_s=100, min_idle_s=10, max_observations=10, max_bytes=100,
+                         idempotency_keys=2)
+    return SessionStore(limits, clock=clock)
+
+
+def create(s: SessionStore) -> str:
+    return s.create(CONTEXT, default_engine().session(CONTEXT)).id
+
+
+def test_eviction_takes_the_longest_idle_session() -> None:
+    clock = Clock()
+    s = store(clock)
+    a, b = create(s), create(s)
+    clock.now += 20
+    with s.use(a):
+        pass  # a was used last
+    clock.now += 11
+    create(s)
+    with pytest.raises(SessionNotFound, match="evicted"), s.use(b):
+        pass
+    with s.use(a):
+        pass
+
+
+def test_a_session_with_a_request_in_flight_is_never_evicted_nor_expired() -> None:
+    clock = Clock()
+    s = store(clock, max_sessions=1)
+    a = create(s)
+    with s.use(a):
+        clock.now += 1000  # past the TTL and the idle minimum, but in use
+        with pytest.raises(ServiceError) as refused:
+            create(s)
+        assert refused.value.status == 429
+        assert s.expire() == 0
+    clock.now += 101
+    assert s.expire() == 1
+    create(s)
+
+
+def test_session_caps() -> None:
+    clock = Clock()
+    s = store(clock)
+    with s.use(create(s)) as record:
+        record.check_room(10, 100, s.limits)
+        record.add_batch(10, 50, 0)
+        with pytest.raises(ServiceError, match="cap of 10"):
+            record.check_room(1, 0, s.limits)
+
+
+def ack(n: int) -> IngestAck:
+    return IngestAck(accepted=n, observations_total=n, bytes_total=n, truncated_lines=0, replayed=False, batch=1)
+
+
+def test_idempotency_replay_conflict_and_abandon() -> None:
+    cache = IdempotencyCache(capacity=2)
+    assert cache.begin("k", "f1") is None
+    cache.finish("k", ack(3))
+    replay = cache.begin("k", "f1")
+    assert replay is not None and replay.replayed and replay.accepted == 3
+    with pytest.raises(ServiceError) as conflict:
+        cache.begin("k", "other body")
+    assert conflict.value.status == 409
+    assert cache.begin("j", "f") is None
+    cache.abandon("j")  # the batch failed: a retry runs it again
+    assert cache.begin("j", "f") is None
+
+
+def test_idempotency_retry_waits_for_the_running_attempt() -> None:
+    cache = IdempotencyCache(capacity=2)
+    assert cache.begin("k", "f") is None
+    answers: list[IngestAck | None] = []
+    waiter = threading.Thread(target=lambda: answers.append(cache.begin("k", "f")))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # still waiting for the first attempt
+    cache.finish("k", ack(7))
+    waiter.join(5)
+    assert answers[0] is not None and answers[0].replayed and answers[0].accepted == 7
+
+
+def test_idempotency_memory_is_bounded() -> None:
+    cache = IdempotencyCache(capacity=2)
+    for key in ("a", "b", "c"):
+        assert cache.begin(key, "f") is None
+        cache.finish(key, ack(1))
+    assert cache.begin("a", "f") is None  # forgotten: the oldest key went first
