@@ -1,9 +1,9 @@
-"""A stand-in for the firstfault service's v2 API, to test the Blueprint's HTTP client until the real service lands.
+"""A stand-in for the service's v2 API with the fault injection the real service has no switch for.
 
-It follows the fixed v2 contract (sessions, observations in the four formats with `Idempotency-Key`, attribute,
-delete, `{"error_code", "message"}` errors, optional bearer token) over engine sessions, mapping each
-format onto the engine itself. Fault injection: `fail_after_ingest` answers the next N observation requests
-with 503 *after* applying them, so a client that retries without its idempotency key would double-count.
+It follows the v2 contract (sessions, observations in the four formats with `Idempotency-Key`, attribute,
+delete, `{"error_code", "message"}` errors, optional bearer token) over engine sessions, with the service's own
+payload preparation. `fail_after_ingest` answers the next N observation requests with 503 *after* applying
+them, so a client that retries without reusing its idempotency key would double-count.
 """
 
 from __future__ import annotations
@@ -12,41 +12,23 @@ import json
 import re
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from firstfault.blueprint.attribution import metric_observations
-from firstfault.blueprint.base import MetricBatch
-from firstfault.engine import ExecutionContext, Observation, Session, SourceKind, default_engine
+from pydantic import TypeAdapter
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+from firstfault.engine import ExecutionContext, Session, default_engine
+from firstfault.service.formats import ObservationBatch, prepare
+
 _OBS = re.compile(r"^/v2/sessions/([\w-]+)/observations$")
 _ATTR = re.compile(r"^/v2/sessions/([\w-]+)/attribute$")
 _SESSION = re.compile(r"^/v2/sessions/([\w-]+)$")
 
 
 def apply(session: Session, body: dict[str, Any]) -> int:
-    fmt = body["format"]
-    if fmt == "raw_text":
-        lines = body["text"].split("\n")
-        return session.ingest_lines(body.get("node"), SourceKind(body["source"]), lines, body["origin"],
-                                    first_line=int(body.get("first_line", 1)))
-    if fmt == "raw_loki_streams":
-        count = 0
-        for stream in body["streams"]:
-            labels = stream["stream"]
-            count += session.ingest_lines(
-                labels.get(body["node_label"]), SourceKind(body["source"]), [v[1] for v in stream["values"]],
-                body["origin"], times=[_EPOCH + timedelta(microseconds=int(v[0]) // 1000) for v in stream["values"]],
-                labels=labels)
-        return count
-    if fmt == "prometheus_metrics":
-        return session.ingest(metric_observations(
-            MetricBatch(body["node_label"], body.get("origin") or "prometheus", body["result"])))
-    if fmt == "observations":
-        return session.ingest(Observation.model_validate(o) for o in body["observations"])
-    raise ValueError(f"unknown format {fmt!r}")
+    prepared = prepare(TypeAdapter(ObservationBatch).validate_python(body), 64 * 1024)
+    prepared.apply(session)
+    return prepared.count
 
 
 class ServiceStub:

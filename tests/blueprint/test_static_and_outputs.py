@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sqlite3
@@ -15,8 +14,8 @@ import pytest
 from conftest import free_port, run_blueprint, wait_for
 from service_stub import ServiceStub
 
-from firstfault.blueprint.attribution import AttributionError, ServiceAttributor
-from firstfault.blueprint.base import LineBatch
+from firstfault.blueprint.attribution import AttributionError, EmbeddedAttributor, ServiceAttributor
+from firstfault.blueprint.base import CollectorError, LineBatch
 from firstfault.blueprint.outputs import sqlite as sqlite_output
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.commands import samples_root
@@ -57,23 +56,6 @@ def test_samples_embedded_into_sqlite(tmp_path: Path, capsys: pytest.CaptureFixt
             [("gpu-a03",), ("node-02",)]
         reports = con.execute("SELECT DISTINCT connector, kind, status FROM connector_reports").fetchall()
         assert sorted(reports) == [("static", "context", "ok"), ("static", "logs", "ok")]
-
-
-def test_samples_through_the_service_give_identical_diagnoses(tmp_path: Path, service: ServiceStub,
-                                                              capsys: pytest.CaptureFixture[str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    embedded, remote = tmp_path / "embedded.db", tmp_path / "service.db"
-    assert run_blueprint(["--configs", str(SAMPLES), "--connector", "output", "db", "sqlite", "path", str(embedded)],
-                         capsys)[0] == 0
-    monkeypatch.setenv("FIRSTFAULT_API_TOKEN", "s3cret")
-    code, _, err = run_blueprint(["--configs", str(SAMPLES), "--connector", "attribution", "service_url", service.url,
-                                  "--workers", "3", "--connector", "output", "db", "sqlite", "path", str(remote)],
-                                 capsys)
-    assert code == 0, err
-    assert _diagnoses(embedded) == _diagnoses(remote)
-    with sqlite3.connect(remote) as con:
-        assert {m for (m,) in con.execute("SELECT mode FROM attribution_runs")} == {"service"}
-    assert not service.sessions   # every session was deleted after use
 
 
 def test_service_retries_reuse_the_idempotency_key(service: ServiceStub) -> None:
@@ -162,23 +144,16 @@ def test_stdout_lines_are_blueprint_results(tmp_path: Path, capsys: pytest.Captu
     assert result["timings"]["total_s"] >= result["timings"]["collect_s"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("firstfault.service.app") is None,
-                    reason="the HTTP service (branch `service`) is not merged into this tree yet")
-def test_samples_through_the_real_service(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`firstfault serve` in a subprocess: the same diagnoses in-process and through the v2 API."""
+@pytest.fixture(scope="module")
+def real_service() -> str:
+    """`firstfault serve` in a subprocess on a free port."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
     try:
-        url = f"http://127.0.0.1:{port}"
         wait_for("the service", lambda: _healthy(url), 60)
-        embedded, remote = tmp_path / "embedded.db", tmp_path / "service.db"
-        assert run_blueprint(["--configs", str(SAMPLES), "--connector", "output", "db", "sqlite", "path",
-                              str(embedded)], capsys)[0] == 0
-        code, _, err = run_blueprint(["--configs", str(SAMPLES), "--connector", "attribution", "service_url", url,
-                                      "--connector", "output", "db", "sqlite", "path", str(remote)], capsys)
-        assert code == 0, err
-        assert _diagnoses(embedded) == _diagnoses(remote)
+        yield url
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -189,3 +164,28 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/v2/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_samples_through_the_service_give_identical_diagnoses(real_service: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    embedded, remote = tmp_path / "embedded.db", tmp_path / "service.db"
+    assert run_blueprint(["--configs", str(SAMPLES), "--connector", "output", "db", "sqlite", "path",
+                          str(embedded)], capsys)[0] == 0
+    code, _, err = run_blueprint(["--configs", str(SAMPLES), "--connector", "attribution", "service_url", real_service,
+                                  "--workers", "3", "--connector", "output", "db", "sqlite", "path", str(remote)],
+                                 capsys)
+    assert code == 0, err
+    assert _diagnoses(embedded) == _diagnoses(remote)
+    with sqlite3.connect(remote) as con:
+        assert {m for (m,) in con.execute("SELECT mode FROM attribution_runs")} == {"service"}
+
+
+def test_a_rejected_batch_is_the_collectors_error_on_both_paths(real_service: str) -> None:
+    ctx = ExecutionContext(workload_id="w", nodes=["n1"])
+    bad = LineBatch("n1", SourceKind.NODE_METRICS, "x", ["not a line source"])
+    remote = ServiceAttributor(real_service, token=None, timeout=10, retries=0).open(ctx)
+    embedded = EmbeddedAttributor().open(ctx)
+    for session in (remote, embedded):
+        with pytest.raises(CollectorError, match="rejected a batch"):
+            session.add(bad)
+        session.close()

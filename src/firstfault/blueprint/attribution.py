@@ -5,19 +5,21 @@ Both take the same observation batches, so the same evidence gives the same diag
 
 from __future__ import annotations
 
-import math
 import uuid
-from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
-from firstfault.blueprint.base import Batch, LineBatch, LokiBatch, MetricBatch
+from pydantic import TypeAdapter, ValidationError
+
+from firstfault.blueprint.base import Batch, CollectorError, LineBatch, LokiBatch
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
 from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
 from firstfault.blueprint.result import Mode
-from firstfault.engine import Attribution, ExecutionContext, Observation, Session, SourceKind, default_engine
-from firstfault.engine.model import MetricSample, Provenance
+from firstfault.engine import Attribution, ExecutionContext, Session, default_engine
+from firstfault.service.formats import ObservationBatch, prepare
+from firstfault.service.settings import Settings
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_WIRE: TypeAdapter[Any] = TypeAdapter(ObservationBatch)
+_MAX_LINE_BYTES = Settings().max_line_bytes
 
 
 class AttributionError(Exception):
@@ -37,39 +39,14 @@ class Attributor(Protocol):
     def close(self) -> None: ...
 
 
-def from_nanoseconds(ns: str | int) -> datetime:
-    return _EPOCH + timedelta(microseconds=int(ns) // 1000)
-
-
-def metric_observations(batch: MetricBatch) -> list[Observation]:
-    """A Prometheus matrix as node_metrics observations: the node is the `node_label` label, the sample keeps
-    every label (`__name__` included) and non-finite values (`NaN`, `+Inf`) are skipped, as the service does."""
-    out: list[Observation] = []
-    for series in batch.result:
-        labels = dict(sorted(series["metric"].items()))
-        provenance = Provenance(origin=batch.origin, labels=labels)
-        for ts, raw in series["values"]:
-            value = float(raw)
-            if math.isfinite(value):
-                out.append(Observation(source=SourceKind.NODE_METRICS, node=labels.get(batch.node_label),
-                                       observed_at=_EPOCH + timedelta(seconds=float(ts)),
-                                       metric=MetricSample(name=labels.get("__name__", ""), labels=labels, value=value),
-                                       provenance=provenance))
-    return out
-
-
 def ingest_batch(session: Session, batch: Batch) -> None:
-    """Feed one batch into an engine session (the embedded path)."""
-    if isinstance(batch, LineBatch):
-        session.ingest_lines(batch.node, batch.source, batch.lines, batch.origin, first_line=batch.first_line)
-    elif isinstance(batch, LokiBatch):
-        for stream in batch.streams:
-            labels = {str(k): str(v) for k, v in sorted(stream["stream"].items())}
-            session.ingest_lines(labels.get(batch.node_label), batch.source, [v[1] for v in stream["values"]],
-                                 batch.origin, times=[from_nanoseconds(v[0]) for v in stream["values"]],
-                                 labels=labels)
-    else:
-        session.ingest(metric_observations(batch))
+    """Feed one batch into an engine session (the embedded path) exactly as the service would: the wire
+    payload goes through the service's own validation and preparation, so both paths ingest the same."""
+    try:
+        payload = _WIRE.validate_python(wire_payload(batch))
+    except ValidationError as exc:
+        raise CollectorError(f"the engine rejected a batch: {exc.errors()[0]['msg']}") from None
+    prepare(payload, _MAX_LINE_BYTES).apply(session)
 
 
 def wire_payload(batch: Batch) -> dict[str, Any]:
@@ -120,8 +97,14 @@ class _ServiceSession:
     def add(self, batch: Batch) -> None:
         # one key per batch, reused by every retry of it: the service applies the batch once
         key = f"{self.session_id}-{uuid.uuid4()}"
-        answer = _call(self.client, "POST", f"/v2/sessions/{self.session_id}/observations",
-                       json=wire_payload(batch), headers={"Idempotency-Key": key})
+        try:
+            response = self.client.request("POST", f"/v2/sessions/{self.session_id}/observations",
+                                           json=wire_payload(batch), headers={"Idempotency-Key": key})
+        except HttpError as exc:
+            if exc.status in _REJECTED:   # this batch is bad, not the service: the collector's report says so
+                raise CollectorError(f"the service rejected a batch: {_message(exc)}") from None
+            raise AttributionError(f"service: {_message(exc)}") from None
+        answer = response.json()
         self.truncated_lines += int(answer.get("truncated_lines", 0) or 0)
 
     def attribute(self) -> Attribution:
@@ -149,13 +132,19 @@ class ServiceAttributor:
         self.client.close()
 
 
+_REJECTED = frozenset({400, 413, 422})
+
+
+def _message(exc: HttpError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    return f"{body['error_code']}: {body.get('message')}" if body.get("error_code") else str(exc)
+
+
 def _call(client: RetryingClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
     try:
         answer = client.request(method, path, **kwargs).json()
     except HttpError as exc:
-        body = exc.body if isinstance(exc.body, dict) else {}
-        code = body.get("error_code")
-        raise AttributionError(f"service: {code}: {body.get('message')}" if code else f"service: {exc}") from None
+        raise AttributionError(f"service: {_message(exc)}") from None
     except ValueError:
         raise AttributionError(f"service: {method} {path}: the answer is not JSON") from None
     if not isinstance(answer, dict):
