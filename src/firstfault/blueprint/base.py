@@ -42,9 +42,6 @@ class Window:
         assert start is not None
         return cls(start - margin, end + margin)
 
-    def contains(self, t: datetime) -> bool:
-        return self.start <= t <= self.end
-
 
 @dataclass(frozen=True)
 class LineBatch:
