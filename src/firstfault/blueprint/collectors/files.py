@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from firstfault.blueprint.base import CollectorError, LineBatch, NothingInScope, Window
-from firstfault.blueprint.config import ConfigError, ConnectorSpec
+from firstfault.blueprint.config import ConfigError, ConnectorSpec, parse_bool
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.engine import looks_binary
 from firstfault.engine.evidence import open_evidence
@@ -129,7 +129,9 @@ class FilesCollector:
         if not self.templates:
             raise ConfigError(f"logs files: give at least one path template ({', '.join(_SOURCES)} TEMPLATE)")
         self.node_template = spec.get("node")
-        self.filter_window = spec.get_bool("window", True)
+        window = spec.get("window")
+        self.filter_window = {s: parse_bool(window) if window is not None else s != SourceKind.APPLOG
+                              for s in SourceKind}
         self.rotated = spec.get_bool("rotated", True)
         self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
 
@@ -137,10 +139,11 @@ class FilesCollector:
         return True
 
     def collect(self, ctx: ExecutionContext) -> Iterator[LineBatch]:
-        window = Window.of(ctx, self.margin) if self.filter_window and (ctx.start_time or ctx.end_time) else None
+        scoped = Window.of(ctx, self.margin) if ctx.start_time or ctx.end_time else None
         seen: set[Path] = set()
         missing: list[str] = []
         for source, template in self.templates:
+            window = scoped if self.filter_window[source] else None
             for node, pattern in self._patterns(ctx, template, missing):
                 paths = self._paths(pattern, window)
                 if not paths:
