@@ -9,6 +9,8 @@ from firstfault.engine.evaluate import evaluate
 
 from ..conftest import CORPUS
 
+HOLDOUT = CORPUS.parent / "holdout"
+
 
 def test_dev_corpus_accuracy(engine: Engine) -> None:
     report = evaluate(CORPUS, engine)
@@ -18,6 +20,16 @@ def test_dev_corpus_accuracy(engine: Engine) -> None:
     assert m["culprit_exact_match"] >= 0.95, failures
     assert m["false_infra_blame"] == 0, failures
     assert m["terminal_state_accuracy"] >= 0.95
+
+
+def test_holdout_corpus_accuracy(engine: Engine) -> None:
+    """24 scenarios labelled independently of the rules (tests/data/corpus/holdout/INDEX.md) of failure types the
+    development corpus does not cover: the check that the catalog generalises."""
+    report = evaluate(HOLDOUT, engine)
+    m = report.metrics
+    failures = [f"{s.id}: got {s.got_sub_domain} {s.got_culprits}" for s in report.scores if not s.passed]
+    assert m["sub_domain_accuracy"] >= 0.9 and m["culprit_exact_match"] >= 0.9, failures
+    assert m["false_infra_blame"] == 0, failures
 
 
 def test_eval_command_thresholds(capsys) -> None:

@@ -179,7 +179,7 @@ class Evidence(FrozenModel):
     source: SourceKind
     node: str | None
     time: datetime | None
-    time_inferred: bool = False
+    time_inferred: bool = False  # True: the line has no stamp of its own (time inherited or the job end)
     text: str
     provenance: Provenance
 

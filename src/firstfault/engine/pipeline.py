@@ -11,6 +11,7 @@ from firstfault.engine.model import (
     Coverage,
     CulpritNode,
     EventType,
+    Evidence,
     NextAction,
     Outcome,
     RootCause,
@@ -122,6 +123,13 @@ def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     return None
 
 
+def _root_evidence(root: list[WorkSymptom], corroborating: list[WorkSymptom], limit: int = 6) -> list[Evidence]:
+    """The root group's evidence lines first, then later reports of the same fault on the same node."""
+    cited = [e for s in root for e in s.evidence]
+    extra = [s.evidence[0] for s in corroborating]
+    return (cited[: limit - min(len(extra), 2)] + extra)[:limit]
+
+
 def _first_sentence(text: str) -> str:
     flat = " ".join(text.split())
     end = flat.find(". ")
@@ -191,7 +199,7 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
             symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
             node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
-            evidence=[e for s in root for e in s.evidence][:5], rule=lead.rule, decided_by=decision.decided_by)
+            evidence=_root_evidence(root, decision.corroborating), rule=lead.rule, decided_by=decision.decided_by)
     culprits = []
     for node in sorted(decision.culprits):
         symptoms = decision.culprits[node]

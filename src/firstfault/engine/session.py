@@ -188,13 +188,14 @@ class Session:
             time = times[line_no - first_line] if times is not None else None
             if time is None:
                 time = self.timestamps.parse(text)
-            if time is None:
+            inherited = time is None
+            if inherited:
                 time = self._last_time_of(data, start) or last_time
             else:
                 last_time = time
             offset = None if start_offset is None else start_offset + start
             provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
-            self._emit_line(text, ids, node, source, provenance, time, extractors)
+            self._emit_line(text, ids, node, source, provenance, time, extractors, inherited)
         return last_time
 
     def _last_time_of(self, data: bytes, before: int) -> datetime | None:
@@ -212,10 +213,12 @@ class Session:
         return None
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, provenance: Provenance,
-                   time: datetime | None, extractors: list[Extractor]) -> None:
+                   time: datetime | None, extractors: list[Extractor], inherited: bool = False) -> None:
         max_chars = self.params.max_evidence_chars
         shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
-        time_inferred = False
+        # A line without its own stamp is only known to come after the previous stamped line (inherited time,
+        # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
+        time_inferred = inherited
         if time is None and self.context.end_time is not None:
             time, time_inferred = self.context.end_time, True
         evidence = Evidence(source=source, node=node, time=time, time_inferred=time_inferred, text=shown,

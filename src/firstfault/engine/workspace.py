@@ -83,6 +83,7 @@ class Decision:
     sub_domain: SubDomain | None = None
     culprits: dict[str, list[WorkSymptom]] = field(default_factory=dict)
     candidates: list[list[WorkSymptom]] = field(default_factory=list)
+    corroborating: list[WorkSymptom] = field(default_factory=list)  # later reports of the same fault, same node
     terminal_state: TerminalState | None = None
     decided_by: str = ""
     notes: list[str] = field(default_factory=list)

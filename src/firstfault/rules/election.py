@@ -152,7 +152,8 @@ def systemic_guard(ws: Workspace) -> None:
 
 @refiner("DemoteExplained", phase=Phase.FINAL, doc="""
 After the election, every other bad symptom is demoted to interesting evidence with the reason: downstream of
-the root, later than the root, or outranked by it. Provenance is kept, so the cascade stays inspectable.
+the root, later than the root, or outranked by it. Provenance is kept, so the cascade stays inspectable. Later
+reports of the same sub_domain on the root's node corroborate the root and are cited with it.
 """, cases=[
     RuleCase(title="walkthrough cascade", evidence={
         "n2/syslog": ["Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
@@ -174,6 +175,8 @@ def demote_explained(ws: Workspace) -> None:
             reason = f"downstream of the root cause {lead.name} on {lead.node or '-'}"
         elif s.first_time and lead.first_time and s.first_time > lead.first_time:
             reason = f"started after the root cause {lead.name}"
+            if s.sub_domain == lead.sub_domain and s.node in {r.node for r in decision.root}:
+                decision.corroborating.append(s)  # the same fault reported again later on that node
         else:
             reason = f"outranked by {lead.name} ({lead.sub_domain.value}), which started at the same time"
         ws.demote(s, reason)

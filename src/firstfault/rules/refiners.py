@@ -64,6 +64,37 @@ def survived_by_progress(ws: Workspace) -> None:
         ws.demote(s, f"the workload kept training for {minutes:.0f} min after it: survived")
 
 
+HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
+
+
+@refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
+A time limit is the cause only if the workload was still working when it struck. When training progress
+stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit, the workload had hung: the time limit is
+demoted and the hang, unexplained by the evidence, is what remains.
+""", cases=[
+    RuleCase(title="hang then limit", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect={"fired": True, "sub_domain": "unknown", "terminal_state": "TIMEOUT"}),
+    RuleCase(title="working until the limit", evidence={"n1/applog": [
+        f"2025-01-01T01:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 58)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect={"fired": False, "sub_domain": "scheduler"}),
+])
+def hung_before_time_limit(ws: Workspace) -> None:
+    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
+    if not ends:
+        return
+    progress_end = max(ends)
+    for limit in ws.active(prefix="Slurm time limit"):
+        when = limit.first_time
+        if when is None or ws.undated(limit):
+            continue
+        idle = (when - progress_end).total_seconds()
+        if idle > HUNG_BEFORE_LIMIT_S:
+            ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
@@ -121,17 +152,24 @@ def completed_workload(ws: Workspace) -> None:
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
 When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
 state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), FAILED for any other
-failure, COMPLETED when the workload reported success and nothing failed.
+failure, COMPLETED when the workload reported success and nothing failed. A recorded FAILED is refined when the
+root itself is the scheduler's or runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY).
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
         context={"scheduler": "none", "scheduler_state": ""}, expect={"fired": True, "terminal_state": "FAILED"}),
 ])
 def terminal_state_from_evidence(ws: Workspace) -> None:
-    if ws.decision.terminal_state not in (None, TerminalState.UNKNOWN):
-        return
+    recorded = normalise_state(ws.context.scheduler_state)
     root = ws.decision.root
     implied = next((str(s.attributes["terminal_state"]) for s in root if s.attributes.get("terminal_state")), None)
+    if recorded == TerminalState.FAILED and implied and ws.decision.terminal_state == TerminalState.FAILED:
+        # A generic FAILED refined by what the scheduler/runtime itself reported (e.g. a pod OOMKilled).
+        ws.decision.terminal_state = TerminalState(implied)
+        ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
+        return
+    if ws.decision.terminal_state not in (None, TerminalState.UNKNOWN):
+        return
     if implied:
         state = TerminalState(implied)
     elif root and ws.decision.sub_domain != SubDomain.NONE:
