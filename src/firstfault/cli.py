@@ -13,6 +13,7 @@ from rich.markup import escape
 # Subcommands contributed by the parts of the package: module path -> function adding its parsers.
 _PART_COMMANDS = (
     "firstfault.engine.commands",
+    "firstfault.blueprint.cli",
     "firstfault.service.cli",
 )
 

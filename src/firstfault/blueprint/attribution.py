@@ -1,0 +1,166 @@
+"""Attribution backends: the engine in-process (the default) or the HTTP service's v2 API.
+
+Both take the same observation batches, so the same evidence gives the same diagnosis either way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+from pydantic import TypeAdapter, ValidationError
+
+from firstfault.blueprint.base import Batch, CollectorError, LineBatch, LokiBatch
+from firstfault.blueprint.config import ConfigError, ConnectorSpec
+from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.result import Mode
+from firstfault.engine import Attribution, ExecutionContext, Session, default_engine
+from firstfault.service.formats import ObservationBatch, prepare
+from firstfault.service.settings import Settings
+
+_WIRE: TypeAdapter[Any] = TypeAdapter(ObservationBatch)
+_MAX_LINE_BYTES = Settings().max_line_bytes
+
+
+class AttributionError(Exception):
+    """The backend could not attribute the workload (service unreachable, rejected input ...)."""
+
+
+class AttributionSession(Protocol):
+    def add(self, batch: Batch) -> None: ...
+    def attribute(self) -> Attribution: ...
+    def close(self) -> None: ...
+
+
+class Attributor(Protocol):
+    mode: Mode
+
+    def open(self, ctx: ExecutionContext) -> AttributionSession: ...
+    def close(self) -> None: ...
+
+
+def ingest_batch(session: Session, batch: Batch) -> None:
+    """Feed one batch into an engine session (the embedded path) exactly as the service would: the wire
+    payload goes through the service's own validation and preparation, so both paths ingest the same."""
+    try:
+        payload = _WIRE.validate_python(wire_payload(batch))
+    except ValidationError as exc:
+        raise CollectorError(f"the engine rejected a batch: {exc.errors()[0]['msg']}") from None
+    prepare(payload, _MAX_LINE_BYTES).apply(session)
+
+
+def wire_payload(batch: Batch) -> dict[str, Any]:
+    """The body of `POST /v2/sessions/{id}/observations` for one batch (the service path)."""
+    if isinstance(batch, LineBatch):
+        return {"format": "raw_text", "node": batch.node, "source": batch.source.value, "origin": batch.origin,
+                "first_line": batch.first_line, "text": "\n".join(batch.lines)}
+    if isinstance(batch, LokiBatch):
+        return {"format": "raw_loki_streams", "source": batch.source.value, "node_label": batch.node_label,
+                "origin": batch.origin, "streams": batch.streams}
+    return {"format": "prometheus_metrics", "node_label": batch.node_label, "origin": batch.origin,
+            "result": batch.result}
+
+
+class _EmbeddedSession:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, batch: Batch) -> None:
+        ingest_batch(self.session, batch)
+
+    def attribute(self) -> Attribution:
+        return self.session.attribute()
+
+    def close(self) -> None:
+        return None
+
+
+class EmbeddedAttributor:
+    mode: Mode = "embedded"
+
+    def __init__(self) -> None:
+        self.engine = default_engine()
+
+    def open(self, ctx: ExecutionContext) -> AttributionSession:
+        return _EmbeddedSession(self.engine.session(ctx))
+
+    def close(self) -> None:
+        return None
+
+
+class _ServiceSession:
+    def __init__(self, client: RetryingClient, session_id: str) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.truncated_lines = 0
+
+    def add(self, batch: Batch) -> None:
+        # one key per batch, reused by every retry of it: the service applies the batch once
+        key = f"{self.session_id}-{uuid.uuid4()}"
+        try:
+            response = self.client.request("POST", f"/v2/sessions/{self.session_id}/observations",
+                                           json=wire_payload(batch), headers={"Idempotency-Key": key})
+        except HttpError as exc:
+            if exc.status in _REJECTED:   # this batch is bad, not the service: the collector's report says so
+                raise CollectorError(f"the service rejected a batch: {_message(exc)}") from None
+            raise AttributionError(f"service: {_message(exc)}") from None
+        answer = response.json()
+        self.truncated_lines += int(answer.get("truncated_lines", 0) or 0)
+
+    def attribute(self) -> Attribution:
+        answer = _call(self.client, "POST", f"/v2/sessions/{self.session_id}/attribute")
+        return Attribution.model_validate(answer["result"])
+
+    def close(self) -> None:
+        try:
+            self.client.request("DELETE", f"/v2/sessions/{self.session_id}")
+        except HttpError:  # the service expires sessions on its own; a failed cleanup loses nothing
+            pass
+
+
+class ServiceAttributor:
+    mode: Mode = "service"
+
+    def __init__(self, url: str, *, token: str | None, timeout: float, retries: int) -> None:
+        self.client = RetryingClient(url, headers=auth_headers(token), timeout=timeout, retries=retries)
+
+    def open(self, ctx: ExecutionContext) -> AttributionSession:
+        answer = _call(self.client, "POST", "/v2/sessions", json=ctx.model_dump(mode="json"))
+        return _ServiceSession(self.client, str(answer["session_id"]))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+_REJECTED = frozenset({400, 413, 422})
+
+
+def _message(exc: HttpError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    return f"{body['error_code']}: {body.get('message')}" if body.get("error_code") else str(exc)
+
+
+def _call(client: RetryingClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    try:
+        answer = client.request(method, path, **kwargs).json()
+    except HttpError as exc:
+        raise AttributionError(f"service: {_message(exc)}") from None
+    except ValueError:
+        raise AttributionError(f"service: {method} {path}: the answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise AttributionError(f"service: {method} {path}: unexpected answer {answer!r:.200}")
+    return answer
+
+
+ATTRIBUTION_OPTIONS = ("service_url", "token", "timeout", "retries")
+
+
+def make_attributor(spec: ConnectorSpec | None) -> Attributor:
+    """The service client when a `service_url` is configured, else the embedded engine."""
+    if spec is None or spec.name == "embedded":
+        return EmbeddedAttributor()
+    if spec.name not in ("", "service"):
+        raise ConfigError(f"attribution: unknown backend {spec.name!r} (embedded, or service_url URL)")
+    return ServiceAttributor(spec.require("service_url"), token=spec.get("token"),
+                             timeout=spec.get_duration("timeout", "120s").total_seconds(),
+                             retries=spec.get_int("retries", 4))

@@ -1,0 +1,189 @@
+"""Local log files: path templates per node and source, rotated and gzipped files, time-window filtering.
+
+    --connector logs files applog '/var/log/slurm/{job_id}/{node}.out' syslog '/var/log/nodes/{node}/syslog'
+    --connector logs files label stdout applog '{stdout}'
+
+A template is expanded with the context's fields (`{node}`, `{job_id}`, `{workload_id}`, `{attempt}`,
+`{name}`) and its metadata keys (the Slurm connector sets `{stdout}`, `{stderr}`, `{batch_host}`,
+`{work_dir}`, `{user}`); it may contain glob characters. A template without `{node}` names a file of the whole
+job, attributed to the node given by the `node` option (default: the batch host, else the first node).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from firstfault.blueprint.base import CollectorError, LineBatch, NothingInScope, Window
+from firstfault.blueprint.config import ConfigError, ConnectorSpec, parse_bool
+from firstfault.engine import ExecutionContext, SourceKind
+from firstfault.engine.engine import looks_binary
+from firstfault.engine.evidence import open_evidence
+from firstfault.engine.scanner import DEFAULT_MAX_LINE_BYTES
+from firstfault.engine.timestamps import TimestampParser
+
+BATCH_BYTES = 4 * 1024 * 1024
+_ROTATED = re.compile(r"^(?:\.(\d+)|-(\d{8,10}))(?:\.gz)?$|^\.gz$")
+_SOURCES = ("applog", "syslog", "scheduler")
+
+
+@dataclass(frozen=True)
+class FileScope:
+    """How to read one file: the node and source it is evidence of, and the window to keep (None: all)."""
+
+    node: str | None
+    source: SourceKind
+    origin: str
+    window: Window | None
+
+
+def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> Iterator[LineBatch]:
+    """Consecutive-line batches of one log file (gzip read transparently); lines outside the window dropped.
+
+    A line without a timestamp keeps the fate of the last stamped line (continuations of multi-line
+    messages). Files are chronological, so reading stops at the first stamped line past the window.
+    """
+    with cast(BinaryIO, open_evidence(path)) as stream:
+        if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
+            raise CollectorError(f"{path}: binary content, not a log file")
+        parser = TimestampParser(scope.window.start if scope.window else None)
+        lines: list[str] = []
+        first = size = 0
+        keep = True
+        for number, raw in enumerate(stream, start=1):
+            text = raw[:DEFAULT_MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
+            if scope.window is not None:
+                stamp = parser.parse(text)
+                if stamp is not None:
+                    if stamp > scope.window.end:
+                        break
+                    keep = stamp >= scope.window.start
+            if not keep or size >= max_bytes:
+                if lines:
+                    yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+                lines, size = [], 0
+                if not keep:
+                    continue
+            if not lines:
+                first = number
+            lines.append(text)
+            size += len(text) + 1
+        if lines:
+            yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+
+
+def rotated_family(path: Path) -> list[Path]:
+    """`path` and its rotations (`.1`, `.2.gz`, `-20240301.gz` ...), oldest first."""
+    if not path.parent.is_dir():
+        return [path] if path.exists() else []
+    family: list[tuple[tuple[int, int], Path]] = []
+    for sibling in path.parent.iterdir():
+        if sibling.name == path.name:
+            family.append(((1, 0), sibling))
+            continue
+        if not sibling.name.startswith(path.name):
+            continue
+        m = _ROTATED.match(sibling.name[len(path.name):])
+        if m is None:
+            continue
+        if m.group(1):       # logrotate numbering: the higher the older
+            family.append(((0, -int(m.group(1))), sibling))
+        elif m.group(2):     # dateext: the lower the older
+            family.append(((0, int(m.group(2)) - 10 ** 10), sibling))
+        else:                # path.gz: the file itself, compressed
+            family.append(((1, 1), sibling))
+    return [p for _, p in sorted(family, key=lambda item: item[0]) if p.is_file()]
+
+
+def expand(template: str, fields: dict[str, str]) -> str | None:
+    """The template with `{field}`s filled in (values glob-escaped); None when a field is missing."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    except ValueError as exc:
+        raise ConfigError(f"logs files: bad path template {template!r}: {exc}") from None
+    if not names <= fields.keys():
+        return None
+    return template.format(**{k: glob.escape(v) for k, v in fields.items() if k in names})
+
+
+def context_fields(ctx: ExecutionContext) -> dict[str, str]:
+    fields = {"job_id": ctx.job_id, "workload_id": ctx.workload_id, "attempt": str(ctx.attempt), "name": ctx.name}
+    fields.update({k: v for k, v in ctx.metadata.items() if k.isidentifier() and v})
+    return fields
+
+
+class FilesCollector:
+    kind = "logs"
+    OPTIONS = ("applog", "syslog", "scheduler", "node", "window", "rotated", "margin", "label")
+
+    def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
+        self.label = spec.label
+        self.templates = [(SourceKind(s), t) for s in _SOURCES for t in spec.get_all(s)]
+        if not self.templates:
+            raise ConfigError(f"logs files: give at least one path template ({', '.join(_SOURCES)} TEMPLATE)")
+        self.node_template = spec.get("node")
+        window = spec.get("window")
+        self.filter_window = {s: parse_bool(window) if window is not None else s != SourceKind.APPLOG
+                              for s in SourceKind}
+        self.rotated = spec.get_bool("rotated", True)
+        self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
+
+    def applies(self, ctx: ExecutionContext) -> bool:
+        return True
+
+    def collect(self, ctx: ExecutionContext) -> Iterator[LineBatch]:
+        scoped = Window.of(ctx, self.margin) if ctx.start_time or ctx.end_time else None
+        seen: set[Path] = set()
+        missing: list[str] = []
+        for source, template in self.templates:
+            window = scoped if self.filter_window[source] else None
+            for node, pattern in self._patterns(ctx, template, missing):
+                paths = self._paths(pattern, window)
+                if not paths:
+                    missing.append(pattern)
+                for path in paths:
+                    if path in seen:
+                        continue
+                    seen.add(path)
+                    yield from read_batches(path, FileScope(node, source, str(path), window))
+        if not seen:
+            raise NothingInScope(f"no file matched: {'; '.join(sorted(set(missing))[:5])}")
+
+    def _patterns(self, ctx: ExecutionContext, template: str,
+                  missing: list[str]) -> Iterator[tuple[str | None, str]]:
+        fields = context_fields(ctx)
+        if "{node}" in template:
+            for node in ctx.nodes:
+                pattern = expand(template, {**fields, "node": node})
+                if pattern is not None:
+                    yield node, pattern
+            return
+        pattern = expand(template, fields)
+        if pattern is None:
+            missing.append(f"{template} (a field it needs is not known for this workload)")
+            return
+        yield self._job_node(ctx, fields), pattern
+
+    def _job_node(self, ctx: ExecutionContext, fields: dict[str, str]) -> str | None:
+        if self.node_template:
+            return expand(self.node_template, fields)
+        return fields.get("batch_host") or (ctx.nodes[0] if ctx.nodes else None)
+
+    def _paths(self, pattern: str, window: Window | None) -> list[Path]:
+        matches = sorted(Path(p) for p in glob.glob(pattern)) if glob.has_magic(pattern) else [Path(pattern)]
+        paths: list[Path] = []
+        for match in matches:
+            family = rotated_family(match) if self.rotated else ([match] if match.is_file() else [])
+            paths += [p for p in family if window is None or _modified(p) >= window.start]
+        return paths
+
+
+def _modified(path: Path) -> datetime:
+    return datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc)

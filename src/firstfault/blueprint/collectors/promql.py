@@ -1,0 +1,136 @@
+"""Prometheus: `query_range` over the workload's window, per node, for GPU and network health.
+
+    --connector metrics promql url http://prometheus:9090
+    --connector metrics promql url http://mimir/prometheus tenant team-a node_label host \\
+        query 'xid_any=max by (host, gpu) (DCGM_FI_DEV_XID_ERRORS{host=~"$nodes"})' defaults off
+
+The default queries read dcgm-exporter's Xid, ECC, row-remap, temperature and NVLink error series (node label
+`node_label`, default `Hostname`) and node_exporter's InfiniBand error counters (node label `ib_node_label`,
+default `instance`, whose `:port` is ignored). A `query` is `NAME=PROMQL` (repeatable, added to the defaults
+unless `defaults off`); `$nodes` is the nodes' regex alternation and `$node_label` / `$ib_node_label` the labels.
+Each series' node label is rewritten to the allocation's node name. With `changes_only on` (the default) a
+series keeps its first and last samples and every sample whose value changed, which bounds the volume of long
+jobs without losing a transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from firstfault.blueprint.base import CollectorError, MetricBatch, NothingInScope, Window, node_of
+from firstfault.blueprint.collectors.loki import logql_regex
+from firstfault.blueprint.config import ConfigError, ConnectorSpec
+from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.engine import ExecutionContext
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    expr: str
+    label: str  # "$node_label" or "$ib_node_label": which option names the node label of its series
+
+
+_DCGM = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+_IB = ("node_infiniband_link_downed_total", "node_infiniband_symbol_error_total",
+       "node_infiniband_link_error_recovery_total", "node_infiniband_port_errors_received_total")
+DEFAULT_QUERIES = tuple(Query(m, m + '{$node_label=~"$nodes"}', "$node_label") for m in _DCGM) + tuple(
+    Query(m, m + '{$ib_node_label=~"($nodes)(:[0-9]+)?"}', "$ib_node_label") for m in _IB)
+
+
+def parse_query(text: str) -> Query:
+    name, sep, expr = text.partition("=")
+    if not sep or not name.strip().isidentifier() or not expr.strip():
+        raise ConfigError(f"metrics promql: a query is NAME=PROMQL, not {text!r}")
+    return Query(name.strip(), expr.strip(), "$node_label")
+
+
+def changes_only(values: list[list[Any]]) -> list[list[Any]]:
+    """The first and last samples and every sample whose value differs from the one before."""
+    return [v for i, v in enumerate(values) if i in (0, len(values) - 1) or v[1] != values[i - 1][1]]
+
+
+class PromqlCollector:
+    kind = "metrics"
+    OPTIONS = ("url", "query", "defaults", "node_label", "ib_node_label", "step", "changes_only", "tenant",
+               "token", "timeout", "retries", "margin", "label")
+
+    def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
+        self.label = spec.label
+        self.labels = {"$node_label": spec.get("node_label", "Hostname") or "Hostname",
+                       "$ib_node_label": spec.get("ib_node_label", "instance") or "instance"}
+        custom = [parse_query(q) for q in spec.get_all("query")]
+        self.queries = (list(DEFAULT_QUERIES) if spec.get_bool("defaults", True) else []) + custom
+        if not self.queries:
+            raise ConfigError("metrics promql: `defaults off` needs at least one `query NAME=PROMQL`")
+        self.step = spec.get("step")
+        self.dedupe = spec.get_bool("changes_only", True)
+        self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
+        self.client = RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
+                                     retries=spec.get_int("retries", 4),
+                                     headers=auth_headers(spec.get("token"), spec.get("tenant")))
+
+    def applies(self, ctx: ExecutionContext) -> bool:
+        return True
+
+    def _step(self, window: Window) -> str:
+        if self.step:
+            return self.step
+        seconds = (window.end - window.start).total_seconds()
+        return f"{max(15, int(seconds // 1000) + 1)}s"   # at most ~1000 points per series
+
+    def collect(self, ctx: ExecutionContext) -> Iterator[MetricBatch]:
+        if not ctx.nodes:
+            raise NothingInScope("the workload has no nodes to query for")
+        window = Window.of(ctx, self.margin)
+        failures: list[str] = []
+        delivered = 0
+        for query in self.queries:
+            try:
+                batch = self._range(query, ctx.nodes, window)
+            except CollectorError as exc:  # one bad query must not hide the others
+                failures.append(f"{query.name}: {exc}")
+                continue
+            if batch.result:
+                delivered += 1
+                yield batch
+        if failures:
+            raise CollectorError(f"{len(failures)} of {len(self.queries)} queries failed: {'; '.join(failures[:3])}")
+        if not delivered:
+            raise NothingInScope("no series for the workload's nodes in its window")
+
+    def _range(self, query: Query, nodes: list[str], window: Window) -> MetricBatch:
+        label = self.labels[query.label]
+        expr = query.expr.replace("$nodes", logql_regex(nodes))
+        for placeholder, value in self.labels.items():
+            expr = expr.replace(placeholder, value)
+        params = {"query": expr, "start": f"{window.start.timestamp():.3f}", "end": f"{window.end.timestamp():.3f}",
+                  "step": self._step(window)}
+        try:
+            doc = self.client.request("POST", "/api/v1/query_range", data=params).json()
+        except HttpError as exc:
+            raise CollectorError(str(exc)) from None
+        except ValueError:
+            raise CollectorError("the answer is not JSON") from None
+        if doc.get("status") != "success" or doc.get("data", {}).get("resultType") != "matrix":
+            raise CollectorError(f"unexpected answer: {str(doc)[:300]}")
+        return MetricBatch(node_label=label, origin=f"promql:{query.name}",
+                           result=self._series(doc["data"]["result"], query.name, label, nodes))
+
+    def _series(self, result: list[dict[str, Any]], name: str, label: str, nodes: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for series in result:
+            metric = dict(series.get("metric", {}))
+            node = node_of(metric.get(label, ""), nodes)
+            if node is None:
+                continue
+            metric[label] = node
+            metric.setdefault("__name__", name)
+            values = changes_only(series["values"]) if self.dedupe else series["values"]
+            out.append({"metric": metric, "values": values})
+        return out

@@ -1,0 +1,232 @@
+"""Blueprint configuration: `--connector` options, the TOML config file and `FIRSTFAULT_*` environment variables.
+
+A connector is declared as `KIND [NAME] [key value]...` on the command line (the NAME is present when the
+number of words after KIND is odd), or as a table in the config file:
+
+    --connector logs loki url http://loki:3100 tenant team-a     [[logs]]  type = "loki"  url = "..."
+    --connector output db sqlite path results.db                 [[output]] db = "sqlite"  path = "..."
+    --connector attribution service_url http://127.0.0.1:8000    [attribution] service_url = "..."
+
+A key given twice collects a list. An option missing from both is read from `FIRSTFAULT_<NAME>_<KEY>`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+KINDS = ("context", "logs", "metrics", "output", "attribution")
+OptionValue = str | list[str]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message says what to change."""
+
+
+def parse_duration(text: str | float) -> timedelta:
+    """`30s`, `10m`, `2h`, `1d`, `1w`, `250ms` or a number of seconds."""
+    if isinstance(text, int | float):
+        return timedelta(seconds=float(text))
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time (naive = UTC), `now`, or a duration meaning that long ago (`2h` = two hours ago)."""
+    now = now or datetime.now(timezone.utc)
+    if text.strip() == "now":
+        return now
+    if _DURATION.match(text):
+        return now - parse_duration(text)
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(f"not a time: {text!r} (use ISO 8601, `now`, or a duration ago such as 2h)") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"not a boolean: {text!r} (use on/off, true/false)")
+
+
+@dataclass
+class ConnectorSpec:
+    """One declared connector: its kind, its name (the implementation) and its options."""
+
+    kind: str
+    name: str
+    options: dict[str, OptionValue] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The name used in connector reports (the `label` option, else the connector name)."""
+        value = self.options.get("label")
+        return value if isinstance(value, str) and value else self.name
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        value = self.options.get(key)
+        if isinstance(value, list):
+            return value[-1] if value else default
+        return default if value is None else value
+
+    def require(self, key: str) -> str:
+        value = self.get(key)
+        if not value:
+            raise ConfigError(f"{self.kind} {self.name}: option `{key}` is required "
+                              f"(or FIRSTFAULT_{env_name(self.name)}_{env_name(key)})")
+        return value
+
+    def get_list(self, key: str) -> list[str]:
+        """All values of a repeatable option; a single value may also be comma-separated."""
+        value = self.options.get(key)
+        if value is None:
+            return []
+        if isinstance(value, list):
+            return list(value)
+        return [v.strip() for v in value.split(",") if v.strip()]
+
+    def get_all(self, key: str) -> list[str]:
+        """All values of a repeatable option, each taken whole (for values that may hold commas)."""
+        value = self.options.get(key)
+        if value is None:
+            return []
+        return list(value) if isinstance(value, list) else [value]
+
+    def get_duration(self, key: str, default: str) -> timedelta:
+        return parse_duration(self.get(key, default) or default)
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        return default if value is None else parse_bool(value)
+
+    def get_int(self, key: str, default: int) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{self.kind} {self.name}: option `{key}` must be an integer, not {value!r}") from None
+
+
+@dataclass
+class BlueprintConfig:
+    """Everything one Blueprint run needs, merged from the config file, the command line and the environment."""
+
+    connectors: list[ConnectorSpec] = field(default_factory=list)
+    margin: timedelta = timedelta(minutes=10)
+    workers: int = 1
+    force: bool = False
+    watch: bool = False
+    interval: timedelta = timedelta(seconds=60)
+
+    def of_kind(self, kind: str) -> list[ConnectorSpec]:
+        return [c for c in self.connectors if c.kind == kind]
+
+
+def env_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", text).upper()
+
+
+def spec_from_words(words: Sequence[str]) -> ConnectorSpec:
+    """`KIND [NAME] [key value]...` as given to `--connector`."""
+    if not words:
+        raise ConfigError("--connector needs at least a KIND")
+    kind, rest = words[0], list(words[1:])
+    if kind not in KINDS:
+        raise ConfigError(f"--connector: unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    name = rest.pop(0) if len(rest) % 2 == 1 else ""
+    options: dict[str, OptionValue] = {}
+    for key, value in zip(rest[::2], rest[1::2], strict=True):
+        _add_option(options, key, value)
+    return ConnectorSpec(kind=kind, name=name, options=options)
+
+
+def _add_option(options: dict[str, OptionValue], key: str, value: str) -> None:
+    previous = options.get(key)
+    if previous is None:
+        options[key] = value
+    elif isinstance(previous, list):
+        previous.append(value)
+    else:
+        options[key] = [previous, value]
+
+
+def _spec_from_table(kind: str, table: Mapping[str, Any]) -> ConnectorSpec:
+    options: dict[str, OptionValue] = {}
+    name = ""
+    for key, value in table.items():
+        if key == "type":
+            name = str(value)
+        elif isinstance(value, list):
+            options[key] = [str(v) for v in value]
+        elif isinstance(value, bool):
+            options[key] = "on" if value else "off"
+        else:
+            options[key] = str(value)
+    return ConnectorSpec(kind=kind, name=name, options=options)
+
+
+def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
+    """The config file: connector tables per kind, plus `configs`, `margin`, `workers`, `watch`, `interval`."""
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
+    config = BlueprintConfig()
+    configs = [str(p) for p in _as_list(doc.pop("configs", []))]
+    for kind in KINDS:
+        for table in _as_list(doc.pop(kind, [])):
+            if not isinstance(table, dict):
+                raise ConfigError(f"{path}: [{kind}] entries must be tables")
+            config.connectors.append(_spec_from_table(kind, table))
+    if "margin" in doc:
+        config.margin = parse_duration(doc.pop("margin"))
+    if "interval" in doc:
+        config.interval = parse_duration(doc.pop("interval"))
+    config.workers = int(doc.pop("workers", config.workers))
+    config.watch = bool(doc.pop("watch", config.watch))
+    config.force = bool(doc.pop("force", config.force))
+    if doc:
+        raise ConfigError(f"{path}: unknown settings {', '.join(sorted(doc))}")
+    return config, configs
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def apply_environment(config: BlueprintConfig, environ: Mapping[str, str] | None = None) -> None:
+    """Fill options from `FIRSTFAULT_*`: the service URL and token, and `FIRSTFAULT_<NAME>_<KEY>` defaults."""
+    environ = os.environ if environ is None else environ
+    if not config.of_kind("attribution") and environ.get("FIRSTFAULT_SERVICE_URL"):
+        config.connectors.append(ConnectorSpec("attribution", "", {"service_url": environ["FIRSTFAULT_SERVICE_URL"]}))
+    for spec in config.of_kind("attribution"):
+        if "token" not in spec.options and environ.get("FIRSTFAULT_API_TOKEN"):
+            spec.options["token"] = environ["FIRSTFAULT_API_TOKEN"]
+
+
+def fill_from_environment(spec: ConnectorSpec, known: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
+    """Options of `spec` that are not set take `FIRSTFAULT_<NAME>_<KEY>` when that variable exists."""
+    environ = os.environ if environ is None else environ
+    for key in known:
+        variable = f"FIRSTFAULT_{env_name(spec.name)}_{env_name(key)}"
+        if key not in spec.options and environ.get(variable):
+            spec.options[key] = environ[variable]

@@ -1,0 +1,348 @@
+"""Slurm: finished jobs from accounting (`sacct`), their output paths from `scontrol show job -o`.
+
+    --connector context slurm since 2h                       finished in the last two hours (every user)
+    --connector context slurm jobs 4512345,4512346           these jobs, whenever they ran
+    --connector context slurm since 1d states FAILED,NODE_FAIL,TIMEOUT users alice
+
+`sacct --json` is read in both layouts: Slurm 22.05 (`openapi/dbv0.0.38`: `state.current` a string) and newer
+data_parser versions (`state.current` a list, numbers as `{set, infinite, number}`). 22.05's JSON reports exit
+codes wrongly (0 for a batch script that exited 3), so with that layout they come from `sacct -P` and
+`scontrol` instead. `format text` uses `sacct -P` only. Node lists are expanded (`gpu[01-04,07]`); an array task
+is `123_4`; the components of a heterogeneous job (`123+0`, `123+1`) form one workload; each requeued run
+(`sacct -D`) is an attempt of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import hostlist
+
+from firstfault.blueprint.base import Discovery
+from firstfault.blueprint.config import ConfigError, ConnectorSpec, parse_time
+from firstfault.engine import ExecutionContext
+
+FINISHED = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                      "BOOT_FAIL", "DEADLINE", "REQUEUED", "REVOKED", "SPECIAL_EXIT"})
+TEXT_FIELDS = ("JobID", "JobIDRaw", "JobName", "User", "Partition", "State", "ExitCode", "DerivedExitCode",
+               "Start", "End", "NodeList", "Reason", "WorkDir", "Cluster")
+_SCONTROL_KEY = re.compile(r"\s(?=[A-Za-z][\w:/]*=)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class SlurmError(Exception):
+    """sacct or scontrol failed or answered something unreadable."""
+
+
+@dataclass
+class JobRecord:
+    """One row of accounting: one run of one job (or of one array task or het component)."""
+
+    job_id: str
+    raw_id: str
+    name: str = ""
+    user: str = ""
+    partition: str = ""
+    cluster: str = ""
+    state: str = ""
+    state_raw: str = ""
+    reason: str = ""
+    exit_code: str = ""
+    derived_exit_code: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+    nodes: list[str] = field(default_factory=list)
+    work_dir: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    het_job_id: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED and self.end is not None
+
+
+def expand_nodes(text: str) -> list[str]:
+    text = text.strip()
+    if not text or text in ("None assigned", "(null)", "None"):
+        return []
+    return list(hostlist.expand_hostlist(text))
+
+
+def base_state(text: str) -> str:
+    """`CANCELLED by 1234` -> `CANCELLED`."""
+    return text.split()[0] if text.split() else ""
+
+
+def _text_time(text: str) -> datetime | None:
+    """sacct prints local times without a zone."""
+    if text in ("", "Unknown", "None"):
+        return None
+    return datetime.fromisoformat(text).astimezone(timezone.utc)
+
+
+def _epoch(value: Any) -> datetime | None:
+    number = _number(value)
+    return _EPOCH + timedelta(seconds=number) if number else None
+
+
+def _number(value: Any) -> int | None:
+    """A plain number (22.05) or `{set, infinite, number}` (newer data_parser)."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set") and not value.get("infinite") else None
+    return None if value is None else int(value)
+
+
+def parse_sacct_text(text: str) -> list[JobRecord]:
+    """Rows of `sacct -X -D -P -n -o <TEXT_FIELDS>`."""
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) != len(TEXT_FIELDS):
+            raise SlurmError(f"sacct -P: expected {len(TEXT_FIELDS)} fields, got {len(cols)}: {line[:200]!r}")
+        row = dict(zip(TEXT_FIELDS, cols, strict=True))
+        het = row["JobID"].split("+", 1)[0] if "+" in row["JobID"] else ""
+        records.append(JobRecord(
+            job_id=row["JobID"], raw_id=row["JobIDRaw"], name=row["JobName"], user=row["User"],
+            partition=row["Partition"], cluster=row["Cluster"], state=base_state(row["State"]),
+            state_raw=row["State"], reason=row["Reason"], exit_code=row["ExitCode"],
+            derived_exit_code=row["DerivedExitCode"], start=_text_time(row["Start"]), end=_text_time(row["End"]),
+            nodes=expand_nodes(row["NodeList"]), work_dir=row["WorkDir"], het_job_id=het))
+    return records
+
+
+def _json_exit_code(value: dict[str, Any] | None) -> str:
+    if not value:
+        return ""
+    signal = value.get("signal") or {}
+    sig = signal.get("signal_id") if "signal_id" in signal else _number(signal.get("id"))
+    return f"{_number(value.get('return_code')) or 0}:{sig or 0}"
+
+
+def _json_job_id(job: dict[str, Any]) -> tuple[str, str]:
+    """(display id, het job id): `123_4` for array tasks, `123+1` for het components."""
+    raw = str(job["job_id"])
+    array, het = job.get("array") or {}, job.get("het") or {}
+    task = _number(array.get("task_id"))
+    if _number(array.get("job_id")) and task is not None:
+        return f"{_number(array['job_id'])}_{task}", ""
+    offset = _number(het.get("job_offset"))
+    if _number(het.get("job_id")) and offset is not None:
+        return f"{_number(het['job_id'])}+{offset}", str(_number(het["job_id"]))
+    return raw, ""
+
+
+def parse_sacct_json(doc: dict[str, Any]) -> tuple[list[JobRecord], bool]:
+    """Records of `sacct --json`, and whether the layout is 22.05's (whose exit codes must not be trusted)."""
+    records = []
+    old_layout = False
+    for job in doc.get("jobs", []):
+        state = (job.get("state") or {}).get("current", "")
+        if isinstance(state, str):
+            old_layout = True
+            flags = [state]
+        else:
+            flags = list(state)
+        job_id, het = _json_job_id(job)
+        main = next((f for f in flags if f in FINISHED), flags[0] if flags else "")
+        times = job.get("time") or {}
+        records.append(JobRecord(
+            job_id=job_id, raw_id=str(job["job_id"]), name=job.get("name", ""), user=job.get("user", ""),
+            partition=job.get("partition", ""), cluster=job.get("cluster", ""), state=main,
+            state_raw=" ".join(flags), reason=(job.get("state") or {}).get("reason", ""),
+            exit_code=_json_exit_code(job.get("exit_code")),
+            derived_exit_code=_json_exit_code(job.get("derived_exit_code")),
+            start=_epoch(times.get("start")), end=_epoch(times.get("end")), nodes=expand_nodes(job.get("nodes") or ""),
+            work_dir=job.get("working_directory", "") or job.get("current_working_directory", ""),
+            stdout=job.get("stdout_expanded", "") or "", stderr=job.get("stderr_expanded", "") or "",
+            het_job_id=het))
+    return records, old_layout
+
+
+def parse_scontrol(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show job -o` lines as {JobId: {key: value}}."""
+    jobs: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if "JobId=" not in line:
+            continue
+        fields = dict(part.split("=", 1) for part in _SCONTROL_KEY.split(line.strip()) if "=" in part)
+        jobs[fields["JobId"]] = fields
+    return jobs
+
+
+def _attempts(records: Iterable[JobRecord]) -> dict[str, list[JobRecord]]:
+    """Runs per job id, oldest first (requeues repeat the id)."""
+    runs: dict[str, list[JobRecord]] = defaultdict(list)
+    for record in records:
+        runs[record.job_id].append(record)
+    for group in runs.values():
+        group.sort(key=lambda r: r.start or r.end or _EPOCH)
+    return runs
+
+
+def _het_runs(components: Iterable[JobRecord]) -> list[list[JobRecord]]:
+    """Het components grouped per run: the k-th run of every component of a job belongs to run k."""
+    groups: dict[tuple[str, int], list[JobRecord]] = defaultdict(list)
+    seen: dict[str, int] = defaultdict(int)
+    for record in sorted(components, key=lambda r: r.start or r.end or _EPOCH):
+        groups[(record.het_job_id, seen[record.job_id])].append(record)
+        seen[record.job_id] += 1
+    return list(groups.values())
+
+
+def merge_het(components: list[JobRecord]) -> JobRecord:
+    """One record for a heterogeneous job: its nodes, its span, and the first component that did not complete."""
+    components = sorted(components, key=lambda r: int(r.job_id.split("+", 1)[1]))
+    first = components[0]
+    worst = next((c for c in components if c.state != "COMPLETED"), first)
+    nodes = list(dict.fromkeys(n for c in components for n in c.nodes))
+    starts = [c.start for c in components if c.start]
+    ends = [c.end for c in components if c.end]
+    return replace(first, job_id=first.het_job_id, nodes=nodes, state=worst.state, state_raw=worst.state_raw,
+                   reason=worst.reason, exit_code=worst.exit_code, start=min(starts, default=None),
+                   end=max(ends, default=None))
+
+
+def to_context(record: JobRecord, attempt: int, extra: dict[str, str]) -> ExecutionContext:
+    metadata = {"cluster": record.cluster, "user": record.user, "partition": record.partition,
+                "state_raw": record.state_raw, "reason": record.reason, "work_dir": record.work_dir,
+                "stdout": record.stdout, "stderr": record.stderr, "derived_exit_code": record.derived_exit_code,
+                **extra}
+    return ExecutionContext(
+        workload_id=f"slurm:{record.cluster or 'default'}:{record.job_id}", attempt=attempt, scheduler="slurm",
+        job_id=record.job_id, name=record.name, nodes=record.nodes, start_time=record.start, end_time=record.end,
+        scheduler_state=record.state, exit_code=record.exit_code,
+        metadata={k: v for k, v in metadata.items() if v})
+
+
+class SlurmContexts:
+    kind = "context"
+    OPTIONS = ("jobs", "since", "until", "users", "partitions", "states", "format", "lookback", "sacct",
+               "scontrol", "timeout", "label")
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        self.label = spec.label
+        self.jobs = spec.get_list("jobs")
+        self.since = spec.get("since", "1d") or "1d"
+        self.until = spec.get("until")
+        self.users = spec.get_list("users")
+        self.partitions = spec.get_list("partitions")
+        self.states = {s.upper() for s in spec.get_list("states")}
+        self.format = spec.get("format", "json")
+        if self.format not in ("json", "text"):
+            raise ConfigError(f"context slurm: format must be json or text, not {self.format!r}")
+        self.lookback = spec.get_duration("lookback", "15m")
+        self.sacct = spec.get("sacct", "sacct") or "sacct"
+        self.scontrol = spec.get("scontrol", "scontrol") or "scontrol"
+        self.timeout = spec.get_duration("timeout", "120s").total_seconds()
+        self._last_pass: datetime | None = None
+        parse_time(self.since)  # reject a bad value now rather than at the first pass
+
+    # -- commands ---------------------------------------------------------------------------------------
+    def _run(self, argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"{argv[0]}: {exc}") from None
+        if done.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[:500]}")
+        return done.stdout
+
+    def _selection(self, now: datetime) -> list[str]:
+        args = ["-D"]
+        if self.jobs:
+            return args + ["-j", ",".join(self.jobs)]
+        since = parse_time(self.since, now)
+        if self._last_pass is not None:   # watch mode: from the previous pass, minus accounting lag
+            since = max(since, self._last_pass - self.lookback)
+        until = parse_time(self.until, now) if self.until else now
+        args += ["-S", _sacct_time(since), "-E", _sacct_time(until)]
+        args += ["-u", ",".join(self.users)] if self.users else ["--allusers"]
+        if self.partitions:
+            args += ["-r", ",".join(self.partitions)]
+        return args
+
+    def _text_records(self, selection: list[str]) -> list[JobRecord]:
+        out = self._run([self.sacct, "-X", "-P", "-n", "-o", ",".join(TEXT_FIELDS), *selection])
+        return parse_sacct_text(out)
+
+    def records(self, now: datetime | None = None) -> list[JobRecord]:
+        now = now or datetime.now(timezone.utc)
+        selection = self._selection(now)
+        if self.format == "text":
+            records = self._text_records(selection)
+        else:
+            try:
+                doc = json.loads(self._run([self.sacct, "--json", *selection]))
+            except json.JSONDecodeError as exc:
+                raise SlurmError(f"sacct --json: not JSON: {exc}") from None
+            records, old_layout = parse_sacct_json(doc)
+            if old_layout:
+                _take_exit_codes(records, self._text_records(selection))
+        self._last_pass = now
+        return records
+
+    def _scontrol_jobs(self) -> dict[str, dict[str, str]]:
+        """Jobs slurmctld still holds (MinJobAge): the expanded StdOut/StdErr paths, the batch host."""
+        try:
+            return parse_scontrol(self._run([self.scontrol, "show", "job", "-o"]))
+        except SlurmError:
+            return {}
+
+    # -- discovery --------------------------------------------------------------------------------------
+    def discover(self) -> Discovery:
+        records = [r for r in self.records() if r.finished and (not self.states or r.state in self.states)]
+        live = self._scontrol_jobs()
+        found = Discovery()
+        for record in records:
+            _enrich(record, live.get(record.raw_id, {}))
+        singles = [r for r in records if not r.het_job_id]
+        merged = singles + [merge_het(group) for group in _het_runs(r for r in records if r.het_job_id)]
+        for job_id, runs in sorted(_attempts(merged).items()):
+            info = live.get(runs[-1].raw_id, {})
+            extra = {"batch_host": info.get("BatchHost", "") if info.get("BatchHost") != "(null)" else ""}
+            for attempt, record in enumerate(runs):
+                try:
+                    found.contexts.append(to_context(record, attempt, extra))
+                except ValueError as exc:
+                    found.problems.append(f"job {job_id}: {exc}")
+        return found
+
+
+def _take_exit_codes(records: list[JobRecord], text_records: list[JobRecord]) -> None:
+    """Slurm 22.05 JSON: keep its signals, take the exit status from `sacct -P` (matched by id and start)."""
+    codes = {(r.raw_id, r.start): r.exit_code for r in text_records}
+    derived = {(r.raw_id, r.start): r.derived_exit_code for r in text_records}
+    for record in records:
+        key = (record.raw_id, record.start)
+        if key in codes:
+            record.exit_code = codes[key]
+            record.derived_exit_code = derived[key]
+
+
+def _enrich(record: JobRecord, info: dict[str, str]) -> None:
+    """Fill what only slurmctld knows (expanded output paths); its exit code is authoritative on 22.05."""
+    if not info:
+        return
+    record.stdout = record.stdout or _path(info.get("StdOut", ""))
+    record.stderr = record.stderr or _path(info.get("StdErr", ""))
+    if info.get("JobState") and base_state(info["JobState"]) == record.state and info.get("ExitCode"):
+        record.exit_code = info["ExitCode"]
+
+
+def _path(value: str) -> str:
+    return "" if value in ("", "(null)", "/dev/null") else value
+
+
+def _sacct_time(value: datetime) -> str:
+    """sacct reads zone-less local times."""
+    return value.astimezone().strftime("%Y-%m-%dT%H:%M:%S")

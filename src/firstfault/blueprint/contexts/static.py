@@ -1,0 +1,73 @@
+"""Static workloads: directories in the corpus format (`scenario.toml` + `<node>/<source>.log`), the format
+`firstfault analyze` reads. The connector finds the workloads; `StaticEvidence` collects their log files.
+
+    --configs DIR                                  (the same as the next line)
+    --connector context static path DIR [path DIR2 ...]
+
+DIR is one workload directory or a directory of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from firstfault.blueprint.base import Discovery, LineBatch, NothingInScope
+from firstfault.blueprint.collectors.files import FileScope, read_batches
+from firstfault.blueprint.config import ConfigError, ConnectorSpec
+from firstfault.engine import EvidenceError, ExecutionContext
+from firstfault.engine.evidence import SCENARIO_FILE, evidence_files, read_context
+
+STATIC_DIR = "static_dir"
+
+
+def workload_dirs(root: Path) -> list[Path]:
+    if (root / SCENARIO_FILE).is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if (p / SCENARIO_FILE).is_file())
+
+
+class StaticContexts:
+    kind = "context"
+    OPTIONS = ("path", "label")
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        self.label = spec.label
+        self.roots = [Path(p).expanduser() for p in spec.get_list("path")]
+        if not self.roots:
+            raise ConfigError("context static: give `path DIR` (or --configs DIR)")
+
+    def discover(self) -> Discovery:
+        found = Discovery()
+        for root in self.roots:
+            if not root.is_dir():
+                found.problems.append(f"{root}: not a directory")
+                continue
+            for directory in workload_dirs(root):
+                try:
+                    ctx = read_context(directory)
+                except EvidenceError as exc:
+                    found.problems.append(str(exc))
+                    continue
+                ctx.metadata[STATIC_DIR] = str(directory.resolve())
+                found.contexts.append(ctx)
+        return found
+
+
+class StaticEvidence:
+    """The log files that ship with a static workload (never window-filtered: they are already scoped)."""
+
+    kind = "logs"
+    label = "static"
+
+    def applies(self, ctx: ExecutionContext) -> bool:
+        return STATIC_DIR in ctx.metadata
+
+    def collect(self, ctx: ExecutionContext) -> Iterator[LineBatch]:
+        directory = Path(ctx.metadata[STATIC_DIR])
+        files, _ = evidence_files(directory)
+        if not files:
+            raise NothingInScope(f"{directory}: no <node>/applog.log, syslog.log or scheduler.log")
+        for item in files:
+            origin = str(item.path.relative_to(directory))
+            yield from read_batches(item.path, FileScope(item.node, item.source, origin, None))

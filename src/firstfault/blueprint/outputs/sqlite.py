@@ -1,0 +1,231 @@
+"""SQLite output: one row per workload attempt, one row per attribution run (the re-run history).
+
+The schema is versioned (`schema_migrations`, mirrored in `PRAGMA user_version`) and migrated forward on open;
+the database runs in WAL mode so the dashboard can read while the Blueprint writes. Every run is written in one
+transaction, so a crash never leaves a half-written run. docs/blueprint.md ("SQLite schema") documents it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+from firstfault.blueprint.config import ConfigError, ConnectorSpec
+from firstfault.blueprint.result import AttributionBlueprintResult
+from firstfault.engine import ExecutionContext
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "workload attempts, attribution runs, run nodes, connector reports", """
+CREATE TABLE workload_attempts (
+    id               INTEGER PRIMARY KEY,
+    workload_id      TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    scheduler        TEXT NOT NULL,
+    job_id           TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    start_time       TEXT,
+    end_time         TEXT,
+    scheduler_state  TEXT NOT NULL,
+    exit_code        TEXT NOT NULL,
+    nodes_json       TEXT NOT NULL,
+    context_json     TEXT NOT NULL,
+    first_seen_at    TEXT NOT NULL,
+    latest_run_id    INTEGER REFERENCES attribution_runs(id),
+    UNIQUE (workload_id, attempt)
+);
+CREATE INDEX workload_attempts_end ON workload_attempts(end_time);
+CREATE INDEX workload_attempts_job ON workload_attempts(scheduler, job_id);
+
+CREATE TABLE attribution_runs (
+    id                      INTEGER PRIMARY KEY,
+    attempt_id              INTEGER NOT NULL REFERENCES workload_attempts(id),
+    attributed_at           TEXT NOT NULL,
+    status                  TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    error                   TEXT,
+    mode                    TEXT NOT NULL,
+    catalog_hash            TEXT NOT NULL,
+    terminal_state          TEXT,
+    outcome                 TEXT,
+    sub_domain              TEXT,
+    root_symptom            TEXT,
+    root_node               TEXT,
+    culprit_nodes_json      TEXT NOT NULL,
+    failed_connectors       INTEGER NOT NULL,
+    collect_s               REAL NOT NULL,
+    attribute_s             REAL NOT NULL,
+    total_s                 REAL NOT NULL,
+    connector_reports_json  TEXT NOT NULL,
+    result_json             TEXT NOT NULL
+);
+CREATE INDEX attribution_runs_attempt ON attribution_runs(attempt_id, id);
+CREATE INDEX attribution_runs_time ON attribution_runs(attributed_at);
+CREATE INDEX attribution_runs_outcome ON attribution_runs(outcome, attributed_at);
+CREATE INDEX attribution_runs_sub_domain ON attribution_runs(sub_domain, attributed_at);
+
+CREATE TABLE run_nodes (
+    run_id   INTEGER NOT NULL REFERENCES attribution_runs(id),
+    node     TEXT NOT NULL,
+    role     TEXT NOT NULL CHECK (role IN ('allocated', 'culprit', 'symptom')),
+    PRIMARY KEY (run_id, node, role)
+) WITHOUT ROWID;
+CREATE INDEX run_nodes_node ON run_nodes(node, role);
+
+CREATE TABLE connector_reports (
+    run_id             INTEGER NOT NULL REFERENCES attribution_runs(id),
+    connector          TEXT NOT NULL,
+    kind               TEXT NOT NULL,
+    status             TEXT NOT NULL CHECK (status IN ('ok', 'empty', 'error')),
+    reason             TEXT NOT NULL,
+    observation_count  INTEGER NOT NULL,
+    nodes_json         TEXT NOT NULL,
+    seconds            REAL NOT NULL
+);
+CREATE INDEX connector_reports_run ON connector_reports(run_id);
+CREATE INDEX connector_reports_status ON connector_reports(status, connector);
+
+CREATE VIEW latest_attributions AS
+SELECT a.id AS attempt_id, a.workload_id, a.attempt, a.scheduler, a.job_id, a.name, a.start_time, a.end_time,
+       a.scheduler_state, a.exit_code, a.nodes_json, r.id AS run_id, r.attributed_at, r.status, r.error, r.mode,
+       r.catalog_hash, r.terminal_state, r.outcome, r.sub_domain, r.root_symptom, r.root_node,
+       r.culprit_nodes_json, r.failed_connectors, r.total_s
+FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id;
+"""),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+class SchemaError(Exception):
+    """The database was written by a newer firstfault (or is not a Blueprint database)."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open (creating or migrating) a results database."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA foreign_keys=ON")
+    db.execute("PRAGMA synchronous=NORMAL")
+    migrate(db)
+    return db
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Apply the migrations this database lacks, each in its own transaction; returns the schema version."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                   "description TEXT NOT NULL, applied_at TEXT NOT NULL)")
+        current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise SchemaError(f"the database has schema version {current}; this firstfault knows up to "
+                              f"{SCHEMA_VERSION}: upgrade firstfault")
+        for version, description, sql in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in _statements(sql):
+                db.execute(statement)
+            db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, _now()))
+            db.execute(f"PRAGMA user_version = {version}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return SCHEMA_VERSION
+
+
+def _statements(sql: str) -> list[str]:
+    return [s.strip() for s in sql.split(";") if s.strip()]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _upsert_attempt(db: sqlite3.Connection, ctx: ExecutionContext) -> int:
+    db.execute(
+        """INSERT INTO workload_attempts (workload_id, attempt, scheduler, job_id, name, start_time, end_time,
+               scheduler_state, exit_code, nodes_json, context_json, first_seen_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (workload_id, attempt) DO UPDATE SET scheduler = excluded.scheduler,
+               job_id = excluded.job_id, name = excluded.name, start_time = excluded.start_time,
+               end_time = excluded.end_time, scheduler_state = excluded.scheduler_state,
+               exit_code = excluded.exit_code, nodes_json = excluded.nodes_json,
+               context_json = excluded.context_json""",
+        (ctx.workload_id, ctx.attempt, ctx.scheduler, ctx.job_id, ctx.name, _iso(ctx.start_time),
+         _iso(ctx.end_time), ctx.scheduler_state, ctx.exit_code, json.dumps(ctx.nodes),
+         ctx.model_dump_json(), _now()))
+    row = db.execute("SELECT id FROM workload_attempts WHERE workload_id = ? AND attempt = ?",
+                     (ctx.workload_id, ctx.attempt)).fetchone()
+    return int(row[0])
+
+
+def _run_nodes(result: AttributionBlueprintResult) -> set[tuple[str, str]]:
+    rows = {(node, "allocated") for node in result.context.nodes}
+    if result.diagnosis is not None:
+        rows |= {(c.node, "culprit") for c in result.diagnosis.culprit_nodes}
+        rows |= {(s.node, "symptom") for s in result.diagnosis.symptoms if s.node}
+    return rows
+
+
+def store(db: sqlite3.Connection, result: AttributionBlueprintResult) -> int:
+    """Write one attribution run (and its attempt row) in a single transaction; returns the run id."""
+    d = result.diagnosis
+    root = d.root_cause if d else None
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        attempt_id = _upsert_attempt(db, result.context)
+        cursor = db.execute(
+            """INSERT INTO attribution_runs (attempt_id, attributed_at, status, error, mode, catalog_hash,
+                   terminal_state, outcome, sub_domain, root_symptom, root_node, culprit_nodes_json,
+                   failed_connectors, collect_s, attribute_s, total_s, connector_reports_json, result_json)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (attempt_id, result.attributed_at.isoformat(), "ok" if d else "error", result.error, result.mode,
+             result.catalog_hash, d.terminal_state.value if d else None, d.outcome.value if d else None,
+             d.sub_domain.value if d else None, root.symptom if root else None, root.node if root else None,
+             json.dumps([c.node for c in d.culprit_nodes] if d else []), len(result.failed_connectors()),
+             result.timings.collect_s, result.timings.attribute_s, result.timings.total_s,
+             json.dumps([r.model_dump() for r in result.connector_reports]), result.model_dump_json()))
+        run_id = int(cursor.lastrowid or 0)
+        db.executemany("INSERT INTO run_nodes VALUES (?, ?, ?)",
+                       [(run_id, node, role) for node, role in sorted(_run_nodes(result))])
+        db.executemany("INSERT INTO connector_reports VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(run_id, r.connector, r.kind, r.status, r.reason, r.observation_count, json.dumps(r.nodes),
+                         r.seconds) for r in result.connector_reports])
+        db.execute("UPDATE workload_attempts SET latest_run_id = ? WHERE id = ?", (run_id, attempt_id))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return run_id
+
+
+class SqliteOutput:
+    kind = "output"
+    OPTIONS = ("path", "db", "label")
+
+    def __init__(self, spec: ConnectorSpec) -> None:
+        self.label = spec.label
+        db_kind = spec.get("db", "sqlite")
+        if db_kind != "sqlite":
+            raise ConfigError(f"output db: unknown database {db_kind!r} (sqlite)")
+        self.path = Path(spec.require("path")).expanduser()
+        self.db = connect(self.path)
+
+    def already_attributed(self, ctx: ExecutionContext) -> bool:
+        row = self.db.execute(
+            """SELECT 1 FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id
+               WHERE a.workload_id = ? AND a.attempt = ? AND r.status = 'ok'""",
+            (ctx.workload_id, ctx.attempt)).fetchone()
+        return row is not None
+
+    def write(self, result: AttributionBlueprintResult) -> None:
+        store(self.db, result)
+
+    def close(self) -> None:
+        self.db.close()
