@@ -1,0 +1,125 @@
+"""Run one command and measure it: wall time, CPU time and peak memory (whole process tree).
+
+Peak memory is measured two ways. `rss_mb` is the kernel's peak resident set of the largest single process
+(ru_maxrss from wait4, which covers the command and every child it waited for). `tree_pss_mb` samples the
+whole process tree every 20 ms and sums the proportional set size (PSS) of its processes, so memory that
+forked workers share with their parent is counted once; `tree_rss_mb` is the same sum of plain RSS (counts
+shared pages once per process, an upper bound).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Measurement:
+    wall_s: float
+    cpu_s: float
+    rss_mb: float
+    tree_rss_mb: float
+    tree_pss_mb: float
+    exit_code: int
+    stderr: str
+    timed_out: bool = False
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(_children(p))
+    return out
+
+
+def _kb(path: str, field: str) -> int:
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class _TreeSampler(threading.Thread):
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.peak_rss_kb = 0
+        self.peak_pss_kb = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            pids = _tree(self.pid)
+            rss = sum(_kb(f"/proc/{p}/status", "VmRSS:") for p in pids)
+            pss = sum(_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
+            self.peak_rss_kb = max(self.peak_rss_kb, rss)
+            self.peak_pss_kb = max(self.peak_pss_kb, pss)
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def pin_prefix(cpu: int | None) -> list[str]:
+    """`taskset -c CPU` (run on one core) when asked for and available."""
+    if cpu is None or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(cpu)]
+
+
+def run(cmd: list[str], *, stdout: Path, env: dict[str, str] | None = None, pin: int | None = None,
+        timeout: float | None = None) -> Measurement:
+    """Run `cmd` with stdout to a file (never /dev/null: GNU grep stops at the first match when its output
+    is /dev/null)."""
+    full = pin_prefix(pin) + cmd
+    err_path = stdout.with_suffix(stdout.suffix + ".err")
+    with open(stdout, "wb") as out, open(err_path, "wb") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(full, stdout=out, stderr=err, env=env)
+        sampler = _TreeSampler(proc.pid)
+        sampler.start()
+        timed_out = False
+        deadline = None if timeout is None else started + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                for p in reversed(_tree(proc.pid)):
+                    try:
+                        os.kill(p, 9)
+                    except OSError:
+                        pass
+                timed_out = True
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.002)
+        wall = time.perf_counter() - started
+        sampler.stop()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so tell Popen
+    stderr = err_path.read_text(errors="replace")
+    err_path.unlink()
+    return Measurement(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, rss_mb=usage.ru_maxrss / 1024,
+                       tree_rss_mb=sampler.peak_rss_kb / 1024, tree_pss_mb=sampler.peak_pss_kb / 1024,
+                       exit_code=proc.returncode, stderr=stderr[-2000:], timed_out=timed_out)
