@@ -1,6 +1,6 @@
 """firstfault benchmark harness (docs/benchmarks.md).
 
-    python -m bench run [--suite quick|full|smoke] [--series size,nodes,rules] [--repeat N] [--no-pin]
+    python -m bench run [--suite quick|full|smoke] [--series size,nodes,rules] [--repeat N] [--pin]
                         [--clean] [--out bench/out]
     python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run a benchmark suite (firstfault vs grep, scaling series)")
     r.add_argument("--suite", choices=["smoke", "quick", "full"], default="quick")
     r.add_argument("--series", help="comma-separated subset of size,nodes,rules")
-    r.add_argument("--repeat", type=int, help="timed rounds per case (default 3; smoke 1)")
-    r.add_argument("--no-pin", action="store_true", help="do not pin 1-worker runs (and grep) to one core")
+    r.add_argument("--repeat", type=int, help="timed rounds per case (default 5, 3 above 4 GiB; smoke 1)")
+    r.add_argument("--pin", action="store_true", help="pin 1-worker runs and grep to the last core (taskset)")
     r.add_argument("--clean", action="store_true", help="delete the generated workloads afterwards")
     r.add_argument("--out", type=Path, default=DEFAULT_OUT)
     s = sub.add_parser("service", help="the service path: concurrent sessions over loopback")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.suite import run_suite
 
         series = args.series.split(",") if args.series else None
-        result = run_suite(args.suite, args.out, repeat=args.repeat, pin=not args.no_pin, series=series,
+        result = run_suite(args.suite, args.out, repeat=args.repeat, pin=args.pin, series=series,
                            keep_data=not args.clean)
         print()
         print(result["markdown"])

@@ -136,7 +136,7 @@ class Engine:
                 item = files[i]
                 futures[i] = pool.submit(_scan_file, item.node, item.source, str(item.path),
                                          str(item.path.relative_to(directory)))
-            timings.add("analyze.pool_start", time.perf_counter() - started)
+            timings.add("analyze.pool_start", time.perf_counter() - started)  # wall only
             for i, item in enumerate(files):
                 state = futures.pop(i).result()
                 with timings.phase("analyze.merge"):

@@ -85,6 +85,20 @@ class IngestState:
     timings: Timings
 
 
+def _line_numbers(data: bytes | bytearray, hits: list[tuple[int, int, list[int]]],
+                  first_line: int) -> tuple[list[int], int]:
+    """The line number of every hit (data starts at `first_line`), and the offset of the last hit's line."""
+    numbers = []
+    line = first_line
+    pos = 0
+    count = data.count
+    for start, _end, _ids in hits:
+        line += count(b"\n", pos, start)
+        pos = start
+        numbers.append(line)
+    return numbers, pos
+
+
 def _evidence_key(ev: Evidence) -> tuple[Any, ...]:
     t = ev.time
     return (t is None, t.timestamp() if t else 0.0, ev.provenance.origin, ev.provenance.line or 0,
@@ -156,39 +170,51 @@ class Session:
         scanner = self.compiled.scanners[source]
         extractors = self.compiled.by_source[source]
         clock = _time.perf_counter
+        cpu_clock = _time.thread_time
         last_time: datetime | None = None
         line_no = 1
         nbytes = 0
         hit_lines = 0
-        scan_s = hits_s = 0.0
-        started = clock()
+        scan_s = lines_s = hits_s = 0.0
+        scan_cpu = lines_cpu = hits_cpu = 0.0
+        started, started_cpu = clock(), cpu_clock()
         for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
                                                                  max_line_bytes=self.max_line_bytes):
             nbytes += length + 1
             if truncated:
                 self._issue(f"{origin}:{line_no}: line longer than {self.max_line_bytes} bytes; "
                             "scanned up to that length, the rest skipped")
-            t0 = clock()
+            t0, c0 = clock(), cpu_clock()
             hits = scanner.scan(data, length)
-            t1 = clock()
-            scan_s += t1 - t0
+            t1, c1 = clock(), cpu_clock()
             if hits:
+                numbers, pos = _line_numbers(data, hits, line_no)
+                line_no = numbers[-1] + data.count(b"\n", pos, length) + 1
+                t2, c2 = clock(), cpu_clock()
                 hit_lines += len(hits)
-                last_time, at_line, pos = self._handle_hits(data, line_no, start_offset, hits, node, source,
-                                                            origin, extractors, last_time, length=length)
-                line_no = at_line + data.count(b"\n", pos, length) + 1
-                hits_s += clock() - t1
+                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, extractors,
+                                              last_time)
+                t3, c3 = clock(), cpu_clock()
             else:
                 line_no += data.count(b"\n", 0, length) + 1
+                t2, c2 = clock(), cpu_clock()
+                t3, c3 = t2, c2
+            scan_s += t1 - t0
+            lines_s += t2 - t1
+            hits_s += t3 - t2
+            scan_cpu += c1 - c0
+            lines_cpu += c2 - c1
+            hits_cpu += c3 - c2
             last_time = self._last_time_of(data, length) or last_time
         lines = line_no - 1
         self._count(node, source, origin, lines, nbytes)
-        elapsed = clock() - started
+        elapsed, elapsed_cpu = clock() - started, cpu_clock() - started_cpu
         with self._lock:
             t = self.timings
-            t.add("ingest.scan", scan_s)
-            t.add("ingest.hits", hits_s)
-            t.add("ingest.read", elapsed - scan_s - hits_s)
+            t.add("ingest.scan", scan_s, scan_cpu)
+            t.add("ingest.lines", lines_s, lines_cpu)
+            t.add("ingest.hits", hits_s, hits_cpu)
+            t.add("ingest.read", elapsed - scan_s - lines_s - hits_s, elapsed_cpu - scan_cpu - lines_cpu - hits_cpu)
             t.count("lines", lines)
             t.count("bytes", nbytes)
             t.count("hit_lines", hit_lines)
@@ -210,8 +236,9 @@ class Session:
         self._count(node, source, origin, len(lines), len(data) + 1)
         hits = self.compiled.scanners[source].scan(data)
         if hits:
-            self._handle_hits(data, first_line, None, hits, node, source, origin, self.compiled.by_source[source], None,
-                              times=times, labels=labels, length=len(data))
+            numbers, _ = _line_numbers(data, hits, first_line)
+            self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
+                              times=times, first_line=first_line, labels=labels)
         return len(lines)
 
     def ingest(self, observations: Iterable[Observation]) -> int:
@@ -242,18 +269,14 @@ class Session:
                 self._accumulate(spec.type, obs.node, spec.symptom, extractor.name, time, evidence,
                                  spec.attributes)
 
-    def _handle_hits(self, data: bytes | bytearray, first_line: int, start_offset: int | None,
+    def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
-                     extractors: list[Extractor], last_time: datetime | None, *, length: int,
-                     times: list[datetime | None] | None = None,
-                     labels: dict[str, str] | None = None) -> tuple[datetime | None, int, int]:
-        """Emit the events of the matching lines of `data[:length]`. Returns the time to carry on with, and
-        the line number and offset of the last hit's line (the caller counts the newlines after it)."""
-        line_no = first_line
-        pos = 0
-        for start, end, ids in hits:
-            line_no += data.count(b"\n", pos, start)
-            pos = start
+                     extractors: list[Extractor], last_time: datetime | None, *,
+                     times: list[datetime | None] | None = None, first_line: int = 1,
+                     labels: dict[str, str] | None = None) -> datetime | None:
+        """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
+        with."""
+        for line_no, (start, end, ids) in zip(numbers, hits):
             raw = data[start:end]
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
@@ -269,7 +292,7 @@ class Session:
             offset = None if start_offset is None else start_offset + start
             self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
                             inherited)
-        return last_time, line_no, pos
+        return last_time
 
     def _last_time_of(self, data: bytes | bytearray, before: int) -> datetime | None:
         """Time of the nearest stamped line that ends before `before` (bounded look-back)."""
@@ -313,7 +336,8 @@ class Session:
             m = extractor.regex.search(text)
             if m is None:  # hyperscan and re disagree only on pathological input; re decides
                 continue
-            captures = {k: v for k, v in m.groupdict().items() if v is not None}
+            groups = m.groupdict()
+            captures = {k: v for k, v in groups.items() if v is not None}
             attributes: dict[str, Any] = {**extractor.attributes, **captures}
             if rank_match and "rank" not in attributes:
                 attributes["rank"] = rank_match.group(1) or rank_match.group(2)
@@ -322,7 +346,7 @@ class Session:
                 symptom = None
             else:
                 event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
-                symptom = extractor.render_symptom(m.groupdict())
+                symptom = extractor.render_symptom(groups)
             discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
             self._accumulate(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator,
                              evidence_key)
