@@ -22,6 +22,7 @@ from firstfault.engine.timing import Timings
 
 _BINARY_SNIFF_BYTES = 64 * 1024
 _TEXT_CONTROL = {9, 10, 12, 13, 27}
+_NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in _TEXT_CONTROL)
 # Below this much evidence a process pool costs more than it saves (starting workers, shipping states).
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 MAX_AUTO_WORKERS = 8
@@ -32,7 +33,7 @@ def looks_binary(head: bytes) -> bool:
     sample = head.replace(b"\0", b"")
     if not sample:  # all NUL: the padding a crashed node leaves in its syslog, scanned as text
         return False
-    control = sum(1 for b in sample if b < 32 and b not in _TEXT_CONTROL)
+    control = len(sample.translate(None, _NOT_CONTROL))  # bytes < 32 other than tab, newline, FF, CR, ESC
     return control / len(sample) > 0.10
 
 
@@ -127,27 +128,53 @@ class Engine:
         init_args = (key, self.catalog.content_hash, self.catalog.extra_files, self.params, slim,
                      session.block_size, session.max_line_bytes)
         started = time.perf_counter()
+        origins = [str(item.path.relative_to(directory)) for item in files]
         with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
                                  initargs=init_args) as pool:
-            # Largest files first (keeps both workers busy to the end); merged in file order.
-            order = sorted(range(len(files)), key=lambda i: (-sizes[i], i))
-            futures: dict[int, Future[IngestState]] = {}
-            for i in order:
-                item = files[i]
-                futures[i] = pool.submit(_scan_file, item.node, item.source, str(item.path),
-                                         str(item.path.relative_to(directory)))
+            batches = _batches(sizes, workers)
+            futures: list[Future[list[IngestState]] | None] = []
+            task_of: dict[int, int] = {}  # file index -> the task that scans it
+            for t, batch in enumerate(batches):
+                futures.append(pool.submit(_scan_files, [(files[i].node, files[i].source, str(files[i].path),
+                                                          origins[i]) for i in batch]))
+                task_of.update({i: t for i in batch})
             timings.add("analyze.pool_start", time.perf_counter() - started)  # wall only
-            for i, item in enumerate(files):
-                state = futures.pop(i).result()
+            states: dict[int, IngestState] = {}
+            for i, item in enumerate(files):  # merged in file order, whatever order the tasks finish in
+                if i not in states:
+                    t = task_of[i]
+                    future = futures[t]
+                    assert future is not None
+                    states.update(zip(batches[t], future.result()))
+                    futures[t] = None
+                state = states.pop(i)
                 with timings.phase("analyze.merge"):
                     if state.dropped_keys:
                         # The worker hit the event-key cap on this file alone: only a sequential ingest
                         # reproduces which events survive the cap, so do that here.
-                        self.ingest_file(session, item.node, item.source, item.path,
-                                         origin=str(item.path.relative_to(directory)))
+                        self.ingest_file(session, item.node, item.source, item.path, origin=origins[i])
                         timings.count("merge_fallbacks", 1)
                     else:
                         session.merge_state(state)
+
+
+def _batches(sizes: list[int], workers: int) -> list[list[int]]:
+    """File indices grouped into tasks: the largest files first, each task about 1/16 of a worker's share of
+    the bytes (at least 4 MiB), so that thousands of small files do not cost a round trip each, while large
+    files still spread over the workers. Files keep their order within a task."""
+    target = max(sum(sizes) // (workers * 16), 4 * 1024 * 1024)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        current.append(i)
+        current_bytes += sizes[i]
+        if current_bytes >= target:
+            batches.append(sorted(current))
+            current, current_bytes = [], 0
+    if current:
+        batches.append(sorted(current))
+    return batches
 
 
 def default_cache_dir() -> Path | None:
@@ -200,12 +227,16 @@ def _init_worker(key: str, content_hash: str, extra_files: list[tuple[str, bytes
                    max_line_bytes=max_line_bytes)
 
 
-def _scan_file(node: str, source: SourceKind, path: str, origin: str) -> IngestState:
+def _scan_files(items: list[tuple[str, SourceKind, str, str]]) -> list[IngestState]:
+    """Scan each file into a session of its own (states merge per file, in file order)."""
     engine: Engine = _WORKER["engine"]
-    session = Session(_WORKER["context"], engine.compiled, _WORKER["params"], block_size=_WORKER["block_size"],
-                      max_line_bytes=_WORKER["max_line_bytes"])
-    engine.ingest_file(session, node, source, Path(path), origin=origin)
-    return session.export_state()
+    states = []
+    for node, source, path, origin in items:
+        session = Session(_WORKER["context"], engine.compiled, _WORKER["params"], block_size=_WORKER["block_size"],
+                          max_line_bytes=_WORKER["max_line_bytes"])
+        engine.ingest_file(session, node, source, Path(path), origin=origin)
+        states.append(session.export_state())
+    return states
 
 
 @lru_cache(maxsize=1)

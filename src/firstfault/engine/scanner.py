@@ -250,7 +250,9 @@ class SourceScanner:
     match that re rejected would hide the real one).
     """
 
-    TAIL_WINDOWS = (64 * 1024, 1024 * 1024)
+    # Growing tails searched for the last match of a sampled pattern. Any sizes give the same result; a small
+    # first window keeps the callbacks to the few lines at the end of a block (a small file is one block).
+    TAIL_WINDOWS = (4 * 1024, 64 * 1024, 1024 * 1024)
 
     def __init__(self, patterns: list[str], sampled: frozenset[int] = frozenset(), *,
                  cache_dir: Path | None = None) -> None:
