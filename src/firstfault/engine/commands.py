@@ -201,7 +201,7 @@ def _rules_test(args: argparse.Namespace) -> int:
     if isinstance(catalog, int):
         return catalog
     try:
-        failures = check_catalog(catalog)
+        failures = check_catalog(catalog, strict=True)
     except CatalogError as exc:
         return error(str(exc))
     cases = sum(len(e.cases) for e in catalog.extractors) + sum(len(r.cases) for r in catalog.python_rules)

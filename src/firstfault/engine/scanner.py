@@ -240,9 +240,13 @@ def _bracket_end(pattern: str, i: int) -> int:
 class SourceScanner:
     """Compiled hyperscan databases for a list of patterns (ids are list positions).
 
-    A hit means the line may match the pattern: for most patterns hyperscan decides exactly, for those with
-    a `scan_expression` (`exact[i]` False) it scans a necessary part only. Callers confirm every hit with
-    Python `re` (the session does, for the captures anyway).
+    A hit means the line may match the pattern: the regular patterns are compiled in hyperscan's prefilter
+    mode (HS_FLAG_PREFILTER: hyperscan may approximate a construct and report a superset of the matches, never
+    fewer), and those with a `scan_expression` are scanned for a necessary part only. Callers confirm every
+    hit with Python `re` (the session does, for the captures anyway). Prefiltering costs nothing in precision
+    on the corpus (the same 6,586 line/pattern pairs as exact matching) and scans training logs 25% faster
+    with the packaged catalog, 80% faster with a catalog ten times its size. `exact[i]` is True only for the
+    sampled patterns; `rules test` still compiles every pattern exactly (`exact_database`).
 
     Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
     the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
@@ -261,15 +265,15 @@ class SourceScanner:
         self.size = len(patterns)
         self._local = threading.local()
         self.cached = False
-        self.exact: list[bool] = []
+        self.exact: list[bool] = [index in sampled for index in range(len(patterns))]
         expressions = []
         for index, pattern in enumerate(patterns):
             tail = None if index in sampled else scan_expression(pattern)
-            self.exact.append(tail is None)
             expressions.append(pattern if tail is None else tail)
         regular = [i for i in range(len(patterns)) if i not in sampled]
         sampled_ids = sorted(sampled)
-        plan = [("main", regular, 0), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH), ("tail", sampled_ids, 0)]
+        plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH),
+                ("tail", sampled_ids, 0)]
         dbs: dict[str, hyperscan.Database] = {}
         cache_files: dict[str, Path] = {}
         if cache_dir is not None and patterns:
@@ -284,9 +288,6 @@ class SourceScanner:
             self.cached = bool(cache_files) and len(dbs) == len(cache_files)
         if not self.cached:
             dbs = {}
-            for index in regular:
-                if not self.exact[index]:
-                    _compile([patterns[index]], [index])  # the whole pattern must still be in hyperscan's subset
             for name, ids, flags in plan:
                 if ids:
                     dbs[name] = _compile([expressions[i] for i in ids], ids, flags)
@@ -363,6 +364,12 @@ class SourceScanner:
             lines.append((current_start, current_end, sorted(set(ids))))
         return lines
 
+def exact_database(patterns: list[str]) -> hyperscan.Database:
+    """Every pattern compiled exactly, as written (the catalog check: patterns must stay in hyperscan's
+    subset even though the engine scans with prefilter databases)."""
+    return _compile(patterns, list(range(len(patterns))))
+
+
 def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hyperscan.Database:
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
@@ -376,7 +383,7 @@ def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hy
     return db
 
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 def _load_cached(path: Path) -> hyperscan.Database | None:

@@ -43,6 +43,21 @@ def _compile(catalog: Catalog) -> Any:
         raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
 
 
+def _compile_exactly(catalog: Catalog) -> None:
+    from firstfault.engine.scanner import exact_database
+
+    try:
+        exact_database(catalog.pattern_list())
+    except PatternCompileError:
+        for extractor in catalog.extractors:
+            try:
+                exact_database([extractor.match_re])
+            except PatternCompileError as single:
+                raise CatalogError(f"{extractor.origin}: extractor {extractor.name}: match_re does not compile "
+                                   f"with hyperscan: {single}") from None
+        raise
+
+
 def _position(compiled: Any, source: SourceKind, extractor: Extractor) -> int:
     """The extractor's pattern id in its source's scanner (by identity: comparing the frozen dataclasses field
     by field made `list.index` quadratic in the catalog size)."""
@@ -143,9 +158,13 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     return None
 
 
-def check_catalog(catalog: Catalog, compiled: Any = None) -> list[CaseFailure]:
-    """Run every inline case; return all failures (empty = the catalog is sound)."""
+def check_catalog(catalog: Catalog, compiled: Any = None, *, strict: bool = False) -> list[CaseFailure]:
+    """Run every inline case; return all failures (empty = the catalog is sound). `strict` (`rules test`) also
+    compiles every pattern exactly, as written: the engine scans with prefilter databases, which accept some
+    constructs that exact hyperscan (and RE2) refuse."""
     compiled = compiled or _compile(catalog)
+    if strict:
+        _compile_exactly(catalog)
     failures: list[CaseFailure] = []
     for extractor in catalog.extractors:
         for i, case in enumerate(extractor.cases, start=1):
