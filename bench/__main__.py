@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--repeat", type=int, help="timed rounds per case (default 5, 3 above 4 GiB; smoke 1)")
     r.add_argument("--pin", action="store_true", help="pin 1-worker runs and grep to the last core (taskset)")
     r.add_argument("--clean", action="store_true", help="delete the generated workloads afterwards")
+    r.add_argument("--quiet", type=float, default=0.15, metavar="SHARE",
+                   help="before each timed run wait (up to 2 min) until less than SHARE of the CPUs are busy "
+                        "(default 0.15; 1 disables): keeps other work on a shared machine out of the numbers")
     r.add_argument("--out", type=Path, default=DEFAULT_OUT)
     s = sub.add_parser("service", help="the service path: concurrent sessions over loopback")
     s.add_argument("--url", help="an already running `firstfault serve` (default: start one)")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
         series = args.series.split(",") if args.series else None
         result = run_suite(args.suite, args.out, repeat=args.repeat, pin=args.pin, series=series,
-                           keep_data=not args.clean)
+                           keep_data=not args.clean, quiet=None if args.quiet >= 1 else args.quiet)
         print()
         print(result["markdown"])
         print(f"\n(written to {result['json_path']} and .md)")

@@ -81,6 +81,40 @@ class _TreeSampler(threading.Thread):
         self.join()
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields), idle
+
+
+def busy_fraction(interval: float = 0.5) -> float:
+    """Share of all CPUs busy over `interval` (other tenants of a shared machine included)."""
+    try:
+        total0, idle0 = _cpu_ticks()
+        time.sleep(interval)
+        total1, idle1 = _cpu_ticks()
+    except (OSError, ValueError):
+        return 0.0
+    total = total1 - total0
+    return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
+
+
+def wait_quiet(threshold: float = 0.15, max_wait: float = 120.0) -> tuple[bool, float]:
+    """Wait (up to max_wait seconds) until the machine is idle: less than `threshold` of the CPUs busy over
+    half a second. Returns (quiet, seconds waited). On a shared machine this keeps runs from overlapping
+    other people's test suites; it never waits forever."""
+    started = time.perf_counter()
+    while True:
+        busy = busy_fraction()
+        waited = time.perf_counter() - started
+        if busy < threshold:
+            return True, waited
+        if waited > max_wait:
+            return False, waited
+        time.sleep(0.5)
+
+
 def pin_prefix(cpu: int | None) -> list[str]:
     """`taskset -c CPU` (run on one core) when asked for and available."""
     if cpu is None or shutil.which("taskset") is None:

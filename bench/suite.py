@@ -68,6 +68,8 @@ class Runner:
     pin: bool = False
     python: str = sys.executable
     grep_timeout: float = 600.0
+    quiet: float | None = 0.15  # wait for the machine to be this idle before each timed run (None: do not wait)
+    quiet_max_wait: float = 120.0
     log: Any = print
     rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -126,13 +128,16 @@ class Runner:
         ff_timings: list[dict[str, Any]] = []
         correct = []
         rounds = self.repeat if manifest["bytes"] < 4 * 1024 * MIB else min(self.repeat, 3)
+        quiet_runs = 0
         for _ in range(rounds):
+            quiet_runs += self._settle()
             m = measure.run(ff_cmd, stdout=runs / f"{tag}.json", env=self.env, pin=pin)
             if m.exit_code != 0:
                 raise RuntimeError(f"{' '.join(ff_cmd)} failed: {m.stderr}")
             ff_runs.append(m)
             ff_timings.append(json.loads(timings_file.read_text()))
             correct.append(check(json.loads((runs / f"{tag}.json").read_text()), case.spec))
+            quiet_runs += self._settle()
             g = measure.run(grep_cmd, stdout=runs / f"{tag}.grep.txt", env=grep_env, pin=pin,
                             timeout=self.grep_timeout)
             if g.exit_code not in (0, 1) and not g.timed_out:
@@ -176,12 +181,20 @@ class Runner:
             "ratio_cpu": round(statistics.median(m.cpu_s for m in grep_runs)
                                / statistics.median(m.cpu_s for m in ff_runs), 2),
             "correct": all(c is None for c in correct), "errors": [c for c in correct if c],
-            "pinned_cpu": pin, "loadavg_before": [round(x, 2) for x in load_before],
+            "pinned_cpu": pin, "runs_started_on_idle_machine": f"{quiet_runs}/{2 * rounds}",
+            "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         }
         self.rows.append(row)
         self.log(summary_line(row))
         return row
+
+
+    def _settle(self) -> int:
+        if self.quiet is None:
+            return 0
+        quiet, _ = measure.wait_quiet(self.quiet, self.quiet_max_wait)
+        return int(quiet)
 
 
 def check(result: dict[str, Any], spec: Spec) -> str | None:
@@ -319,12 +332,13 @@ def _size_row(r: dict[str, Any]) -> str:
 
 
 def run_suite(name: str, out: Path, *, repeat: int | None = None, pin: bool = False, series: list[str] | None = None,
-              keep_data: bool = True, log: Any = print) -> dict[str, Any]:
+              keep_data: bool = True, log: Any = print, quiet: float | None = 0.15) -> dict[str, Any]:
     """Run a suite; returns {"environment", "rows", "markdown", "json_path"} and writes them under out/results."""
     if shutil.which("grep") is None:
         raise SystemExit("grep is not installed: the benchmark compares against grep -E -f")
     out.mkdir(parents=True, exist_ok=True)
-    runner = Runner(out=out, repeat=repeat or (1 if name == "smoke" else 5), pin=pin, log=log)
+    runner = Runner(out=out, repeat=repeat or (1 if name == "smoke" else 5), pin=pin, log=log,
+                    quiet=None if name == "smoke" else quiet)
     env = environment()
     cases = [c for c in suite_cases(name) if series is None or c.series in series]
     try:
