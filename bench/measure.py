@@ -28,6 +28,7 @@ class Measurement:
     exit_code: int
     stderr: str
     timed_out: bool = False
+    stdout_lines: int = 0
 
 
 def _children(pid: int) -> list[int]:
@@ -122,15 +123,38 @@ def pin_prefix(cpu: int | None) -> list[str]:
     return ["taskset", "-c", str(cpu)]
 
 
-def run(cmd: list[str], *, stdout: Path, env: dict[str, str] | None = None, pin: int | None = None,
-        timeout: float | None = None) -> Measurement:
-    """Run `cmd` with stdout to a file (never /dev/null: GNU grep stops at the first match when its output
-    is /dev/null)."""
+class _LineCounter(threading.Thread):
+    """Drains a pipe and counts its lines (what `| wc -l` would do, without writing anything to disk)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.lines = 0
+
+    def run(self) -> None:
+        while chunk := os.read(self.fd, 1 << 20):
+            self.lines += chunk.count(b"\n")
+        os.close(self.fd)
+
+
+def run(cmd: list[str], *, stdout: Path | None, env: dict[str, str] | None = None, pin: int | None = None,
+        timeout: float | None = None, err_path: Path | None = None) -> Measurement:
+    """Run `cmd` with stdout to a file, or (stdout=None) into a pipe whose lines are counted. Never to
+    /dev/null: GNU grep stops at the first match when its output is /dev/null. A pipe keeps gigabytes of
+    grep output out of the page cache, where they would evict the evidence being measured."""
     full = pin_prefix(pin) + cmd
-    err_path = stdout.with_suffix(stdout.suffix + ".err")
-    with open(stdout, "wb") as out, open(err_path, "wb") as err:
+    err_path = err_path or (stdout.with_suffix(stdout.suffix + ".err") if stdout else Path(os.devnull))
+    counter = None
+    with open(stdout if stdout else os.devnull, "wb") as out, open(err_path, "wb") as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=out, stderr=err, env=env)
+        if stdout is None:
+            read_fd, write_fd = os.pipe()
+            proc = subprocess.Popen(full, stdout=write_fd, stderr=err, env=env)
+            os.close(write_fd)
+            counter = _LineCounter(read_fd)
+            counter.start()
+        else:
+            proc = subprocess.Popen(full, stdout=out, stderr=err, env=env)
         sampler = _TreeSampler(proc.pid)
         sampler.start()
         timed_out = False
@@ -149,11 +173,15 @@ def run(cmd: list[str], *, stdout: Path, env: dict[str, str] | None = None, pin:
                 pid, status, usage = os.wait4(proc.pid, 0)
                 break
             time.sleep(0.002)
+        if counter is not None:
+            counter.join()
         wall = time.perf_counter() - started
         sampler.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so tell Popen
-    stderr = err_path.read_text(errors="replace")
-    err_path.unlink()
+    stderr = "" if str(err_path) == os.devnull else err_path.read_text(errors="replace")
+    if str(err_path) != os.devnull:
+        err_path.unlink()
     return Measurement(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, rss_mb=usage.ru_maxrss / 1024,
                        tree_rss_mb=sampler.peak_rss_kb / 1024, tree_pss_mb=sampler.peak_pss_kb / 1024,
-                       exit_code=proc.returncode, stderr=stderr[-2000:], timed_out=timed_out)
+                       exit_code=proc.returncode, stderr=stderr[-2000:], timed_out=timed_out,
+                       stdout_lines=counter.lines if counter else 0)

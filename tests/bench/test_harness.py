@@ -55,6 +55,7 @@ def test_smoke_suite_reports_every_field(tmp_path: Path) -> None:
         for phase in ("ingest.scan", "ingest.hits", "ingest.read", "analyze.attribute", "catalog.load"):
             assert phase in ff["phases"], phase
         assert grep["wall_s"] > 0 and grep["matched_lines"] > 0 and row["ratio_grep_over_firstfault"] > 0
+        assert row["grep_count"]["wall_s"] > 0 and row["ratio_grep_count_over_firstfault"] > 0
     assert {r["workers"] for r in rows if r["series"] == "size"} == {1, 2}
     assert [r["rules_factor"] for r in rows if r["series"] == "rules"] == [1, 2]
     saved = json.loads(Path(out["json_path"]).read_text())

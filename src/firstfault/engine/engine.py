@@ -106,8 +106,7 @@ class Engine:
                 self._ingest_parallel(session, directory, files, sizes, workers, timings)
             else:
                 for item in files:
-                    self.ingest_file(session, item.node, item.source, item.path,
-                                     origin=str(item.path.relative_to(directory)))
+                    self.ingest_file(session, item.node, item.source, item.path, origin=_origin(item))
         timings.merge(session.timings)
         session.timings = timings
         with timings.phase("analyze.attribute"):
@@ -128,7 +127,7 @@ class Engine:
         init_args = (key, self.catalog.content_hash, self.catalog.extra_files, self.params, slim,
                      session.block_size, session.max_line_bytes)
         started = time.perf_counter()
-        origins = [str(item.path.relative_to(directory)) for item in files]
+        origins = [_origin(item) for item in files]
         with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
                                  initargs=init_args) as pool:
             batches = _batches(sizes, workers)
@@ -185,6 +184,12 @@ def default_cache_dir() -> Path | None:
         return None if configured.strip().lower() in ("", "off", "0", "no") else Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "firstfault"
+
+
+def _origin(item: EvidenceFile) -> str:
+    """`<node>/<file>`: the evidence file relative to the workload directory (as `Path.relative_to` gives it,
+    without its cost per file)."""
+    return str(Path(item.node, item.path.name))
 
 
 def _size(path: Path) -> int:
