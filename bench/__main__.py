@@ -4,6 +4,7 @@
                         [--clean] [--out bench/out]
     python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
+    python -m bench compare PATH --before OTHER/src [--args '--workers 1']   # before/after, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
 """
 
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--ranks", type=int, default=8)
     g.add_argument("--mib-per-node", type=float, default=12.5)
     g.add_argument("--seed", type=int, default=7)
+    c = sub.add_parser("compare", help="time two firstfault checkouts on one workload, interleaved (before/after)")
+    c.add_argument("path", type=Path, help="a workload directory")
+    c.add_argument("--before", type=Path, required=True, help="the src/ directory of the 'before' checkout")
+    c.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
+    c.add_argument("--repeat", type=int, default=5)
+    c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 1')")
     p = sub.add_parser("profile", help="profile one `firstfault analyze` with pyinstrument")
     p.add_argument("path", type=Path)
     p.add_argument("--workers", type=int, default=1)
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.service_path import run_service
 
         return run_service(args)
+    if args.command == "compare":
+        return _compare(args)
     if args.command == "profile":
         from pyinstrument import Profiler
 
@@ -92,6 +101,40 @@ def main(argv: list[str] | None = None) -> int:
             print(profiler.output_text(unicode=True, color=False, show_all=False))
         return 0
     return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import os
+    import statistics
+
+    from bench import measure
+
+    out = DEFAULT_OUT / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(DEFAULT_OUT / "cache")}
+    cmds = {}
+    for name, src in (("before", args.before), ("after", args.after)):
+        extra = args.args.split() if name == "after" else []
+        cmds[name] = ([sys.executable, "-m", "firstfault", "analyze", "--json", *extra, str(args.path)],
+                      {**env, "PYTHONPATH": str(src.resolve())})
+    results: dict[str, list[measure.Measurement]] = {"before": [], "after": []}
+    for name, (cmd, cmd_env) in cmds.items():  # warm-up (page cache, compiled-database cache)
+        measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+    for _ in range(args.repeat):
+        for name, (cmd, cmd_env) in cmds.items():
+            measure.wait_quiet()
+            m = measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+            if m.exit_code:
+                raise SystemExit(f"{name}: {m.stderr}")
+            results[name].append(m)
+    same = (out / "before.json").read_bytes() == (out / "after.json").read_bytes()
+    print(f"{args.path}: {args.repeat} interleaved rounds; result JSON identical: {same}")
+    print("| | wall median | wall best | CPU median | peak RSS |")
+    print("|---|---|---|---|---|")
+    for name, runs in results.items():
+        print(f"| {name} | {statistics.median(m.wall_s for m in runs):.2f} s | {min(m.wall_s for m in runs):.2f} s | "
+              f"{statistics.median(m.cpu_s for m in runs):.2f} s | {max(m.rss_mb for m in runs):.0f} MB |")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
