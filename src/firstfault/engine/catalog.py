@@ -17,6 +17,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
+
 from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, SourceKind, SubDomain
 from firstfault.engine.rules_api import (
     MetricExtractor,
@@ -200,6 +202,10 @@ def check_pattern_subset(pattern: str) -> str | None:
         compiled = re.compile(pattern)
     except re.error as exc:
         return f"invalid regular expression: {exc}"
+    try:
+        re2.compile(pattern)  # long lines are captured with RE2 (engine/session.py)
+    except re2.error as exc:
+        return f"does not compile with RE2: {exc}"
     if compiled.match(""):
         return "matches the empty string"
     return None

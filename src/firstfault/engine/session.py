@@ -13,7 +13,10 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, BinaryIO
+
+import re2
 
 from firstfault.engine.catalog import Catalog, Extractor
 from firstfault.engine.model import (
@@ -34,6 +37,26 @@ from firstfault.engine.scanner import (
     iter_blocks,
 )
 from firstfault.engine.timestamps import TimestampParser
+
+# Captures of a matching line are taken with Python's `re` when the line is short (fast per call, and its
+# backtracking cannot go far on a short line), and with RE2 when it is longer: RE2's time is linear in the line
+# whatever the pattern, so a crafted line (a long token before `\S+ invoked`, thousands of near-miss
+# prefixes) cannot make the capture step explode. Both find the same match on the catalog's patterns (the
+# hyperscan/RE2 common subset); tests/reliability/test_hostile_evidence.py holds the time ratio.
+PY_RE_MAX_CHARS = 128
+
+
+@lru_cache(maxsize=None)
+def _linear_regex(pattern: str) -> Any:
+    return re2.compile(pattern)
+
+
+def match_groups(extractor: Extractor, text: str) -> dict[str, str | None] | None:
+    """The named captures of the extractor's leftmost match in `text` (one line), or None."""
+    regex = extractor.regex if len(text) <= PY_RE_MAX_CHARS else _linear_regex(extractor.match_re)
+    m = regex.search(text)
+    return None if m is None else dict(m.groupdict())
+
 
 _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
 _TIME_LOOKBACK_LINES = 64
@@ -226,10 +249,10 @@ class Session:
         rank_match = _RANK_PREFIX.match(text)
         for index in ids:
             extractor = extractors[index]
-            m = extractor.regex.search(text)
-            if m is None:  # hyperscan and re disagree only on pathological input; re decides
+            groups = match_groups(extractor, text)
+            if groups is None:  # hyperscan and re disagree only on pathological input; re decides
                 continue
-            captures = {k: v for k, v in m.groupdict().items() if v is not None}
+            captures = {k: v for k, v in groups.items() if v is not None}
             attributes: dict[str, Any] = {**extractor.attributes, **captures}
             if rank_match and "rank" not in attributes:
                 attributes["rank"] = rank_match.group(1) or rank_match.group(2)
@@ -238,7 +261,7 @@ class Session:
                 symptom = None
             else:
                 event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
-                symptom = extractor.render_symptom(m.groupdict())
+                symptom = extractor.render_symptom(groups)
             discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
             self._accumulate(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator)
 
