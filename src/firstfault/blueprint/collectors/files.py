@@ -57,8 +57,8 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
         lines: list[str] = []
         first = size = 0
         keep = True
-        for number, raw in enumerate(stream, start=1):
-            text = raw[:DEFAULT_MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
+        for number, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES), start=1):
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if scope.window is not None:
                 stamp = parser.parse(text)
                 if stamp is not None:
@@ -77,6 +77,21 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
             size += len(text) + 1
         if lines:
             yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+
+
+def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes]:
+    """The lines of a binary stream, each cut to `limit` bytes; the rest of a longer line is read in bounded
+    pieces and dropped, so memory does not grow with the length of a line (a 100 MB line without a newline)."""
+    while True:
+        line = stream.readline(limit)
+        if not line:
+            return
+        if len(line) == limit and not line.endswith(b"\n"):
+            while True:
+                rest = stream.readline(limit)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield line
 
 
 def rotated_family(path: Path) -> list[Path]:
