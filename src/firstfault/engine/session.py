@@ -123,6 +123,7 @@ class Session:
         self._stats: dict[tuple[str, str], _StreamStats] = {}
         self._issues: dict[str, None] = {}
         self._dropped_keys = 0
+        self._out_of_order: set[str] = set()
         self._lock = threading.Lock()
 
     # -- ingest ----------------------------------------------------------------------------------------
@@ -215,11 +216,23 @@ class Session:
             if inherited:
                 time = self._last_time_of(data, start) or last_time
             else:
+                if last_time is not None and (last_time - time).total_seconds() > self.params.clock_skew_s:
+                    self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
             provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
             self._emit_line(text, ids, node, source, provenance, time, extractors, inherited)
         return last_time
+
+    def _time_went_back(self, origin: str, line_no: int, before: datetime, now: datetime) -> None:
+        """A stream is read as chronological (progress markers keep their first and last match only): a line
+        stamped well before an earlier one makes the result partial, said once per stream."""
+        with self._lock:
+            if origin in self._out_of_order or len(self._out_of_order) >= 64:
+                return
+            self._out_of_order.add(origin)
+        self._issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
+                    "the stream is read as chronological, so the result may be affected")
 
     def _last_time_of(self, data: bytes, before: int) -> datetime | None:
         """Time of the nearest stamped line that ends before `before` (bounded look-back)."""
