@@ -297,7 +297,7 @@ class Session:
             time, time_inferred = self.context.end_time, True
         evidence = Evidence(source=source, node=node, time=time, time_inferred=time_inferred, text=shown,
                             provenance=provenance)
-        rank_match = _RANK_PREFIX.match(text)
+        rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
         for index in ids:
             extractor = extractors[index]
             groups = match_groups(extractor, text)
