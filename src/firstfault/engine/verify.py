@@ -155,6 +155,9 @@ def check_catalog(catalog: Catalog, compiled: Any = None) -> list[CaseFailure]:
                 failure = _python_case(compiled, rule, case, label)
             except CatalogError as exc:
                 failure = CaseFailure(rule.name, label, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a rule that crashes on its case (with the other rules'
+                # extractors, e.g. a new `xid` extractor whose symptom is not XID-<number>) fails the catalog
+                failure = CaseFailure(rule.name, label, f"raised {exc.__class__.__name__}: {exc}")
             if failure:
                 failures.append(failure)
     return failures
