@@ -21,6 +21,13 @@ _RECORDS: list[dict[str, Any]] = []
 Record = Callable[..., None]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.conftest import long_mode
+    from tests.reliability import support
+
+    support.LONG = long_mode(config)
+
+
 @pytest.fixture
 def record(request: pytest.FixtureRequest) -> Record:
     def add(**numbers: Any) -> None:

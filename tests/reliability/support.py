@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+LONG = False  # set by conftest.py: pytest runs with --long
+
+
+def examples(fast: int, long: int) -> int:
+    """How many examples a property test tries: `fast` normally, `long` with --long."""
+    return long if LONG else fast
 
 # Prepended to every measured script: `peak_kib()` is the process's peak resident set so far (VmHWM), and
 # `done(**numbers)` prints the script's result as the last line of its output.
