@@ -31,7 +31,7 @@ class SessionNotFound(ServiceError):
 
 # Error codes used for plain HTTP errors raised by the framework (unknown path, wrong method ...).
 STATUS_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-                413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_request",
+                408: "request_timeout", 413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_request",
                 429: "too_many_sessions", 503: "not_ready"}
 
 _DESCRIPTIONS = {400: "Malformed request (not JSON, bad header)", 401: "Missing or wrong bearer token",

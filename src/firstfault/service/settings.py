@@ -21,6 +21,9 @@ class Settings:
     api_token: str | None = None
     # Largest accepted request body; larger ones get 413 before they are parsed.
     max_request_bytes: int = 32 * MIB
+    # A request body must arrive within this many seconds of the request's start (408 otherwise): a client that
+    # trickles its body, or stops half-way, does not hold a connection for ever.
+    body_timeout_s: float = 60.0
     # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
     max_line_bytes: int = 64 * 1024
     # Per-session caps: a batch that would cross one is refused whole (413).
@@ -55,7 +58,7 @@ class Settings:
 
     def validate(self) -> None:
         positive = ("max_request_bytes", "max_line_bytes", "max_session_observations", "max_session_bytes",
-                    "max_sessions", "session_ttl_s", "idempotency_keys")
+                    "max_sessions", "session_ttl_s", "idempotency_keys", "body_timeout_s")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive")
