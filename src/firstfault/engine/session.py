@@ -378,6 +378,12 @@ class Session:
         events.sort(key=lambda e: (*_evidence_key(e.evidence), e.type, e.symptom or "", e.rule))
         return events
 
+    def event_keys(self) -> int:
+        """Distinct coalesced events held: what the session's memory grows with (a few kB each at most, the
+        evidence line being cut at `max_evidence_chars`)."""
+        with self._lock:
+            return len(self._accs)
+
     def stream_stats(self) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
         with self._lock:
             return {k: (v.observations, v.bytes, sorted(v.origins)) for k, v in self._stats.items()}

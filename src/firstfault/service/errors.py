@@ -38,7 +38,8 @@ _DESCRIPTIONS = {400: "Malformed request (not JSON, bad header)", 401: "Missing 
                  404: "Unknown session", 409: "Idempotency key reused with another body",
                  413: "Request or session over a size limit", 415: "Body is not application/json",
                  422: "Body or parameters do not match the schema",
-                 429: "Session capacity reached and no session is idle enough to evict"}
+                 429: "Session capacity reached and no session is idle enough to evict",
+                 503: "Memory budget spent (FIRSTFAULT_MAX_EVENT_KEYS) and no session is idle enough to evict"}
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
