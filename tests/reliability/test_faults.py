@@ -229,10 +229,10 @@ def _wait(what: str, check, timeout: float) -> None:
 
 
 def test_the_service_killed_mid_run(tmp_path: Path, record: Record) -> None:
-    """The service is killed with SIGKILL while the Blueprint works through 40 workloads, and restarted a few
+    """The service is killed with SIGKILL while the Blueprint works through 25 workloads, and restarted a few
     seconds later. Workloads in flight or attempted while it is down are retried, then recorded as failed to
     attribute; the run goes on and the others are attributed. A rerun attributes exactly the failed ones."""
-    workloads = _workloads(tmp_path / "w", 8)
+    workloads = _workloads(tmp_path / "w", 5)
     total = len(list(workloads.iterdir()))
     db, log = tmp_path / "r.db", tmp_path / "blueprint.log"
     port = free_port()
@@ -241,10 +241,10 @@ def test_the_service_killed_mid_run(tmp_path: Path, record: Record) -> None:
             "retries", "1", "timeout", "10s", "--connector", "output", "sqlite", "path", str(db)]
     blueprint = _blueprint(argv, log)
     try:
-        _wait("a few workloads attributed", lambda: sum(s == "ok" for _, s in _runs(db)) >= 5, 120)
+        _wait("a few workloads attributed", lambda: sum(s == "ok" for _, s in _runs(db)) >= 3, 120)
         service.send_signal(signal.SIGKILL)
         service.wait()
-        _wait("workloads failing while the service is down", lambda: sum(s == "error" for _, s in _runs(db)) >= 3, 120)
+        _wait("workloads failing while the service is down", lambda: sum(s == "error" for _, s in _runs(db)) >= 2, 120)
         service = _serve(port, tmp_path / "service.log")
         assert blueprint.wait(timeout=300) == 1                      # some workloads failed: exit status 1
     finally:
@@ -357,7 +357,7 @@ def _sigkill_rounds(tmp_path: Path, record: Record, copies: int, rounds: int) ->
 
 
 def test_the_blueprint_killed_mid_write_leaves_sqlite_consistent(tmp_path: Path, record: Record) -> None:
-    _sigkill_rounds(tmp_path, record, copies=6, rounds=4)
+    _sigkill_rounds(tmp_path, record, copies=4, rounds=3)
 
 
 @pytest.mark.long
