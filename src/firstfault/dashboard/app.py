@@ -191,7 +191,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
         d = parsed.diagnosis if parsed else None
         return page(request, "workload.html", detail=detail, row=detail.row, result=parsed, d=d,
                     parse_error=parse_error, headline=views.headline(d) if d else None,
-                    timeline=views.timeline(d) if d else None,
+                    timeline=views.timeline(d) if d else None, symptom_rows=views.symptom_order(d) if d else [],
                     pretty_json=json.dumps(detail.result, indent=2, ensure_ascii=False) if detail.result
                     else detail.result_json)
 

@@ -192,7 +192,6 @@ class DatabaseInfo:
     attempts: int
     runs: int
     latest_attributed_at: str | None
-    catalog_hashes: list[str]
 
 
 def workload_href(workload_id: str, attempt: int | None = None, run_id: int | None = None) -> str:
@@ -257,11 +256,14 @@ def check_database(path: Path) -> int:
 _ROW_COLUMNS = """a.id, a.workload_id, a.attempt, a.name, a.job_id, a.scheduler, a.start_time, a.end_time,
     a.scheduler_state, a.exit_code, r.id, r.attributed_at, r.status, r.error, r.terminal_state, r.outcome,
     r.sub_domain, r.root_symptom, r.root_node, r.culprit_nodes_json, r.failed_connectors"""
-_LATEST = "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id"
+# Each attempt with its latest run. `r.attempt_id = a.id` is implied by the first condition, and stated so
+# that either table can lead the join through a primary key (workload_attempts.latest_run_id has no index).
+_LATEST = "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id AND a.id = r.attempt_id"
 # the nodes (and the connector reports) of the latest run of each attempt
-_NODES = "run_nodes n JOIN attribution_runs r ON r.id = n.run_id JOIN workload_attempts a ON a.latest_run_id = r.id"
+_NODES = ("run_nodes n JOIN attribution_runs r ON r.id = n.run_id "
+          "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
 _REPORTS = ("connector_reports c JOIN attribution_runs r ON r.id = c.run_id "
-            "JOIN workload_attempts a ON a.latest_run_id = r.id")
+            "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
 
 
 def _row(values: tuple[Any, ...], roles: tuple[str, ...] = ()) -> WorkloadRow:
@@ -360,23 +362,39 @@ class ResultsDB:
 
     # -- pages ------------------------------------------------------------------------------------------
     def info(self) -> DatabaseInfo:
-        with self._read() as db:
-            attempts = db.execute("SELECT COUNT(*) FROM workload_attempts").fetchone()[0]
-            runs, latest = db.execute("SELECT COUNT(*), MAX(attributed_at) FROM attribution_runs").fetchone()
-            hashes = [r[0] for r in db.execute(
-                "SELECT DISTINCT r.catalog_hash FROM " + _LATEST + " WHERE r.catalog_hash != '' LIMIT 5")]
-        return DatabaseInfo(str(self.path), self.schema_version, attempts, runs, latest, hashes)
+        def compute() -> DatabaseInfo:
+            with self._read() as db:
+                attempts = db.execute("SELECT COUNT(*) FROM workload_attempts").fetchone()[0]
+                runs, latest = db.execute("SELECT COUNT(*), MAX(attributed_at) FROM attribution_runs").fetchone()
+            return DatabaseInfo(str(self.path), self.schema_version, attempts, runs, latest)
+
+        return self._cached("info", compute)  # type: ignore[no-any-return]
 
     def workloads(self, f: WorkloadFilters) -> Page:
+        """One page of attempts. Pages past the middle are read from the other end (a small OFFSET on the
+        reversed order), so the last page of 100k rows costs what the first one does."""
         where, params = _where(f)
         column = SORT_COLUMNS[f.sort]
-        direction = "ASC" if f.order == "asc" else "DESC"
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST}{where}", params).fetchone()[0]
+            count_sql = (f"SELECT COUNT(*) FROM {_LATEST}{where}" if where else
+                         "SELECT COUNT(*) FROM workload_attempts WHERE latest_run_id IS NOT NULL")
+            total = db.execute(count_sql, params).fetchone()[0]
+            offset = (f.page - 1) * f.per_page
+            limit = f.per_page
+            descending = f.order != "asc"
+            reverse = offset > total // 2 and offset < total
+            if reverse:
+                limit = min(f.per_page, total - offset)
+                offset = max(0, total - offset - limit)
+                descending = not descending
+            direction = "DESC" if descending else "ASC"
+            # NULLs stay last in the page order, so they come first when reading backwards
+            nulls = "NULLS FIRST" if reverse else "NULLS LAST"
             rows = db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST}{where} ORDER BY {column} {direction} NULLS LAST, "
-                f"a.id {direction} LIMIT ? OFFSET ?",
-                [*params, f.per_page, (f.page - 1) * f.per_page]).fetchall()
+                f"SELECT {_ROW_COLUMNS} FROM {_LATEST}{where} ORDER BY {column} {direction} {nulls}, "
+                f"a.id {direction} LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
+        if reverse:
+            rows.reverse()
         return Page([_row(r) for r in rows], total, f.page, f.per_page)
 
     def attempt(self, workload_id: str, attempt: int | None = None, run_id: int | None = None) -> AttemptDetail | None:
@@ -451,13 +469,19 @@ class ResultsDB:
     def node_ranking(self, q: str | None = None, limit: int = 200) -> list[NodeRank]:
         """Nodes that were a culprit or showed symptoms, most often blamed first."""
         def compute() -> list[NodeRank]:
+            counts: dict[str, list[Any]] = {}
             with self._read() as db:
-                rows = db.execute(
-                    f"SELECT n.node, SUM(n.role = 'culprit'), SUM(n.role = 'symptom'), MAX(a.end_time) "
-                    f"FROM {_NODES} "
-                    "WHERE n.role IN ('culprit', 'symptom') GROUP BY n.node "
-                    "ORDER BY 2 DESC, 3 DESC, n.node").fetchall()
-            return [NodeRank(n, int(c), int(s), t) for n, c, s, t in rows]
+                for node, count, when in db.execute(
+                        f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {_LATEST}, json_each(r.culprit_nodes_json) j "
+                        "WHERE r.culprit_nodes_json != '[]' GROUP BY 1"):
+                    counts[str(node)] = [count, 0, when]
+                for node, count, when in db.execute(
+                        f"SELECT n.node, COUNT(*), MAX(a.end_time) FROM {_NODES} WHERE n.role = 'symptom' GROUP BY 1"):
+                    entry = counts.setdefault(str(node), [0, 0, None])
+                    entry[1] = count
+                    entry[2] = max(filter(None, (entry[2], when)), default=None)
+            ranked = sorted(counts.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
+            return [NodeRank(n, c, s, t) for n, (c, s, t) in ranked]
 
         ranking: list[NodeRank] = self._cached("node_ranking", compute)
         if q:
@@ -470,62 +494,66 @@ class ResultsDB:
 
     def _overview(self, since: datetime | None, max_buckets: int) -> Overview:
         where, params = ("WHERE a.end_time >= ?", [iso(since)]) if since else ("", [])
+        also = " AND" if where else " WHERE"
         with self._read() as db:
-            total, failed, not_attributed, first, last = db.execute(
-                f"SELECT COUNT(*), SUM(r.outcome IS NOT NULL AND r.outcome != 'Pass'), SUM(r.status = 'error'), "
-                f"MIN(a.end_time), MAX(a.end_time) FROM {_LATEST} {where}", params).fetchone()
-            by_outcome = [Count(k or NOT_ATTRIBUTED, c) for k, c in db.execute(
-                f"SELECT r.outcome, COUNT(*) FROM {_LATEST} {where} GROUP BY 1 ORDER BY 2 DESC", params)]
-            by_sub = [Count(k or NOT_ATTRIBUTED, c) for k, c in db.execute(
-                f"SELECT r.sub_domain, COUNT(*) FROM {_LATEST} {where} GROUP BY 1 ORDER BY 2 DESC", params)]
+            first, last = db.execute(
+                "SELECT MIN(end_time), MAX(end_time) FROM workload_attempts WHERE latest_run_id IS NOT NULL"
+                + (" AND end_time >= ?" if since else ""), params).fetchone()
             seconds = bucket_seconds(first, last, since, max_buckets)
+            # one pass over the latest runs: totals, outcomes, sub-domains and both time series
+            total = failed = not_attributed = 0
+            by_outcome: dict[str, int] = {}
+            by_sub: dict[str, int] = {}
             series: dict[str, dict[int, dict[str, int]]] = {"outcome": {}, "sub_domain": {}}
-            for column in series:
-                for b, key, count in db.execute(
-                        f"SELECT CAST(strftime('%s', a.end_time) AS INTEGER) / ?, r.{column}, COUNT(*) FROM {_LATEST} "
-                        f"{where or 'WHERE'}{' AND' if where else ''} a.end_time IS NOT NULL GROUP BY 1, 2",
-                        [seconds, *params]):
-                    if b is None:
-                        continue
-                    series[column].setdefault(int(b), {})[key or NOT_ATTRIBUTED] = count
-            culprits = [NodeRank(n, c, s, t) for n, c, s, t in db.execute(
-                f"SELECT n.node, SUM(n.role = 'culprit'), SUM(n.role = 'symptom'), MAX(a.end_time) "
-                f"FROM {_NODES} {where}{' AND' if where else ' WHERE'} "
-                "n.role IN ('culprit', 'symptom') GROUP BY n.node HAVING SUM(n.role = 'culprit') > 0 "
-                "ORDER BY 2 DESC, 4 DESC LIMIT 10", params)]
-            top_culprits = []
-            for rank in culprits:
-                subs = [Count(k or "", c) for k, c in db.execute(
-                    f"SELECT r.sub_domain, COUNT(*) FROM {_NODES} "
-                    f"WHERE n.node = ? AND n.role = 'culprit' {'AND a.end_time >= ?' if since else ''} "
-                    "GROUP BY 1 ORDER BY 2 DESC", [rank.node, *params])]
-                top_culprits.append(NodeRank(rank.node, rank.culprit, rank.symptom, rank.last_time, subs))
-            culprit_nodes = db.execute(
-                f"SELECT COUNT(DISTINCT n.node) FROM {_NODES} "
-                f"{where}{' AND' if where else ' WHERE'} n.role = 'culprit'", params).fetchone()[0]
+            for bucket, outcome, sub, status, count in db.execute(
+                    f"SELECT CAST(strftime('%s', a.end_time) AS INTEGER) / ?, r.outcome, r.sub_domain, r.status, "
+                    f"COUNT(*) FROM {_LATEST} {where} GROUP BY 1, 2, 3, 4", [seconds, *params]):
+                outcome, sub = outcome or NOT_ATTRIBUTED, sub or NOT_ATTRIBUTED
+                total += count
+                failed += count if outcome not in ("Pass", NOT_ATTRIBUTED) else 0
+                not_attributed += count if status == "error" else 0
+                by_outcome[outcome] = by_outcome.get(outcome, 0) + count
+                by_sub[sub] = by_sub.get(sub, 0) + count
+                if bucket is not None:
+                    for column, key in (("outcome", outcome), ("sub_domain", sub)):
+                        counts = series[column].setdefault(int(bucket), {})
+                        counts[key] = counts.get(key, 0) + count
+            # culprits from the runs' culprit lists (cheaper than the node table, which also holds allocations)
+            blamed: dict[str, dict[str, int]] = {}
+            last_blamed: dict[str, str] = {}
+            for node, sub, count, when in db.execute(
+                    f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {_LATEST}, "
+                    f"json_each(r.culprit_nodes_json) j {where}{also} r.culprit_nodes_json != '[]' GROUP BY 1, 2",
+                    params):
+                blamed.setdefault(str(node), {})[sub or ""] = count
+                last_blamed[str(node)] = max(last_blamed.get(str(node), ""), when or "")
+            ranked = sorted(blamed, key=lambda n: (-sum(blamed[n].values()), -_epoch(last_blamed[n]), n))
+            top_culprits = [NodeRank(n, sum(blamed[n].values()), 0, last_blamed[n] or None,
+                                     [Count(k, c) for k, c in sorted(blamed[n].items(), key=lambda kv: -kv[1])])
+                            for n in ranked[:10]]
             top_roots = [Count(k, c) for k, c in db.execute(
-                f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} {where}{' AND' if where else ' WHERE'} "
-                "r.root_symptom IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10", params)]
+                f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} {where}{also} r.root_symptom IS NOT NULL "
+                "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10", params)]
             collectors = []
             for kind, connector, ok, empty, error in db.execute(
                     f"SELECT c.kind, c.connector, SUM(c.status = 'ok'), SUM(c.status = 'empty'), "
-                    f"SUM(c.status = 'error') FROM {_REPORTS} {where} "
-                    "GROUP BY 1, 2 ORDER BY 5 DESC, 1, 2", params):
+                    f"SUM(c.status = 'error') FROM {_REPORTS} {where} GROUP BY 1, 2 ORDER BY 5 DESC, 1, 2", params):
                 last_error = db.execute(
-                    f"SELECT c.reason, a.workload_id, a.attempt FROM {_REPORTS} WHERE c.kind = ? AND c.connector = ? AND c.status = 'error' "
-                    f"{'AND a.end_time >= ?' if since else ''} ORDER BY r.attributed_at DESC LIMIT 1",
-                    [kind, connector, *params]).fetchone() if error else None
+                    f"SELECT c.reason, a.workload_id, a.attempt FROM {_REPORTS} WHERE c.status = 'error' AND "
+                    f"c.connector = ? AND c.kind = ? {'AND a.end_time >= ?' if since else ''} "
+                    "ORDER BY r.attributed_at DESC LIMIT 1", [connector, kind, *params]).fetchone() if error else None
                 collectors.append(CollectorHealth(kind, connector, ok, empty, error,
                                                   *(last_error or (None, None, None))))
             recent = [_row(r) for r in db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST} {where}{' AND' if where else ' WHERE'} "
-                "(r.outcome IS NULL OR r.outcome != 'Pass') ORDER BY a.end_time DESC NULLS LAST, a.id DESC LIMIT 8",
-                params)]
+                f"SELECT {_ROW_COLUMNS} FROM {_LATEST} {where}{also} (r.outcome IS NULL OR r.outcome != 'Pass') "
+                "ORDER BY a.end_time DESC NULLS LAST, a.id DESC LIMIT 8", params)]
         return Overview(
-            total=total, failed=failed or 0, not_attributed=not_attributed or 0, by_outcome=by_outcome,
-            by_sub_domain=by_sub, bucket_seconds=seconds,
-            buckets_outcome=_buckets(series["outcome"], seconds), buckets_sub_domain=_buckets(series["sub_domain"], seconds),
-            top_culprits=top_culprits, culprit_nodes=culprit_nodes, top_root_symptoms=top_roots, collectors=collectors, recent_failures=recent,
+            total=total, failed=failed, not_attributed=not_attributed,
+            by_outcome=[Count(k, c) for k, c in sorted(by_outcome.items(), key=lambda kv: (-kv[1], kv[0]))],
+            by_sub_domain=[Count(k, c) for k, c in sorted(by_sub.items(), key=lambda kv: (-kv[1], kv[0]))],
+            bucket_seconds=seconds, buckets_outcome=_buckets(series["outcome"], seconds),
+            buckets_sub_domain=_buckets(series["sub_domain"], seconds), top_culprits=top_culprits,
+            culprit_nodes=len(blamed), top_root_symptoms=top_roots, collectors=collectors, recent_failures=recent,
             first_time=first, last_time=last)
 
     def rule_counts(self, sample: int = 20_000) -> tuple[dict[str, int], int, int]:
@@ -561,6 +589,15 @@ class ResultsDB:
                     "GROUP BY 1 ORDER BY 2 DESC, 1")]
 
         return self._cached("root_symptoms", compute)  # type: ignore[no-any-return]
+
+
+def _epoch(text: str) -> float:
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def bucket_seconds(first: str | None, last: str | None, since: datetime | None, max_buckets: int) -> int:

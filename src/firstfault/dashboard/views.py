@@ -151,6 +151,16 @@ def headline_text(d: Attribution) -> str:
     return "".join(seg.text for seg in headline(d))
 
 
+def symptom_order(d: Attribution) -> list[tuple[int, SymptomView]]:
+    """The symptoms with their index in the result: the root first, then active ones, then the supporting
+    evidence by time, context last."""
+    root = d.root_cause
+    root_key = (root.node, root.symptom) if root else None
+    rank = {"root": 0, "bad": 1, "demoted": 2, "interesting": 2, "context": 3}
+    never = datetime.max.replace(tzinfo=timezone.utc)
+    return sorted(enumerate(d.symptoms), key=lambda p: (rank[_kind(p[1], root_key)], p[1].first_time or never, p[0]))
+
+
 # -- the timeline across nodes ------------------------------------------------------------------------------
 @dataclass
 class TimelineEvent:

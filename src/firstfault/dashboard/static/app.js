@@ -17,11 +17,11 @@ document.addEventListener("DOMContentLoaded", () => {
       }
     });
   }
-  // empty fields stay out of the URL
+  // empty fields, and fields left at their default, stay out of the URL
   for (const form of document.querySelectorAll("form.filters")) {
     form.addEventListener("submit", () => {
       for (const field of form.querySelectorAll("input, select")) {
-        if (!field.value) field.disabled = true;
+        if (!field.value || field.value === field.dataset.default) field.disabled = true;
       }
     });
   }
