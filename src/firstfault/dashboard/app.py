@@ -151,7 +151,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
                                           filters.SUB_DOMAINS, "/workloads", "sub_domain"),
         }
         return page(request, "overview.html", data=data, charts=charts, range_name=range_name,
-                    range_from=range_from, bucket=views.fmt_duration(data.bucket_seconds))
+                    range_from=range_from, bucket=views.bucket_name(data.bucket_seconds))
 
     @app.get("/workloads", response_class=HTMLResponse)
     def workloads(request: Request) -> HTMLResponse:
@@ -262,7 +262,7 @@ def _rule_rows(catalog: Catalog | None, counts: dict[str, int]) -> list[dict[str
             known.add(r.name)
     for name, count in counts.items():
         if name not in known:
-            rows.append({"name": name, "kind": "engine", "phase": "", "emits": "", "origin": "not in this catalog",
+            rows.append({"name": name, "kind": "engine", "phase": "", "emits": "", "origin": "engine step (not a catalog rule)",
                          "doc": "", "fired": count, "via_filter": False})
     rows.sort(key=lambda r: (-r["fired"], r["name"]))
     return rows

@@ -248,13 +248,18 @@ class _Scale:
     """Piecewise-linear time axis: long quiet gaps are cut out (and marked), so bursts seconds apart stay apart
     on a timeline that spans hours. Each stretch gets room by how many distinct instants it holds."""
 
-    def __init__(self, times: list[datetime], left: float, right: float) -> None:
-        points = sorted({t.timestamp() for t in times})
+    def __init__(self, times: list[datetime], left: float, right: float,
+                 anchors: tuple[datetime, ...] = ()) -> None:
+        points = sorted({t.timestamp() for t in (*times, *anchors)})
         total = points[-1] - points[0] if len(points) > 1 else 0.0
-        threshold = max(0.12 * total, 2.0)
+        # a quiet stretch is cut when it is long against the whole span; the workload's start and end are only
+        # anchors, so the stretch to them is cut sooner (it would squeeze the events otherwise)
+        between, to_anchor = max(0.12 * total, 2.0), max(0.05 * total, 2.0)
+        anchor_only = {t.timestamp() for t in anchors} - {t.timestamp() for t in times}
         groups: list[list[float]] = [[points[0]]]
         for p in points[1:]:
-            if p - groups[-1][-1] > threshold:
+            gap = p - groups[-1][-1]
+            if gap > (to_anchor if p in anchor_only or groups[-1][-1] in anchor_only else between):
                 groups.append([p])
             else:
                 groups[-1].append(p)
@@ -362,9 +367,9 @@ def timeline(d: Attribution, width: float = 1100.0) -> Timeline | None:
             assert s.first_time is not None
             times += [s.first_time, s.last_time or s.first_time]
     start, end = d.workload.start_time, d.workload.end_time
-    times += [t for t in (start, end) if t is not None]
+    anchors = tuple(t for t in (start, end) if t is not None)
     left, right = LABEL_WIDTH + 8, width - 16
-    scale = _Scale(times, left, right)
+    scale = _Scale(times, left, right, anchors)
 
     # events, stacked in sub-rows inside their lane where they would overlap
     rows_used: dict[int, list[float]] = {}  # lane -> right edge of each of its sub-rows
@@ -426,7 +431,7 @@ def timeline(d: Attribution, width: float = 1100.0) -> Timeline | None:
         notes.append(f"{hidden} more node(s) with symptoms are not drawn; every symptom is in the table below.")
     if untimed:
         notes.append(f"{untimed} symptom(s) without a time are not drawn.")
-    days = sorted({t.astimezone(timezone.utc).strftime("%Y-%m-%d") for t in times})
+    days = sorted({t.astimezone(timezone.utc).strftime("%Y-%m-%d") for t in (*times, *anchors)})
     return Timeline(width, axis_y + 34, left, right, axis_y, lanes, events, [
         Tick(round(t.x, 1), t.label, t.major) for t in ticks], [AxisBreak(round(b.x, 1), b.label) for b in breaks],
         markers, hidden, untimed, " – ".join([days[0], days[-1]] if len(days) > 1 else days) + " UTC",
@@ -510,6 +515,12 @@ def bar_chart(buckets: list[Bucket], bucket_seconds: int, palette: dict[str, str
     legend = [(k, color(k, palette), keys_seen[k])
               for k in sorted(keys_seen, key=lambda k: (order.index(k) if k in order else len(order), k))]
     return Chart(width, height, top, bottom, left, right, bars, yticks, xlabels, legend)
+
+
+def bucket_name(seconds: int) -> str:
+    """`daily bars`, `weekly bars`, ... for a chart's subtitle."""
+    names = {3600: "hourly", 6 * 3600: "6-hourly", 86400: "daily", 7 * 86400: "weekly", 30 * 86400: "30-day"}
+    return f"{names[seconds]} bars" if seconds in names else f"{fmt_duration(seconds)} bars"
 
 
 def _q(t: datetime) -> str:
