@@ -134,16 +134,16 @@ def hostile_workload(root: Path) -> Path:
     first, second = HOSTILE_NODES
     files = {
         f"{first}/syslog.log": [
-            f"Jun  1 10:05:00 gpu01 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=4242, name={SCRIPT}, "
-            "GPU has fallen off the bus.",
+            (f"Jun  1 10:05:00 gpu01 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=4242, name={SCRIPT}, "
+             "GPU has fallen off the bus."),
         ],
         f"{first}/applog.log": [
             f"2026-06-01T10:05:01.000Z [rank0]: KeyError: '{IMG}'",
         ],
         f"{second}/applog.log": [
-            "2026-06-01T10:05:02.000Z [rank8]:[E601 10:05:02.000000000 ProcessGroupNCCL.cpp:1601] [PG ID 0 PG GUID "
-            "0(default_pg) Rank 8] Process group watchdog thread terminated with exception: NCCL error: remote "
-            f"process exited or there was a network error, NCCL version 2.26.6 </pre>{SVG}{SQL}",
+            ("2026-06-01T10:05:02.000Z [rank8]:[E601 10:05:02.000000000 ProcessGroupNCCL.cpp:1601] [PG ID 0 PG GUID "
+             "0(default_pg) Rank 8] Process group watchdog thread terminated with exception: NCCL error: remote "
+             f"process exited or there was a network error, NCCL version 2.26.6 </pre>{SVG}{SQL}"),
         ],
     }
     for name, lines in files.items():

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from firstfault.blueprint.outputs.sqlite import migrate
 from firstfault.engine.model import SUBDOMAIN_OUTCOME, SubDomain
 
-BASE = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
 SUB_DOMAINS = [s.value for s in SubDomain]
 HARDWARE = {"gpu", "nvlink", "network", "host"}
 NODE_POOL = 2000

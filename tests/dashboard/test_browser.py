@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,14 +32,14 @@ def page(browser: object, live: Dashboard, errors: list[str]) -> Iterator[object
     assert errors == [], errors   # no script error, no CSP violation, no failed resource
 
 
-def shot(page: object, name: str, full_page: bool = False, selector: str | None = None) -> None:
+def shot(page: object, name: str, full_page: bool = False, selector: str | None = None, docs: bool = True) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"dashboard-{name}.png"
     if selector:
         page.locator(selector).screenshot(path=str(path))  # type: ignore[attr-defined]
     else:
         page.screenshot(path=str(path), full_page=full_page)  # type: ignore[attr-defined]
-    if os.environ.get("FIRSTFAULT_UPDATE_SCREENSHOTS") == "1":
+    if docs and os.environ.get("FIRSTFAULT_UPDATE_SCREENSHOTS") == "1":
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, DOCS_IMG / path.name)
 
@@ -107,6 +106,6 @@ def test_rules_and_error_pages(page: object, errors: list[str]) -> None:
     response = p.goto("/workloads?sub_domain=<oops>")  # type: ignore[attr-defined]
     assert response.status == 400
     assert "sub_domain" in p.locator(".message").inner_text()  # type: ignore[attr-defined]
-    shot(p, "error")
+    shot(p, "error", docs=False)
     assert errors == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]
     errors.clear()

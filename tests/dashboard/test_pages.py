@@ -116,7 +116,7 @@ def test_rules_page_counts_firing(client: TestClient, sample_db: Path) -> None:
     expected = _expected_firing(sample_db)
     assert expected["HandleXidBurstEvents"] == 2 and expected["ElectRootCause"] >= 4
     for rule in ("ElectRootCause", "HandleXidBurstEvents", "DemoteExplained", "TrainingProgress"):
-        row = re.search(rf'<span class="mono">{rule}</span>.*?<td class="num">(\d+)</td>', html, re.S)
+        row = re.search(rf'<span class="mono">{rule}</span>.*?<td class="num">(\d+)</td>', html, re.DOTALL)
         assert row and int(row.group(1)) == expected[rule], rule
     assert "XID-149.4" in html                     # root causes in the stored results
     assert client.get("/rules?kind=refiner").status_code == 200

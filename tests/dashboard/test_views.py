@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from firstfault.blueprint.result import AttributionBlueprintResult
@@ -12,7 +13,7 @@ from firstfault.dashboard import views
 from firstfault.dashboard.db import Bucket, bucket_seconds
 from firstfault.engine.model import Attribution, Candidate, Outcome, SubDomain, TerminalState
 
-T0 = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 
 def _diagnosis(db: Path, workload: str) -> Attribution:
@@ -55,7 +56,7 @@ def test_timeline_lanes_order_and_root(sample_db: Path) -> None:
     d = _diagnosis(sample_db, "nvlink-walkthrough")
     t = views.timeline(d)
     assert t is not None
-    assert [lane.name for lane in t.lanes][0] == "node-02" and t.lanes[0].culprit and t.lanes[0].root
+    assert t.lanes[0].name == "node-02" and t.lanes[0].culprit and t.lanes[0].root
     roots = [e for e in t.events if e.kind == "root"]
     assert len(roots) == 1 and roots[0].symptom == "XID-149.4" and roots[0].lane == 0
     assert len(t.events) == len(d.symptoms) and t.hidden_lanes == 0 and t.untimed == 0
@@ -68,7 +69,7 @@ def test_timeline_lanes_order_and_root(sample_db: Path) -> None:
     # the hour of quiet training before the fault is cut out, so the seconds of the cascade stay apart
     assert any(b.label.startswith("+55m") for b in t.breaks)
     cascade = sorted((d.symptoms[e.index].first_time, e.x) for e in t.events if e.kind in ("root", "demoted"))
-    for (t1, x1), (t2, x2) in zip(cascade, cascade[1:], strict=False):
+    for (t1, x1), (t2, x2) in itertools.pairwise(cascade):
         if (t2 - t1).total_seconds() >= 1:
             assert x2 - x1 >= 5, (t1, t2)
 

@@ -97,7 +97,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
     def error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
         try:
             return page(request, "error.html", status, title=title, message=message, status=status)
-        except Exception:  # noqa: BLE001 - the database itself failing: a plain page still says so
+        except Exception:  # the database itself failing: a plain page still says so
             log.exception("error page failed")
             return HTMLResponse(f"<h1>{status} {markupsafe.escape(title)}</h1>", status_code=status)
 

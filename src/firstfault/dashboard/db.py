@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -209,7 +209,7 @@ def node_href(node: str) -> str:
 
 def iso(value: datetime) -> str:
     """The text form the Blueprint stores times in (ISO 8601, UTC, `+00:00`), for comparisons in SQL."""
-    return value.astimezone(timezone.utc).isoformat()
+    return value.astimezone(UTC).isoformat()
 
 
 def readonly_uri(path: Path) -> str:
@@ -267,12 +267,19 @@ _REPORTS = ("connector_reports c JOIN attribution_runs r ON r.id = c.run_id "
 
 
 def _row(values: tuple[Any, ...], roles: tuple[str, ...] = ()) -> WorkloadRow:
+    """A WorkloadRow from the columns of _ROW_COLUMNS, in order."""
     try:
         culprits = [str(n) for n in json.loads(values[19] or "[]")]
     except (ValueError, TypeError):
         culprits = []
-    return WorkloadRow(*values[:19], culprit_nodes=culprits, failed_connectors=int(values[20] or 0),  # type: ignore[arg-type]
-                       roles=roles)
+    (attempt_id, workload_id, attempt, name, job_id, scheduler, start_time, end_time, scheduler_state, exit_code,
+     run_id, attributed_at, status, error, terminal_state, outcome, sub_domain, root_symptom, root_node) = values[:19]
+    return WorkloadRow(
+        attempt_id=attempt_id, workload_id=workload_id, attempt=attempt, name=name, job_id=job_id,
+        scheduler=scheduler, start_time=start_time, end_time=end_time, scheduler_state=scheduler_state,
+        exit_code=exit_code, run_id=run_id, attributed_at=attributed_at, status=status, error=error,
+        terminal_state=terminal_state, outcome=outcome, sub_domain=sub_domain, root_symptom=root_symptom,
+        root_node=root_node, culprit_nodes=culprits, failed_connectors=int(values[20] or 0), roles=roles)
 
 
 def _escape_like(text: str) -> str:
@@ -606,7 +613,7 @@ def bucket_seconds(first: str | None, last: str | None, since: datetime | None, 
     end = datetime.fromisoformat(last) if last else None
     if since is not None:
         start = since
-        end = max(end or since, datetime.now(timezone.utc))
+        end = max(end or since, datetime.now(UTC))
     span = (end - start).total_seconds() if start and end else 0
     for width in (3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400):
         if span / width <= max_buckets:
@@ -619,12 +626,12 @@ def _buckets(series: dict[int, dict[str, int]], seconds: int) -> list[Bucket]:
     if not series:
         return []
     first, last = min(series), max(series)
-    return [Bucket(datetime.fromtimestamp(b * seconds, timezone.utc), series.get(b, {}))
+    return [Bucket(datetime.fromtimestamp(b * seconds, UTC), series.get(b, {}))
             for b in range(first, last + 1)]
 
 
 def since_for(range_name: str, now: datetime | None = None) -> datetime | None:
     """The start of a named range ending now, to the minute (so a page reloaded within a minute is cached)."""
-    now = (now or datetime.now(timezone.utc)).replace(second=0, microsecond=0)
+    now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)
     return {"24h": now - timedelta(hours=24), "7d": now - timedelta(days=7), "30d": now - timedelta(days=30),
             "90d": now - timedelta(days=90)}.get(range_name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from firstfault.dashboard.db import Bucket, node_href
 from firstfault.engine.model import Attribution, SymptomView
@@ -42,12 +42,12 @@ def parse_time(value: str | datetime | None) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def fmt_time(value: str | datetime | None, seconds: bool = True) -> str:
@@ -55,7 +55,7 @@ def fmt_time(value: str | datetime | None, seconds: bool = True) -> str:
     t = parse_time(value)
     if t is None:
         return "—"
-    t = t.astimezone(timezone.utc)
+    t = t.astimezone(UTC)
     return t.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + "Z"
 
 
@@ -64,7 +64,7 @@ def fmt_clock(value: str | datetime | None) -> str:
     t = parse_time(value)
     if t is None:
         return "—"
-    t = t.astimezone(timezone.utc)
+    t = t.astimezone(UTC)
     text = t.strftime("%H:%M:%S")
     return text + (f".{t.microsecond // 1000:03d}" if t.microsecond else "")
 
@@ -75,7 +75,7 @@ def fmt_duration(seconds: float) -> str:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s" if seconds < 10 and seconds != int(seconds) else f"{seconds:.0f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes}m {secs:02d}s" if secs else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
@@ -157,7 +157,7 @@ def symptom_order(d: Attribution) -> list[tuple[int, SymptomView]]:
     root = d.root_cause
     root_key = (root.node, root.symptom) if root else None
     rank = {"root": 0, "bad": 1, "demoted": 2, "interesting": 2, "context": 3}
-    never = datetime.max.replace(tzinfo=timezone.utc)
+    never = datetime.max.replace(tzinfo=UTC)
     return sorted(enumerate(d.symptoms), key=lambda p: (rank[_kind(p[1], root_key)], p[1].first_time or never, p[0]))
 
 
@@ -310,12 +310,12 @@ class _Scale:
             if not marks or marks[0] - t0 > step * 0.6:
                 marks.insert(0, t0)
             for j, m in enumerate(marks):
-                ticks.append(Tick(self.x(datetime.fromtimestamp(m, timezone.utc)), _tick_label(m, step), j == 0))
+                ticks.append(Tick(self.x(datetime.fromtimestamp(m, UTC)), _tick_label(m, step), j == 0))
         return ticks, breaks
 
 
 def _tick_label(ts: float, step: float) -> str:
-    t = datetime.fromtimestamp(ts, timezone.utc)
+    t = datetime.fromtimestamp(ts, UTC)
     if step < 1:
         return t.strftime("%H:%M:%S") + f".{t.microsecond // 1000:03d}"
     if step < 60 or t.second:
@@ -374,7 +374,7 @@ def timeline(d: Attribution, width: float = 1100.0) -> Timeline | None:
     # events, stacked in sub-rows inside their lane where they would overlap
     rows_used: dict[int, list[float]] = {}  # lane -> right edge of each of its sub-rows
     placed: list[tuple[int, int, int, SymptomView, str, float, float]] = []
-    for i, s in sorted(timed, key=lambda p: (p[1].first_time, _kind(p[1], root_key) != "root", p[0])):  # type: ignore[arg-type, return-value]
+    for i, s in sorted(timed, key=lambda p: (p[1].first_time, _kind(p[1], root_key) != "root", p[0])):
         if s.node not in lane_of:
             continue
         lane = lane_of[s.node]
@@ -431,7 +431,7 @@ def timeline(d: Attribution, width: float = 1100.0) -> Timeline | None:
         notes.append(f"{hidden} more node(s) with symptoms are not drawn; every symptom is in the table below.")
     if untimed:
         notes.append(f"{untimed} symptom(s) without a time are not drawn.")
-    days = sorted({t.astimezone(timezone.utc).strftime("%Y-%m-%d") for t in (*times, *anchors)})
+    days = sorted({t.astimezone(UTC).strftime("%Y-%m-%d") for t in (*times, *anchors)})
     return Timeline(width, axis_y + 34, left, right, axis_y, lanes, events, [
         Tick(round(t.x, 1), t.label, t.major) for t in ticks], [AxisBreak(round(b.x, 1), b.label) for b in breaks],
         markers, hidden, untimed, " – ".join([days[0], days[-1]] if len(days) > 1 else days) + " UTC",
@@ -477,7 +477,7 @@ def _nice_max(value: int) -> tuple[int, int]:
     if value <= 4:
         return max(value, 1), 1
     raw = value / 4
-    magnitude = 10 ** int(math.floor(math.log10(raw)))
+    magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     step = max(1, int(step))
     return int(math.ceil(value / step) * step), step
