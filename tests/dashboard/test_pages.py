@@ -158,3 +158,40 @@ def test_read_only_methods_and_headers(client: TestClient) -> None:
     static = client.get("/static/style.css")
     assert static.status_code == 200 and "timeline" in static.text
     assert client.get("/static/app.js").status_code == 200
+
+
+def test_overview_auto_refresh(client: TestClient) -> None:
+    assert 'http-equiv="refresh"' not in client.get("/").text
+    html = client.get("/?refresh=60&range=7d").text
+    assert '<meta http-equiv="refresh" content="60">' in html and "auto-refresh: every 60 s" in html
+    assert 'href="/?range=all&refresh=60"' in html.replace("&amp;", "&")      # ranges keep it
+    for bad in ("5", "x", "99999"):
+        assert client.get(f"/?refresh={bad}").status_code == 400
+
+
+def test_long_lists_are_capped(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from firstfault.dashboard import app as app_module
+
+    monkeypatch.setattr(app_module, "MAX_ROWS", 3)
+    monkeypatch.setattr(app_module, "MAX_INLINE_JSON", 100)
+    html = client.get("/workload", params={"id": "nvlink-walkthrough"}).text
+    assert html.count('<tr id="symptom-') == 3 and "6 more symptoms are in the result JSON." in html
+    assert "more trace entries are in the result JSON." in html
+    assert '<pre class="json">' not in html and "download it to read it" in html
+
+
+def test_new_results_appear_while_the_dashboard_is_open(tmp_path: Path) -> None:
+    """The Blueprint writes (WAL) while the dashboard reads; cached aggregates follow the new runs."""
+    from firstfault.dashboard.app import create_app
+    from firstfault.engine.commands import sample_dirs
+    from tests.dashboard.helpers import blueprint_into
+
+    db = tmp_path / "live.db"
+    blueprint_into(db, sample_dirs()["nvlink-walkthrough"])
+    with TestClient(create_app(db)) as live:
+        assert ">1</span><span class=\"l\">workload attempts" in live.get("/").text
+        assert live.get("/nodes").text.count('class="node culprit"') == 1
+        blueprint_into(db, sample_dirs()["xid79-fallen-off-bus"])
+        assert ">2</span><span class=\"l\">workload attempts" in live.get("/").text
+        assert live.get("/nodes").text.count('class="node culprit"') == 2
+        assert ">xid79-fallen-off-bus<" in live.get("/workloads").text

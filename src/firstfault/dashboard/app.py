@@ -44,6 +44,10 @@ SECURITY_HEADERS = {
 }
 
 
+MAX_ROWS = 500                  # symptoms and trace entries listed on a workload page (all are in the JSON)
+MAX_INLINE_JSON = 512 * 1024    # larger results are only downloaded, not shown inline
+
+
 class NotFound(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -150,7 +154,10 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
             "sub_domain": views.bar_chart(data.buckets_sub_domain, data.bucket_seconds, views.SUB_DOMAIN_COLORS,
                                           filters.SUB_DOMAINS, "/workloads", "sub_domain"),
         }
-        return page(request, "overview.html", data=data, charts=charts, range_name=range_name,
+        refresh = filters.integer(params, "refresh", 0, 0, 3600)
+        if refresh and refresh < 10:
+            raise BadRequest("`refresh` is a number of seconds, at least 10 (or 0: off)")
+        return page(request, "overview.html", data=data, charts=charts, range_name=range_name, refresh=refresh,
                     range_from=range_from, bucket=views.bucket_name(data.bucket_seconds))
 
     @app.get("/workloads", response_class=HTMLResponse)
@@ -189,11 +196,13 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
             parse_error = f"the stored result does not match this firstfault's result model ({exc.error_count()} " \
                           "problem(s)); only the raw JSON is shown."
         d = parsed.diagnosis if parsed else None
+        inline_json = len(detail.result_json) <= MAX_INLINE_JSON
         return page(request, "workload.html", detail=detail, row=detail.row, result=parsed, d=d,
                     parse_error=parse_error, headline=views.headline(d) if d else None,
-                    timeline=views.timeline(d) if d else None, symptom_rows=views.symptom_order(d) if d else [],
-                    pretty_json=json.dumps(detail.result, indent=2, ensure_ascii=False) if detail.result
-                    else detail.result_json)
+                    timeline=views.timeline(d) if d else None,
+                    symptom_rows=views.symptom_order(d)[:MAX_ROWS] if d else [], max_rows=MAX_ROWS,
+                    pretty_json=(json.dumps(detail.result, indent=2, ensure_ascii=False) if detail.result
+                                 else detail.result_json) if inline_json else None)
 
     @app.get("/runs/{run_id}.json")
     def run_json(run_id: int) -> Response:

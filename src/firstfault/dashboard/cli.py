@@ -99,7 +99,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
             ("its culprit", f"{url}nodes/node-02"),
             ("all workloads", f"{url}workloads"),
             ("database", str(db_path.resolve())),
-            ("again, later", f"firstfault dashboard --db {db_path}")]
+            ("again, later", f"{_program()} dashboard --db {db_path}")]
     for label, value in rows:
         out.print(f"  {label:<14} {value}")
     out.print("\nCtrl-C stops the dashboard.\n")
@@ -107,6 +107,17 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     if not args.no_browser and _has_display():
         threading.Thread(target=_open_browser, args=(app, url), daemon=True).start()
     return _serve(app, sock, args.log_level or "warning", console)
+
+
+def _program() -> str:
+    """How the user ran firstfault (`.venv/bin/firstfault` from scripts/run-sample), for commands we print."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "firstfault":
+        return "firstfault"
+    try:
+        return str(argv0.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return "firstfault" if not argv0.is_absolute() or argv0.parent in map(Path, os.get_exec_path()) else str(argv0)
 
 
 def _attribute_samples(db_path: Path, console: Console) -> int:

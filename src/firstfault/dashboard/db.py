@@ -364,6 +364,8 @@ class ResultsDB:
                 return hit[1]
         value = compute()
         with self._cache_lock:
+            if len(self._cache) > 64:  # keys carry the minute for relative ranges: never let them pile up
+                self._cache.clear()
             self._cache[key] = (version, value)
         return value
 
