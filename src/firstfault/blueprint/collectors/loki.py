@@ -20,7 +20,7 @@ from typing import Any
 
 from firstfault.blueprint.base import CollectorError, LokiBatch, NothingInScope, Window
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.http import HttpError, client_for
 from firstfault.engine import ExecutionContext, SourceKind
 
 _EntryKey = tuple[tuple[tuple[str, str], ...], int, str]
@@ -59,9 +59,7 @@ class LokiCollector:
         self.split = spec.get_duration("split", "1h")
         self.nodes_per_query = spec.get_int("nodes_per_query", 50)
         self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
-                                     retries=spec.get_int("retries", 4),
-                                     headers=auth_headers(spec.get("token"), spec.get("tenant")))
+        self.client = client_for(spec)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True

@@ -23,7 +23,7 @@ from typing import Any
 from firstfault.blueprint.base import CollectorError, MetricBatch, NothingInScope, Window, node_of
 from firstfault.blueprint.collectors.loki import logql_regex
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.http import HttpError, client_for
 from firstfault.engine import ExecutionContext
 
 
@@ -71,9 +71,7 @@ class PromqlCollector:
         self.step = spec.get("step")
         self.dedupe = spec.get_bool("changes_only", True)
         self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
-                                     retries=spec.get_int("retries", 4),
-                                     headers=auth_headers(spec.get("token"), spec.get("tenant")))
+        self.client = client_for(spec)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True
