@@ -23,8 +23,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.dashboard import synthetic
-from tests.dashboard.helpers import free_port
+from tests.dashboard import synthetic  # noqa: E402 - after the sys.path entry above
+from tests.dashboard.helpers import free_port  # noqa: E402
 
 PAGES = [
     ("overview", "/"),
