@@ -115,7 +115,8 @@ def test_rules_page_counts_firing(client: TestClient, sample_db: Path) -> None:
     html = client.get("/rules").text
     expected = _expected_firing(sample_db)
     assert expected["HandleXidBurstEvents"] == 2 and expected["ElectRootCause"] >= 4
-    for rule in ("ElectRootCause", "HandleXidBurstEvents", "DemoteExplained", "TrainingProgress"):
+    assert expected["NvrmXid"] == 2                  # extractors count through their extraction trace entries
+    for rule in ("ElectRootCause", "HandleXidBurstEvents", "DemoteExplained", "TrainingProgress", "NvrmXid"):
         row = re.search(rf'<span class="mono">{rule}</span>.*?<td class="num">(\d+)</td>', html, re.DOTALL)
         assert row and int(row.group(1)) == expected[rule], rule
     assert "XID-149.4" in html                     # root causes in the stored results

@@ -62,6 +62,7 @@ def _environment() -> jinja2.Environment:
         time=views.fmt_time, clock=views.fmt_clock, duration=views.fmt_duration, outcome_class=views.outcome_class,
         node_href=node_href, workload_href=workload_href, urlquote=lambda s: quote(str(s), safe=""),
         thousands=lambda n: f"{int(n or 0):,}",
+        wbr=lambda text: markupsafe.Markup("_<wbr>").join(markupsafe.escape(str(text)).split("_")),
         sd_color=lambda k: views.color(k or NOT_ATTRIBUTED, views.SUB_DOMAIN_COLORS),
         outcome_color=lambda k: views.color(k or NOT_ATTRIBUTED, views.OUTCOME_COLORS))
     env.globals.update(version=__version__, OUTCOMES=filters.OUTCOMES, SUB_DOMAINS=filters.SUB_DOMAINS,
@@ -263,15 +264,15 @@ def _rule_rows(catalog: Catalog | None, counts: dict[str, int]) -> list[dict[str
         for e in catalog.extractors:
             rows.append({"name": e.name, "kind": "extractor", "phase": "EXTRACTION",
                          "emits": e.symptom or f"Context.{e.fact}", "origin": e.origin, "doc": e.doc,
-                         "fired": counts.get(e.name, 0), "via_filter": e.emit_type == "xid"})
+                         "fired": counts.get(e.name, 0)})
             known.add(e.name)
         for r in catalog.python_rules:
             rows.append({"name": r.name, "kind": r.kind, "phase": r.phase.name, "emits": "", "origin": r.module,
-                         "doc": r.doc, "fired": counts.get(r.name, 0), "via_filter": False})
+                         "doc": r.doc, "fired": counts.get(r.name, 0)})
             known.add(r.name)
     for name, count in counts.items():
         if name not in known:
             rows.append({"name": name, "kind": "engine", "phase": "", "emits": "", "origin": "engine step (not a catalog rule)",
-                         "doc": "", "fired": count, "via_filter": False})
+                         "doc": "", "fired": count})
     rows.sort(key=lambda r: (-r["fired"], r["name"]))
     return rows

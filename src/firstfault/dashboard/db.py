@@ -566,8 +566,9 @@ class ResultsDB:
             first_time=first, last_time=last)
 
     def rule_counts(self, sample: int = 20_000) -> tuple[dict[str, int], int, int]:
-        """How many of the latest attributions each rule took part in (produced or demoted a symptom, or left a
-        trace entry), over the `sample` most recent ones: (counts, attributions counted, attributions in all)."""
+        """How many of the latest attributions each rule took part in (extracted lines, produced or demoted a
+        symptom, or left another trace entry), over the `sample` most recent ones: (counts, attributions counted,
+        attributions in all)."""
         return self._cached(f"rules:{sample}", lambda: self._rule_counts(sample))  # type: ignore[no-any-return]
 
     def _rule_counts(self, sample: int) -> tuple[dict[str, int], int, int]:
