@@ -66,7 +66,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         sock = _bind(args.host, args.port)
     except (DatabaseError, OSError) as exc:
         return error(str(exc))
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     url = _url(args.host, sock.getsockname()[1])
     console.print(f"[bold]firstfault dashboard[/bold] on {url}  (database {args.db.resolve()}, read-only)")
     _warn_if_exposed(console, args.host)
@@ -74,7 +74,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     db_path: Path = args.db.expanduser()
     try:
         sock = _bind(args.host, args.port)  # before the work: a busy port fails at once
