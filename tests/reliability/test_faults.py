@@ -331,8 +331,8 @@ def _sigkill_rounds(tmp_path: Path, record: Record, copies: int, rounds: int) ->
         process = subprocess.Popen([sys.executable, "-c", _SLOW_WRITES, str(marker), *argv],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         inside = 1 + rng.randrange(3)         # kill inside the 1st, 2nd or 3rd write of this round
-        _wait("a write to begin", lambda: marker.read_bytes().count(b"inside") >= inside or process.poll() is not None,
-              120)
+        _wait("a write to begin", lambda inside=inside, process=process: marker.read_bytes().count(b"inside") >= inside
+              or process.poll() is not None, 120)
         if round_ % 2:
             time.sleep(rng.uniform(0.0, 0.3))  # every other round: a moment later, inside or between writes
         process.send_signal(signal.SIGKILL)

@@ -70,10 +70,10 @@ def _attribute(lines: list[str], source: SourceKind = SourceKind.SYSLOG) -> Attr
 HEX = st.integers(0, 2**36).map(hex)
 PCI = st.one_of(st.just("0000:91:00"), st.text("0123456789abcdefABCDEF:.", min_size=1, max_size=30))
 XID_TAIL = st.lists(st.one_of(
-    st.builds(lambda u, s, l, a, b: f" {u} {s} XC0 i0 Link {l} ({a} {b} 0x0 0x0 0x0 0x0)",
+    st.builds(lambda u, s, link, a, b: f" {u} {s} XC0 i0 Link {link} ({a} {b} 0x0 0x0 0x0 0x0)",
               st.sampled_from(["NETIR_LINK_EVT", "NETIR_BER_EVENT", "RLW_RXPIPE", "NVLW/X", "Q", "NETIR"]),
               st.sampled_from(["Fatal", "Nonfatal"]), st.integers(-5, 99), HEX, HEX),
-    st.builds(lambda l, regs: f" NVLink: fatal error detected on link {l}({', '.join(regs)})",
+    st.builds(lambda link, regs: f" NVLink: fatal error detected on link {link}({', '.join(regs)})",
               st.integers(0, 99), st.lists(HEX, min_size=7, max_size=7)),
     st.builds(lambda a, b: f" GPU recovery action changed from 0x0 ({a}) to 0x4 ({b})",
               st.sampled_from(["None", "Drain and Reset", "GPU Reset Required", "x"]), TEXT.filter(lambda t: ")" not in t)),

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import cache
 from typing import Any, BinaryIO
 
 import re2
@@ -75,7 +75,7 @@ class LinearRegex:
                 for i, name in self._names}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _linear_regex(pattern: str) -> LinearRegex:
     return LinearRegex(pattern)
 
