@@ -431,3 +431,28 @@ def test_reading_a_file_keeps_a_bounded_piece_of_each_line(tmp_path: Path) -> No
     batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None), max_bytes=1 << 30))
     lines = [line for batch in batches for line in batch.lines]
     assert [len(line) for line in lines] == [1024 * 1024, 5]
+
+
+def test_a_session_keeps_a_bounded_number_of_coalesced_events(engine: Engine) -> None:
+    """Past `max_event_keys` distinct events, new ones are dropped, counted, and the result says it is partial."""
+    from dataclasses import replace
+
+    from firstfault.engine import ExecutionContext
+    from firstfault.engine.params import Params
+    from firstfault.engine.session import Session
+
+    session = Session(ExecutionContext(workload_id="w", nodes=["n1"]), engine.compiled,
+                      replace(Params(), max_event_keys=50))
+    for i in range(80):                        # every line names another host: a new event each
+        session.ingest_lines(f"host-{i}", SourceKind.SYSLOG, [XID79], "loki")
+    assert session.event_keys() == 50
+    result = session.attribute()
+    assert result.coverage.partial
+    assert any("30 events dropped: more than 50 distinct event keys" in issue for issue in result.coverage.issues)
+
+
+def test_evidence_text_is_cut_at_max_evidence_chars(engine: Engine, make_workload) -> None:
+    root = make_workload({"n1/syslog": [XID79 + " " + "z" * 20_000]})
+    (evidence,) = engine.analyze_path(root).root_cause.evidence
+    assert evidence.text.startswith(XID79) and evidence.text.endswith(" chars]")
+    assert len(evidence.text) < 4096 + 64
