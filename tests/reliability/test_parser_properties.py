@@ -44,10 +44,14 @@ from firstfault.service.errors import ServiceError
 from firstfault.service.formats import prepare
 from firstfault.service.http import strict_validate
 from firstfault.service.v2 import BATCH
+from tests.reliability import support
 from tests.reliability.support import examples
 
-PROPERTIES = settings(max_examples=examples(100, 2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=examples(40, 500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The fast versions are derandomized (the same examples every run: CI does not fail by chance); --long explores
+# afresh with twenty times the examples.
+_COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "derandomize": not support.LONG}
+PROPERTIES = settings(max_examples=examples(100, 2000), **_COMMON)
+FEW = settings(max_examples=examples(40, 500), **_COMMON)
 CONTEXT = ExecutionContext(workload_id="w", nodes=["n1", "n2"], start_time=datetime(2026, 3, 2, 8, tzinfo=UTC),
                            end_time=datetime(2026, 3, 2, 9, tzinfo=UTC), scheduler_state="FAILED")
 
@@ -290,7 +294,7 @@ def test_rule_files_load_or_raise_catalog_error(doc: dict[str, Any]) -> None:
     _load(to_toml(doc).encode("utf-8"))
 
 
-@settings(max_examples=examples(8, 60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8, 60), **_COMMON)
 @given(RULE_FILES)
 def test_rule_files_verified_load_or_raise_catalog_error(doc: dict[str, Any]) -> None:
     _load(to_toml(doc).encode("utf-8"), verify=True)   # hyperscan compile and every inline case
