@@ -182,8 +182,10 @@ def _many_sessions(start_server, record: Record, cap: int, total: int) -> None:
     with server.client() as client:
         assert metric(client, "firstfault_sessions_live") == cap
         assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == total - cap
-        gone = client.get(f"/v2/sessions/{first[0]}")
+        ids = first + later
+        gone = client.get(f"/v2/sessions/{ids[total - cap - 100]}")       # among the last 10,000 removals
         assert gone.status_code == 404 and "evicted" in gone.json()["message"]
+        assert client.get(f"/v2/sessions/{first[0]}").status_code == 404
         assert client.get(f"/v2/sessions/{later[-1]}").json()["observations"] == 3
     assert after < at_cap + 48, (at_cap, after)     # the cap bounds memory: more sessions, no more memory
     record(sessions=total, cap=cap, rss_at_cap_mib=round(at_cap, 1), rss_after_mib=round(after, 1))
