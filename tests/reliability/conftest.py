@@ -46,5 +46,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     terminalreporter.section("reliability numbers")
     for entry in _RECORDS:
-        numbers = ", ".join(f"{k}={v}" for k, v in entry.items() if k != "test")
+        numbers = ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("test", "rows"))  # rows: the report
         terminalreporter.write_line(f"{entry['test'].split('::', 1)[-1]}: {numbers}")
