@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 
 from firstfault.cli import main
+from tests.support.live_process import LiveProcess, free_port  # noqa: F401 - re-exported for tests
 from firstfault.engine.commands import samples_root
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +21,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 # what works in this environment (docs: ecosystem notes); `playwright install` cannot download browsers here
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
-START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def blueprint_into(db: Path, *configs: Path) -> None:
@@ -56,52 +44,14 @@ def fingerprint(path: Path) -> tuple[str, int, int]:
 
 
 @dataclass
-class Dashboard:
+class Dashboard(LiveProcess):
     """A running `firstfault dashboard` subprocess."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
 
     @classmethod
     def start(cls, db: Path, log_dir: Path) -> Dashboard:
-        port = free_port()
-        log_path = log_dir / f"dashboard-{port}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTFAULT_")}
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "firstfault", "dashboard", "--db", str(db), "--port", str(port),
-                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
-        dashboard = cls(process, f"http://127.0.0.1:{port}", log_path)
-        dashboard.wait_ready()
-        return dashboard
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the dashboard exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the dashboard was not ready after {START_TIMEOUT_S} s:\n{self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        live = LiveProcess.launch(["dashboard", "--db", str(db), "--log-level", "warning"], log_dir=log_dir,
+                                  health_path="/healthz", stop_signal=signal.SIGINT)
+        return cls(**live.__dict__)
 
 
 # -- a workload whose names and log lines are hostile ---------------------------------------------------------
