@@ -243,21 +243,22 @@ def summary_line(row: dict[str, Any]) -> str:
             f" | {'correct' if row['correct'] else 'WRONG'}")
 
 
-def environment() -> dict[str, Any]:
-    cpu = ""
+def _proc_field(path: str, prefix: str, parse: Any, default: Any) -> Any:
+    """The first line of a /proc file that starts with `prefix`, parsed; `default` where there is none."""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+        with open(path) as lines:
+            return next((parse(line) for line in lines if line.startswith(prefix)), default)
+    except OSError:
+        return default
+
+
+def environment() -> dict[str, Any]:
+    cpu = _proc_field("/proc/cpuinfo", "model name", lambda line: line.split(":", 1)[1].strip(), "")
     import hyperscan
 
     grep_version = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    mem = 0
-    try:
-        mem = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal"))) // 1024
-    except (OSError, StopIteration):
-        pass
+    mem = _proc_field("/proc/meminfo", "MemTotal", lambda line: int(line.split()[1]) // 1024, 0)
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_mb": mem, "python": platform.python_version(),
             "hyperscan": hyperscan.__version__, "grep": grep_version, "commit": commit,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -50,3 +50,23 @@ def make_workload(tmp_path: Path) -> WorkloadFactory:
         return root
 
     return make
+
+
+# -- long mode -------------------------------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="also run the soak and load versions of the reliability tests (marked `long`); "
+                          "FIRSTFAULT_LONG_TESTS=1 does the same")
+
+
+def long_mode(config: pytest.Config) -> bool:
+    return bool(config.getoption("--long")) or os.environ.get("FIRSTFAULT_LONG_TESTS", "") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if long_mode(config):
+        return
+    skip = pytest.mark.skip(reason="soak/load version: run with --long (results in docs/reliability.md)")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)

@@ -15,6 +15,7 @@ _PART_COMMANDS = (
     "firstfault.engine.commands",
     "firstfault.blueprint.cli",
     "firstfault.service.cli",
+    "firstfault.dashboard.cli",
 )
 
 

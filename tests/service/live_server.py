@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,63 +11,19 @@ from typing import Any
 
 import httpx
 
+from tests.support.live_process import LiveProcess, free_port  # noqa: F401 - re-exported for tests
+
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "firstfault" / "samples" / "nvlink-walkthrough"
-START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
-class Server:
+class Server(LiveProcess):
     """A running `firstfault serve` subprocess; its stderr (JSON logs) goes to `log_path`."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
 
     @classmethod
     def start(cls, tmp: Path, env: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
-        port = free_port()
-        log_path = tmp / f"server-{port}.log"
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTFAULT_")}
-        environ.update(env or {})
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port), *(args or [])],
-                                       stdout=log, stderr=subprocess.STDOUT, env=environ)
-        server = cls(process, f"http://127.0.0.1:{port}", log_path)
-        server.wait_healthy()
-        return server
-
-    def wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/v2/healthz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"server not healthy after {START_TIMEOUT_S} s:\n{self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        live = LiveProcess.launch(["serve", *(args or [])], log_dir=tmp, health_path="/v2/healthz", env=env)
+        return cls(**live.__dict__)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30.0, **kwargs)

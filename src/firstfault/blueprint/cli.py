@@ -35,6 +35,8 @@ def build_config(args: argparse.Namespace) -> BlueprintConfig:
         config.margin = parse_duration(args.margin)
     if args.interval is not None:
         config.interval = parse_duration(args.interval)
+    if args.collect_timeout is not None:
+        config.collect_timeout = parse_duration(args.collect_timeout)
     config.workers = args.workers or config.workers
     config.force = args.force or config.force
     config.watch = args.watch or config.watch
@@ -79,6 +81,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, metavar="FILE", help="a TOML file with the same content")
     p.add_argument("--margin", metavar="DURATION", help="widen every workload window by this much (default 10m)")
     p.add_argument("--workers", type=int, metavar="N", help="workloads attributed in parallel (default 1)")
+    p.add_argument("--collect-timeout", metavar="DURATION",
+                   help="the longest one collector may take for one workload (default 10m)")
     p.add_argument("--force", action="store_true", help="attribute again what an output already holds")
     p.add_argument("--watch", action="store_true", help="keep discovering newly finished workloads")
     p.add_argument("--interval", metavar="DURATION", help="time between discovery passes in watch mode (60s)")

@@ -136,6 +136,9 @@ class BlueprintConfig:
     force: bool = False
     watch: bool = False
     interval: timedelta = timedelta(seconds=60)
+    # The longest one collector may take for one workload; past it the collector is abandoned and reported as
+    # an error (what it delivered before is kept). A collector's `collect_timeout` option overrides it.
+    collect_timeout: timedelta = timedelta(minutes=10)
 
     def of_kind(self, kind: str) -> list[ConnectorSpec]:
         return [c for c in self.connectors if c.kind == kind]
@@ -185,7 +188,8 @@ def _spec_from_table(kind: str, table: Mapping[str, Any]) -> ConnectorSpec:
 
 
 def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
-    """The config file: connector tables per kind, plus `configs`, `margin`, `workers`, `watch`, `interval`."""
+    """The config file: connector tables per kind, plus `configs`, `margin`, `workers`, `watch`, `interval`,
+    `collect_timeout`."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -201,6 +205,8 @@ def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
         config.margin = parse_duration(doc.pop("margin"))
     if "interval" in doc:
         config.interval = parse_duration(doc.pop("interval"))
+    if "collect_timeout" in doc:
+        config.collect_timeout = parse_duration(doc.pop("collect_timeout"))
     config.workers = int(doc.pop("workers", config.workers))
     config.watch = bool(doc.pop("watch", config.watch))
     config.force = bool(doc.pop("force", config.force))

@@ -59,9 +59,13 @@ class Plan:
         self.attributor.close()
 
 
-def _checked(spec: ConnectorSpec, cls: Any) -> ConnectorSpec:
-    fill_from_environment(spec, cls.OPTIONS)
-    unknown = sorted(set(spec.options) - set(cls.OPTIONS))
+# Options every collector takes, besides its own.
+COLLECTOR_OPTIONS = ("collect_timeout",)
+
+
+def _checked(spec: ConnectorSpec, cls: Any, common: tuple[str, ...] = ()) -> ConnectorSpec:
+    fill_from_environment(spec, (*cls.OPTIONS, *common))
+    unknown = sorted(set(spec.options) - set(cls.OPTIONS) - set(common))
     if unknown:
         raise ConfigError(f"{spec.kind} {spec.name}: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(cls.OPTIONS)})")
@@ -86,7 +90,12 @@ def build_plan(config: BlueprintConfig) -> Plan:
         collectors.append(StaticEvidence())
     for spec in config.of_kind("logs") + config.of_kind("metrics"):
         cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)
-        collectors.append(cls(_checked(spec, cls), config.margin))
+        _checked(spec, cls, COLLECTOR_OPTIONS)
+        timeout = spec.get_duration("collect_timeout", f"{config.collect_timeout.total_seconds()}s")
+        spec.options.pop("collect_timeout", None)
+        collector = cls(spec, config.margin)
+        collector.collect_timeout = timeout.total_seconds()
+        collectors.append(collector)
     for spec in config.of_kind("output"):
         spec.name = spec.name or spec.get("db", "") or ""
         cls = _lookup(OUTPUTS, spec.name, spec)

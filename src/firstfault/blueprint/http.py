@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from firstfault.blueprint.config import ConnectorSpec
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -89,3 +92,9 @@ def auth_headers(token: str | None = None, tenant: str | None = None) -> dict[st
     if tenant:
         headers["X-Scope-OrgID"] = tenant
     return headers
+
+
+def client_for(spec: ConnectorSpec) -> RetryingClient:
+    """The HTTP client of a connector from its common options (url, timeout, retries, token, tenant)."""
+    return RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
+                          retries=spec.get_int("retries", 4), headers=auth_headers(spec.get("token"), spec.get("tenant")))

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from firstfault.blueprint.attribution import AttributionError
-from firstfault.blueprint.base import Collector, CollectorError, ContextConnector, NothingInScope
+from firstfault.blueprint.base import Batch, Collector, CollectorError, ContextConnector, NothingInScope
 from firstfault.blueprint.config import BlueprintConfig
 from firstfault.blueprint.connectors import Plan
 from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, ReportStatus, Timings
@@ -69,7 +72,9 @@ class Runner:
             try:
                 for collector in self.plan.collectors:
                     if collector.applies(ctx):
-                        reports.append(_run_collector(collector, ctx, session.add))
+                        timeout = getattr(collector, "collect_timeout", None) or \
+                            self.config.collect_timeout.total_seconds()
+                        reports.append(_run_collector(collector, ctx, session.add, timeout))
                 collect_s = time.monotonic() - started
                 diagnosis = session.attribute()
                 attribute_s = time.monotonic() - started - collect_s
@@ -173,7 +178,71 @@ class Runner:
             self.console.print(f"[red]problem[/red] {problem}", markup=True, highlight=False)
 
 
-def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..., None]) -> ConnectorReport:
+class CollectorTimeout(CollectorError):
+    """A collector ran past its `collect_timeout` and was abandoned."""
+
+
+_DONE = object()
+
+
+def within(batches: Iterable[Batch], timeout: float, label: str) -> Iterator[Batch]:
+    """The collector's batches, produced in a thread of their own, for at most `timeout` seconds in all.
+
+    Past the deadline the collector is abandoned (CollectorTimeout): it is told to stop at its next batch, and a
+    collector blocked for good (a hung mount, a server that never answers) only keeps its own daemon thread.
+    The session is fed by the caller's thread only, so nothing reaches it after the deadline.
+    """
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=2)
+    cancelled = threading.Event()
+
+    def produce() -> None:
+        iterator = iter(batches)
+        try:
+            for batch in iterator:
+                while not cancelled.is_set():
+                    try:
+                        handoff.put((batch, None), timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if cancelled.is_set():
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+            outcome: tuple[Any, BaseException | None] = (_DONE, exc)
+        else:
+            outcome = (_DONE, None)
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+        while not cancelled.is_set():
+            try:
+                handoff.put(outcome, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    worker = threading.Thread(target=produce, name=f"collector {label}", daemon=True)
+    deadline = time.monotonic() + timeout
+    worker.start()
+    try:
+        while True:
+            try:
+                item, exc = handoff.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise CollectorTimeout(f"timed out after {timeout:g} s; abandoned (what it delivered before "
+                                       "is kept)") from None
+            if item is _DONE:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        cancelled.set()
+
+
+def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..., None],
+                   timeout: float | None = None) -> ConnectorReport:
     """Run one collector into the session; its failure becomes its report (a backend failure propagates)."""
     started = time.monotonic()
     count = 0
@@ -181,7 +250,8 @@ def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..
     status: ReportStatus = "ok"
     reason = ""
     try:
-        for batch in collector.collect(ctx):
+        batches = collector.collect(ctx)
+        for batch in (within(batches, timeout, collector.label) if timeout else batches):
             add(batch)
             count += batch.count()
             nodes |= batch.nodes()

@@ -17,6 +17,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
+
 from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, SourceKind, SubDomain
 from firstfault.engine.rules_api import (
     MetricExtractor,
@@ -158,9 +160,31 @@ def _catalog_files() -> list[tuple[str, bytes]]:
 def _require(table: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in table:
         raise CatalogError(f"{where}: missing required field {key!r}")
-    value = table[key]
-    if not isinstance(value, kind):
-        raise CatalogError(f"{where}: field {key!r} must be {kind.__name__}")
+    return _optional(table, key, kind, where, None)
+
+
+def _optional(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any) -> Any:
+    """The field's value, which must be of `kind` (CatalogError), or `default` when it is absent."""
+    value = table.get(key, default)
+    if value is not default and not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise CatalogError(f"{where}: field {key!r} must be {names}")
+    return value
+
+
+def _tables(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    """An array of tables (`[[symptom]]`, `cases = [{...}]`); anything else is a CatalogError."""
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise CatalogError(f"{where}: {key!r} must be an array of tables")
+    return value
+
+
+def _strings(value: Any, key: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CatalogError(f"{where}: field {key!r} must be a string or a list of strings")
     return value
 
 
@@ -174,25 +198,25 @@ def _parse_symptom(table: dict[str, Any], origin: str) -> SymptomDef:
     role = _require(table, "role", str, where)
     if role not in ("root", "symptom", "context"):
         raise CatalogError(f"{where}: role must be root, symptom or context")
-    blame = table.get("blame", "none")
+    blame = _optional(table, "blame", str, where, "none")
     if blame not in ("node", "peer", "none"):
         raise CatalogError(f"{where}: blame must be node, peer or none")
     strength = table.get("strength", 50)
-    if not isinstance(strength, int) or not 0 <= strength <= 100:
+    if not isinstance(strength, int) or isinstance(strength, bool) or not 0 <= strength <= 100:
         raise CatalogError(f"{where}: strength must be an integer 0..100")
-    outcome_text = table.get("outcome")
+    outcome_text = _optional(table, "outcome", str, where, None)
     try:
         outcome = Outcome(outcome_text) if outcome_text else SUBDOMAIN_OUTCOME[sub_domain]
     except ValueError as exc:
         raise CatalogError(f"{where}: {exc}") from None
     action = NextActionDef(
         immediate=_require(table, "immediate", str, where),
-        investigatory=table.get("investigatory"),
+        investigatory=_optional(table, "investigatory", str, where, None),
         summary=_require(table, "action", str, where),
     )
     return SymptomDef(name=name, sub_domain=sub_domain, role=role, blame=blame, strength=strength,
                       next_action=action, doc=_require(table, "doc", str, where).strip(), outcome=outcome,
-                      origin=origin, family=table.get("family", origin.removesuffix(".toml")))
+                      origin=origin, family=_optional(table, "family", str, where, origin.removesuffix(".toml")))
 
 
 def check_pattern_subset(pattern: str) -> str | None:
@@ -203,6 +227,10 @@ def check_pattern_subset(pattern: str) -> str | None:
         compiled = re.compile(pattern)
     except re.error as exc:
         return f"invalid regular expression: {exc}"
+    try:
+        re2.compile(pattern)  # long lines are captured with RE2 (engine/session.py)
+    except re2.error as exc:
+        return f"does not compile with RE2: {exc}"
     if compiled.match(""):
         return "matches the empty string"
     return None
@@ -212,10 +240,15 @@ def _parse_case(table: dict[str, Any], where: str) -> ExtractorCase:
     expect = _require(table, "expect", str, where)
     if expect not in ("bad", "interesting", "xid", "context", "none"):
         raise CatalogError(f"{where}: expect must be bad, interesting, xid, context or none")
-    source = table.get("source")
-    return ExtractorCase(expect=expect, line=_require(table, "line", str, where), symptom=table.get("symptom"),
-                         attributes={k: str(v) for k, v in table.get("attributes", {}).items()},
-                         source=SourceKind(source) if source else None)
+    source = _optional(table, "source", str, where, None)
+    try:
+        kind = SourceKind(source) if source else None
+    except ValueError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    return ExtractorCase(expect=expect, line=_require(table, "line", str, where),
+                         symptom=_optional(table, "symptom", str, where, None),
+                         attributes={k: str(v) for k, v in _optional(table, "attributes", dict, where, {}).items()},
+                         source=kind)
 
 
 def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
@@ -228,39 +261,41 @@ def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
     if problem:
         raise CatalogError(f"{where}: match_re {problem}")
     emit = _require(table, "emit", dict, where)
-    emit_type = EMIT_TYPES.get(emit.get("type", ""))
+    emit_type = EMIT_TYPES.get(_optional(emit, "type", str, f"{where}: emit", ""))
     if emit_type is None:
         raise CatalogError(f"{where}: emit.type must be one of {sorted(EMIT_TYPES)}")
-    symptom = emit.get("symptom")
-    fact = emit.get("fact")
+    symptom = _optional(emit, "symptom", str, f"{where}: emit", None)
+    fact = _optional(emit, "fact", str, f"{where}: emit", None)
     if emit_type == "context" and not fact:
         raise CatalogError(f"{where}: a context extractor names the fact it emits (emit.fact)")
     if emit_type != "context" and not symptom:
         raise CatalogError(f"{where}: emit.symptom is required")
     regex = re.compile(match_re)
     if symptom:
-        fields = {f for _, f, _, _ in string.Formatter().parse(symptom) if f}
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(symptom) if f}
+        except ValueError as exc:
+            raise CatalogError(f"{where}: symptom template {symptom!r}: {exc}") from None
         missing = fields - set(regex.groupindex)
         if missing:
             raise CatalogError(f"{where}: symptom template uses unknown captures {sorted(missing)}")
-    sources_raw = table.get("source", [s.value for s in LINE_SOURCES])
-    if isinstance(sources_raw, str):
-        sources_raw = [sources_raw]
+    sources_raw = _strings(table.get("source", [s.value for s in LINE_SOURCES]), "source", where)
     try:
         sources = tuple(SourceKind(s) for s in sources_raw)
     except ValueError as exc:
         raise CatalogError(f"{where}: {exc}") from None
-    key = tuple(table.get("key", []))
+    key = tuple(_strings(table.get("key", []), "key", where))
     unknown_key = set(key) - set(regex.groupindex)
     if unknown_key:
         raise CatalogError(f"{where}: key names unknown captures {sorted(unknown_key)}")
-    cases = tuple(_parse_case(c, f"{where} case {i + 1}") for i, c in enumerate(table.get("cases", [])))
+    cases = tuple(_parse_case(c, f"{where} case {i + 1}") for i, c in enumerate(_tables(table, "cases", where)))
     if not any(c.expect != "none" for c in cases) or not any(c.expect == "none" for c in cases):
         raise CatalogError(f"{where}: needs at least one positive and one negative (expect = \"none\") case")
     return Extractor(name=name, sources=sources, match_re=match_re, regex=regex, emit_type=emit_type,
-                     symptom=symptom, fact=fact, attributes=dict(table.get("attributes", {})), key=key,
-                     sampled=bool(table.get("sampled", False)),
-                     doc=_require(table, "doc", str, where).strip(), ref=table.get("ref", ""), cases=cases,
+                     symptom=symptom, fact=fact, attributes=dict(_optional(table, "attributes", dict, where, {})),
+                     key=key, sampled=_optional(table, "sampled", bool, where, False),
+                     doc=_require(table, "doc", str, where).strip(), ref=_optional(table, "ref", str, where, ""),
+                     cases=cases,
                      origin=origin)
 
 
@@ -296,12 +331,12 @@ def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | 
         unknown = set(doc) - {"symptom", "extractor", "meta"}
         if unknown:
             raise CatalogError(f"{name}: unknown top-level tables {sorted(unknown)}")
-        for table in doc.get("symptom", []):
+        for table in _tables(doc, "symptom", name):
             sdef = _parse_symptom(table, name)
             if sdef.name in symptoms:
                 raise CatalogError(f"{name}: symptom {sdef.name!r} is already defined in {symptoms[sdef.name].origin}")
             symptoms[sdef.name] = sdef
-        for table in doc.get("extractor", []):
+        for table in _tables(doc, "extractor", name):
             extractors.append(_parse_extractor(table, name))
     seen: dict[str, str] = {}
     for ex in extractors:

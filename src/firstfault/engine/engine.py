@@ -144,7 +144,7 @@ class Engine:
                     t = task_of[i]
                     future = futures[t]
                     assert future is not None
-                    states.update(zip(batches[t], future.result()))
+                    states.update(zip(batches[t], future.result(), strict=True))
                     futures[t] = None
                 state = states.pop(i)
                 with timings.phase("analyze.merge"):

@@ -213,7 +213,6 @@ class Event(BaseModel):
 
 Status = Literal["bad", "interesting"]
 Role = Literal["root", "symptom", "context"]
-Blame = Literal["node", "peer", "none"]
 
 
 class SymptomView(FrozenModel):

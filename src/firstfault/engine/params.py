@@ -17,9 +17,6 @@ class Params:
     # (and on at least `systemic_min_nodes`), it is a shared cause and no single node is blamed.
     systemic_share: float = 0.5
     systemic_min_nodes: int = 3
-    # A root candidate that starts this long before the failure began (first downstream symptom or the
-    # end of the job) without the job failing is background, not the cause.
-    stale_root_s: float = 6 * 3600.0
     # Bounds that keep one session's memory fixed whatever the input.
     max_event_keys: int = 200_000
     max_values_per_attribute: int = 64

@@ -40,6 +40,21 @@ def _canonical_node(node: str | None, allocation: dict[str, str]) -> str | None:
     return allocation.get(node.split(".")[0])
 
 
+def _trace_extraction(ws: Workspace) -> None:
+    """One trace entry per extractor and symptom: what the scan found (lines, nodes), before any filter ran."""
+    found: dict[tuple[str, str, str], tuple[int, set[str]]] = {}
+    for event in ws.events:
+        key = (event.rule, event.type, event.symptom or "")
+        count, nodes = found.get(key, (0, set()))
+        found[key] = (count + event.count, nodes | ({event.node} if event.node else set()))
+    ws.phase = Phase.EXTRACTION.name
+    for (rule, event_type, symptom), (count, nodes) in sorted(found.items()):
+        ws.rule = rule
+        where = ", ".join(sorted(nodes)[:8]) + (f" (+{len(nodes) - 8} nodes)" if len(nodes) > 8 else "")
+        ws.note("extract", f"{count} line(s) -> {event_type} {symptom}".rstrip() + (f" on {where}" if where else ""),
+                symptom=symptom or None)
+
+
 def _materialise(ws: Workspace) -> list[str]:
     """Events -> per-node symptoms. Returns the nodes that reported but are outside the allocation."""
     allocation = {n: n for n in ws.context.nodes}
@@ -180,6 +195,7 @@ def run_pipeline(session: Session) -> Attribution:
     timed = session.timings.phase
     with timed("pipeline.EVENTS"):
         ws = Workspace(session.context, catalog, session.params, session.events())
+        _trace_extraction(ws)
     for phase in (Phase.FILTER_EARLY, Phase.FILTER):
         with timed(f"pipeline.{phase.name}"):
             _run_rules(ws, phase)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from firstfault.engine.model import MetricSample
-    from firstfault.engine.workspace import EmitSpec, Workspace
+    from firstfault.engine.workspace import EmitSpec
 
 
 class Phase(IntEnum):

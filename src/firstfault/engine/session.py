@@ -14,8 +14,11 @@ import time as _time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import re2
 
 from firstfault.engine.catalog import Catalog, Extractor
 from firstfault.engine.model import (
@@ -38,8 +41,59 @@ from firstfault.engine.scanner import (
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.engine.timing import Timings
 
+# Captures of a matching line are taken with Python's `re` when the line is short (fast per call, and its
+# backtracking cannot go far on a short line), and with RE2 when it is longer: RE2's time is linear in the line
+# whatever the pattern, so a crafted line (a long token before `\S+ invoked`, thousands of near-miss
+# prefixes) cannot make the capture step explode. Both find the same match on the catalog's patterns (the
+# hyperscan/RE2 common subset); tests/reliability/test_hostile_evidence.py holds the time ratio.
+PY_RE_MAX_CHARS = 128
+
+
+class LinearRegex:
+    """A pattern under RE2, answering like `re`'s `search(text).groupdict()`.
+
+    The match runs on the UTF-8 bytes of the line through google-re2's matcher, which gives every group's span
+    in one call; its Python-level `Match` objects cost ten times the match itself, so they are used only when
+    that matcher is not there (another google-re2 layout)."""
+
+    def __init__(self, pattern: str) -> None:
+        compiled = re2.compile(pattern.encode("utf-8"))
+        self._names = sorted((index, name.decode("utf-8")) for name, index in compiled.groupindex.items())
+        self._spans = getattr(getattr(compiled, "_regexp", None), "Match", None)
+        self._anchor = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
+        self._compiled = compiled
+
+    def groups(self, text: str) -> dict[str, str | None] | None:
+        data = text.encode("utf-8", "replace")
+        if self._spans is None or self._anchor is None:
+            m = self._compiled.search(data)
+            if m is None:
+                return None
+            return {name: (None if m.group(i) is None else m.group(i).decode("utf-8", "replace"))
+                    for i, name in self._names}
+        spans = self._spans(self._anchor, data, 0, len(data))
+        if spans[0][0] < 0:
+            return None
+        return {name: (None if spans[i][0] < 0 else data[spans[i][0]:spans[i][1]].decode("utf-8", "replace"))
+                for i, name in self._names}
+
+
+@cache
+def _linear_regex(pattern: str) -> LinearRegex:
+    return LinearRegex(pattern)
+
+
+def match_groups(extractor: Extractor, text: str) -> dict[str, str | None] | None:
+    """The named captures of the extractor's leftmost match in `text` (one line), or None."""
+    if len(text) > PY_RE_MAX_CHARS:
+        return _linear_regex(extractor.match_re).groups(text)
+    m = extractor.regex.search(text)
+    return None if m is None else m.groupdict()
+
+
 _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
 _TIME_LOOKBACK_LINES = 64
+_PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
 _EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
                     "xid": EventType.XID_BURST}
 
@@ -155,6 +209,7 @@ class Session:
         self._stats: dict[tuple[str, str], _StreamStats] = {}
         self._issues: dict[str, None] = {}
         self._dropped_keys = 0
+        self._out_of_order: set[str] = set()
         self._lock = threading.Lock()
         # Where ingest time went (read, scan, hits) and how much was read; never part of the result.
         self.timings = Timings()
@@ -276,7 +331,8 @@ class Session:
                      labels: dict[str, str] | None = None) -> datetime | None:
         """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
         with."""
-        for line_no, (start, end, ids) in zip(numbers, hits):
+        prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
+        for line_no, (start, end, ids) in zip(numbers, hits, strict=True):
             raw = data[start:end]
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
@@ -286,20 +342,38 @@ class Session:
                 time = self.timestamps.parse(text)
             inherited = time is None
             if inherited:
-                time = self._last_time_of(data, start) or last_time
+                found = self._last_time_of(data, start, stop=prev_end)
+                time = prev_time if found is _PREVIOUS else (found or last_time)
             else:
+                if last_time is not None and (last_time - time).total_seconds() > self.params.clock_skew_s:
+                    self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
             self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
                             inherited)
+            prev_end, prev_time = end, time
         return last_time
 
-    def _last_time_of(self, data: bytes | bytearray, before: int) -> datetime | None:
-        """Time of the nearest stamped line that ends before `before` (bounded look-back)."""
+    def _time_went_back(self, origin: str, line_no: int, before: datetime, now: datetime) -> None:
+        """A stream is read as chronological (progress markers keep their first and last match only): a line
+        stamped well before an earlier one makes the result partial, said once per stream."""
+        with self._lock:
+            if origin in self._out_of_order or len(self._out_of_order) >= 64:
+                return
+            self._out_of_order.add(origin)
+        self._issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
+                    "the stream is read as chronological, so the result may be affected")
+
+    def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1) -> datetime | None | object:
+        """Time of the nearest stamped line that ends before `before` (bounded look-back). Reaching the line
+        that ends at `stop` (the previous matching line, already timed) gives `_PREVIOUS` instead: a run of
+        unstamped matching lines is not looked back over again for each of its lines."""
         end = before - 1 if before > 0 else -1
         for _ in range(_TIME_LOOKBACK_LINES):
             if end < 0:
                 return None
+            if end <= stop:
+                return _PREVIOUS
             start = data.rfind(b"\n", 0, end) + 1
             head = data[start:min(end, start + 96)].decode("utf-8", errors="replace")
             found = self.timestamps.parse(head)
@@ -330,13 +404,12 @@ class Session:
                                       provenance=provenance))
             return built[0]
 
-        rank_match = _RANK_PREFIX.match(text)
+        rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
         for index in ids:
             extractor = extractors[index]
-            m = extractor.regex.search(text)
-            if m is None:  # hyperscan and re disagree only on pathological input; re decides
+            groups = match_groups(extractor, text)
+            if groups is None:  # hyperscan and re disagree only on pathological input; re decides
                 continue
-            groups = m.groupdict()
             captures = {k: v for k, v in groups.items() if v is not None}
             attributes: dict[str, Any] = {**extractor.attributes, **captures}
             if rank_match and "rank" not in attributes:
@@ -478,6 +551,12 @@ class Session:
         ]
         events.sort(key=lambda e: (*_evidence_key(e.evidence), e.type, e.symptom or "", e.rule))
         return events
+
+    def event_keys(self) -> int:
+        """Distinct coalesced events held: what the session's memory grows with (a few kB each at most, the
+        evidence line being cut at `max_evidence_chars`)."""
+        with self._lock:
+            return len(self._accs)
 
     def stream_stats(self) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
         with self._lock:

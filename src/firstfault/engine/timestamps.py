@@ -18,7 +18,7 @@ _NON_TIME_PREFIX = re.compile(
     r"""^\s*(?:
         \[rank\d+\]:                      # PyTorch >= 2.2 global-rank prefix
       | \[\d+,\d+\]<std(?:out|err)>:      # Open MPI --tag-output
-      | \[[A-Za-z_][\w.-]*?\d+(?:\|\d+)?\]:  # torchelastic [trainer0]: / [trainer0|0]:
+      | \[[A-Za-z_][\w.-]*\d(?:\|\d+)?\]:  # torchelastic [trainer0]: / [trainer0|0]: (linear: no lazy run before \d+)
       | \d{1,6}:\s                        # srun --label
       | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
       | \d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}\s(?=\S)  # minute-resolution platform stamp (often local time)
@@ -34,6 +34,10 @@ _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+
+
+# A stamp is a prefix: only this much of a line is looked at (a long line costs no more than a short one).
+_MAX_PREFIX_CHARS = 256
 
 
 def _micro(fraction: str | None) -> int:
@@ -57,7 +61,7 @@ class TimestampParser:
         self.reference = reference
 
     def parse(self, line: str) -> datetime | None:
-        text = line
+        text = line[:_MAX_PREFIX_CHARS]
         for _ in range(3):
             found = self._parse_here(text)
             if found is not None:

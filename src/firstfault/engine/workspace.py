@@ -102,16 +102,11 @@ class Workspace:
         self.trace: list[TraceEntry] = []
         self.phase = ""
         self.rule = ""
-        self._fired: set[str] = set()
 
     # -- tracing -------------------------------------------------------------------------------------
     def note(self, action: str, detail: str, *, node: str | None = None, symptom: str | None = None) -> None:
-        self._fired.add(self.rule)
         self.trace.append(TraceEntry(phase=self.phase, rule=self.rule, action=action, detail=detail,
                                      node=node, symptom=symptom))
-
-    def fired(self, rule: str) -> bool:
-        return rule in self._fired
 
     # -- event stream (filters) ------------------------------------------------------------------------
     def emit(self, spec: EmitSpec) -> Event:

@@ -120,17 +120,30 @@ def scheduler_action_yields(ws: Workspace) -> None:
                       "the scheduler only ended it")
 
 
+def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
+    """The symptom happened while the workload ran (not in the collection margin around it)."""
+    start, end = ws.context.start_time, ws.context.end_time
+    if ws.undated(s) or s.first_time is None or start is None or end is None:
+        return False
+    return start <= s.first_time <= end
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, doc="""
 When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
-WorkerState.SUCCEEDED, training finished) or nothing failed, every remaining bad symptom was survived and is
-demoted, giving `none`. If root candidates remain without a success report, the accounting is wrong (a step
-failed) and the terminal state becomes FAILED.
+WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every remaining bad symptom was
+survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
+demoted, giving `none`. If root candidates from the run itself remain without a success report, the
+accounting is wrong (a step failed) and the terminal state becomes FAILED.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
         "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect={"fired": True, "sub_domain": "none", "culprits": [], "terminal_state": "COMPLETED"}),
+    RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
+        "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect={"fired": True, "sub_domain": "none", "terminal_state": "COMPLETED", "culprits": []}),
     RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -140,7 +153,7 @@ def completed_workload(ws: Workspace) -> None:
     if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
         return
     succeeded = bool(ws.select(prefix="Workload completed"))
-    roots = ws.active(role="root")
+    roots = [s for s in ws.active(role="root") if _during_run(ws, s)]
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")

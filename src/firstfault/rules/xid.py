@@ -287,7 +287,8 @@ def _xid_code(name: str) -> int | None:
 def _explained_by(root: WorkSymptom, other: WorkSymptom) -> str | None:
     """Why `other` (later in the same burst on the same node) is a symptom of `root`, or None."""
     if other.definition.strength < HARDWARE_STRENGTH:
-        return "application-class Xid in a burst that a hardware Xid began"
+        kind = "sympathetic" if other.role == "symptom" else "application-class"
+        return f"{kind} Xid in a burst that a hardware Xid began"
     if other.value_set("pci") & root.value_set("pci"):
         return "later Xid on the same GPU"
     if _xid_code(root.name) == 79 and _xid_code(other.name) in _NVLINK_XIDS:

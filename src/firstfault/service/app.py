@@ -49,7 +49,7 @@ def create_app(settings: Settings, engine: Engine | None = None, spans: SpanStar
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.add_middleware(ServiceMiddleware, metrics=service.metrics, max_body_bytes=settings.max_request_bytes,
-                       spans=spans)
+                       body_timeout_s=settings.body_timeout_s, spans=spans)
     return app
 
 

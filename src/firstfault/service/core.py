@@ -9,6 +9,7 @@ import time
 
 from firstfault.engine.engine import Engine
 from firstfault.engine.model import ExecutionContext
+from firstfault.service.errors import ServiceError
 from firstfault.service.formats import ObservationBatch, prepare
 from firstfault.service.metrics import ServiceMetrics
 from firstfault.service.schemas import (
@@ -33,7 +34,7 @@ class AttributionService:
             min_idle_s=settings.session_min_idle_s, max_observations=settings.max_session_observations,
             max_bytes=settings.max_session_bytes, idempotency_keys=settings.idempotency_keys),
             on_remove=self._removed)
-        self.metrics = ServiceMetrics(engine.catalog.content_hash, lambda: len(self.store))
+        self.metrics = ServiceMetrics(engine.catalog.content_hash, lambda: len(self.store), self.store.event_keys)
 
     @property
     def catalog_hash(self) -> str:
@@ -79,6 +80,12 @@ class AttributionService:
 
     def _ingest(self, rec: SessionRecord, batch: ObservationBatch) -> IngestAck:
         prepared = prepare(batch, self.settings.max_line_bytes)
+        if not self.store.make_room(self.settings.max_event_keys):
+            raise ServiceError(503, "memory_budget",
+                               f"the live sessions hold {self.settings.max_event_keys} or more coalesced events "
+                               "(FIRSTFAULT_MAX_EVENT_KEYS) and none is idle enough to evict; delete finished "
+                               "sessions, or retry later", headers={"Retry-After": str(max(1, int(
+                                   self.settings.session_min_idle_s)))})
         with rec.work:
             rec.check_room(prepared.count, prepared.nbytes, self.store.limits)
             prepared.apply(rec.engine)

@@ -31,14 +31,15 @@ class SessionNotFound(ServiceError):
 
 # Error codes used for plain HTTP errors raised by the framework (unknown path, wrong method ...).
 STATUS_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-                413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_request",
+                408: "request_timeout", 413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_request",
                 429: "too_many_sessions", 503: "not_ready"}
 
 _DESCRIPTIONS = {400: "Malformed request (not JSON, bad header)", 401: "Missing or wrong bearer token",
                  404: "Unknown session", 409: "Idempotency key reused with another body",
                  413: "Request or session over a size limit", 415: "Body is not application/json",
                  422: "Body or parameters do not match the schema",
-                 429: "Session capacity reached and no session is idle enough to evict"}
+                 429: "Session capacity reached and no session is idle enough to evict",
+                 503: "Memory budget spent (FIRSTFAULT_MAX_EVENT_KEYS) and no session is idle enough to evict"}
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -22,7 +22,8 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class ServiceMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, catalog_hash: str, live_sessions: Callable[[], int]) -> None:
+    def __init__(self, catalog_hash: str, live_sessions: Callable[[], int],
+                 event_keys: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("firstfault_http_requests_total", "HTTP requests by route and status",
@@ -31,6 +32,9 @@ class ServiceMetrics:
                                  ["method", "route"], buckets=_LATENCY_BUCKETS, registry=r)
         live = Gauge("firstfault_sessions_live", "Sessions held in memory", registry=r)
         live.set_function(live_sessions)
+        keys = Gauge("firstfault_event_keys", "Coalesced events held by the live sessions (the memory budget's "
+                     "measure, FIRSTFAULT_MAX_EVENT_KEYS)", registry=r)
+        keys.set_function(event_keys)
         self.sessions_created = Counter("firstfault_sessions_created_total", "Sessions created", registry=r)
         self.sessions_removed = Counter("firstfault_sessions_removed_total",
                                         "Sessions removed, by reason (deleted, expired, evicted)", ["reason"],

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import anyio
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,10 +38,11 @@ class _TooLarge(Exception):
 
 class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, max_body_bytes: int,
-                 spans: SpanStarter = no_spans) -> None:
+                 body_timeout_s: float = 60.0, spans: SpanStarter = no_spans) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.spans = spans
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -72,11 +74,18 @@ class ServiceMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            body = await self._read_body(receive, headers)
+            with anyio.fail_after(self.body_timeout_s):
+                body = await self._read_body(receive, headers)
         except _TooLarge:
             response = JSONResponse({"error_code": "request_too_large",
                                      "message": f"request body over the {self.max_body_bytes}-byte limit"},
                                     status_code=413, headers={"Connection": "close"})
+            await response(scope, receive, send)
+            return
+        except TimeoutError:
+            response = JSONResponse({"error_code": "request_timeout",
+                                     "message": f"the request body did not arrive within {self.body_timeout_s:g} s"},
+                                    status_code=408, headers={"Connection": "close"})
             await response(scope, receive, send)
             return
         if body is None:  # the client went away

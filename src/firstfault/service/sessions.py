@@ -167,6 +167,23 @@ class SessionStore:
             self._sessions[record.id] = record
         return record
 
+    def event_keys(self) -> int:
+        """Coalesced events held by every live session (the memory budget's measure)."""
+        with self._lock:
+            records = list(self._sessions.values())
+        return sum(r.engine.event_keys() for r in records)
+
+    def make_room(self, budget: int) -> bool:
+        """Evict idle sessions, the longest idle first (never one in use or used within `min_idle_s`), until the
+        live sessions hold fewer than `budget` coalesced events. False when that cannot be done."""
+        while self.event_keys() >= budget:
+            with self._lock:
+                victim = self._eviction_candidate()
+                if victim is None:
+                    return False
+                self._remove_locked(victim, "evicted")
+        return True
+
     def has_room(self) -> bool:
         with self._lock:
             return len(self._sessions) < self.limits.max_sessions or self._eviction_candidate() is not None

@@ -21,6 +21,9 @@ class Settings:
     api_token: str | None = None
     # Largest accepted request body; larger ones get 413 before they are parsed.
     max_request_bytes: int = 32 * MIB
+    # A request body must arrive within this many seconds of the request's start (408 otherwise): a client that
+    # trickles its body, or stops half-way, does not hold a connection for ever.
+    body_timeout_s: float = 60.0
     # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
     max_line_bytes: int = 64 * 1024
     # Per-session caps: a batch that would cross one is refused whole (413).
@@ -31,6 +34,10 @@ class Settings:
     max_sessions: int = 1000
     session_ttl_s: float = 3600.0
     session_min_idle_s: float = 30.0
+    # The memory budget: coalesced events (distinct node/symptom/rule keys, a few kB each at most) held across all
+    # live sessions. A batch that finds it spent first evicts idle sessions (as at the session cap); if that is
+    # not enough it is refused whole with 503 `memory_budget`.
+    max_event_keys: int = 1_000_000
     # Idempotency keys remembered per session (oldest forgotten first).
     idempotency_keys: int = 1000
     # Seconds uvicorn waits for in-flight requests on SIGTERM/SIGINT before closing them.
@@ -55,7 +62,7 @@ class Settings:
 
     def validate(self) -> None:
         positive = ("max_request_bytes", "max_line_bytes", "max_session_observations", "max_session_bytes",
-                    "max_sessions", "session_ttl_s", "idempotency_keys")
+                    "max_sessions", "session_ttl_s", "idempotency_keys", "body_timeout_s", "max_event_keys")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive")

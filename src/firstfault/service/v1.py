@@ -202,7 +202,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         return V1Created(attributor_id=service.create_session(context).id)
 
     @api.post("/attributor/{session_id}/observation", response_model=V1ObservationAck,
-              responses=error_responses(400, 401, 404, 409, 413, 415, 422), dependencies=auth)
+              responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), dependencies=auth)
     async def add_observation(session_id: SessionId, observation: Annotated[V1Observation, Body()],
                               request: Request, idempotency_key: IdempotencyKey = None) -> V1ObservationAck:
         """Add one observation (Loki streams or a Prometheus result, usually as a JSON string in `body`)."""

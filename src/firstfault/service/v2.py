@@ -42,7 +42,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         return SessionCreated(session_id=record.id, revision=0)
 
     @api.post("/sessions/{session_id}/observations", status_code=202, response_model=IngestAck,
-              responses=error_responses(400, 401, 404, 409, 413, 415, 422), **writes)
+              responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), **writes)
     async def add_observations(session_id: SessionId, batch: Annotated[ObservationBatch, Body()], request: Request,
                                idempotency_key: IdempotencyKey = None) -> IngestAck:
         """Add a batch of evidence in one of four formats (see `format`)."""
@@ -76,6 +76,8 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         """Ready to take a new session (capacity left, or an idle session that can be evicted)."""
         if not service.store.has_room():
             raise ServiceError(503, "not_ready", "session capacity reached and no session is idle")
+        if service.store.event_keys() >= service.settings.max_event_keys:
+            raise ServiceError(503, "not_ready", "memory budget (FIRSTFAULT_MAX_EVENT_KEYS) spent")
         return Health(status="ready", catalog_hash=service.catalog_hash, sessions=len(service.store),
                       version=__version__)
 

@@ -15,7 +15,8 @@ import glob
 import os
 import re
 import string
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -57,8 +58,8 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
         lines: list[str] = []
         first = size = 0
         keep = True
-        for number, raw in enumerate(stream, start=1):
-            text = raw[:DEFAULT_MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n")
+        for number, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES), start=1):
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if scope.window is not None:
                 stamp = parser.parse(text)
                 if stamp is not None:
@@ -77,6 +78,38 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
             size += len(text) + 1
         if lines:
             yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+
+
+def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
+    """The batches of every file; a file that cannot be read (binary, unreadable, a broken gzip) does not stop
+    the others: they are all read, then the collector reports what failed (CollectorError)."""
+    failures: list[str] = []
+    count = 0
+    for path, scope in files:
+        count += 1
+        try:
+            yield from read_batches(path, scope)
+        except CollectorError as exc:
+            failures.append(str(exc))
+        except (OSError, EOFError, zlib.error) as exc:   # gzip.BadGzipFile is an OSError
+            failures.append(f"{path}: cannot be read: {exc.__class__.__name__}: {exc}")
+    if failures:
+        raise CollectorError(f"{len(failures)} of {count} file(s) could not be read: {'; '.join(failures[:3])}")
+
+
+def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes]:
+    """The lines of a binary stream, each cut to `limit` bytes; the rest of a longer line is read in bounded
+    pieces and dropped, so memory does not grow with the length of a line (a 100 MB line without a newline)."""
+    while True:
+        line = stream.readline(limit)
+        if not line:
+            return
+        if len(line) == limit and not line.endswith(b"\n"):
+            while True:
+                rest = stream.readline(limit)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield line
 
 
 def rotated_family(path: Path) -> list[Path]:
@@ -139,9 +172,15 @@ class FilesCollector:
         return True
 
     def collect(self, ctx: ExecutionContext) -> Iterator[LineBatch]:
-        scoped = Window.of(ctx, self.margin) if ctx.start_time or ctx.end_time else None
         seen: set[Path] = set()
         missing: list[str] = []
+        yield from read_files(self._files(ctx, seen, missing))
+        if not seen:
+            raise NothingInScope(f"no file matched: {'; '.join(sorted(set(missing))[:5])}")
+
+    def _files(self, ctx: ExecutionContext, seen: set[Path], missing: list[str]) -> Iterator[tuple[Path, FileScope]]:
+        """Every file in the workload's scope, each once (two templates naming one file read it once)."""
+        scoped = Window.of(ctx, self.margin) if ctx.start_time or ctx.end_time else None
         for source, template in self.templates:
             window = scoped if self.filter_window[source] else None
             for node, pattern in self._patterns(ctx, template, missing):
@@ -152,9 +191,7 @@ class FilesCollector:
                     if path in seen:
                         continue
                     seen.add(path)
-                    yield from read_batches(path, FileScope(node, source, str(path), window))
-        if not seen:
-            raise NothingInScope(f"no file matched: {'; '.join(sorted(set(missing))[:5])}")
+                    yield path, FileScope(node, source, str(path), window)
 
     def _patterns(self, ctx: ExecutionContext, template: str,
                   missing: list[str]) -> Iterator[tuple[str | None, str]]:

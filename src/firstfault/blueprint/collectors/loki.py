@@ -20,7 +20,7 @@ from typing import Any
 
 from firstfault.blueprint.base import CollectorError, LokiBatch, NothingInScope, Window
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.http import HttpError, client_for
 from firstfault.engine import ExecutionContext, SourceKind
 
 _EntryKey = tuple[tuple[tuple[str, str], ...], int, str]
@@ -59,9 +59,7 @@ class LokiCollector:
         self.split = spec.get_duration("split", "1h")
         self.nodes_per_query = spec.get_int("nodes_per_query", 50)
         self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
-                                     retries=spec.get_int("retries", 4),
-                                     headers=auth_headers(spec.get("token"), spec.get("tenant")))
+        self.client = client_for(spec)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True
@@ -88,6 +86,8 @@ class LokiCollector:
             streams = self._query(query, start, end)
             entries = [(int(ts), _labels_key(s["stream"]), line, s["stream"])
                        for s in streams for ts, line, *_ in s["values"]]
+            if any(not start <= e[0] < end for e in entries):   # paging on it would never end
+                raise CollectorError(f"loki: the answer holds entries outside the window asked for ({start}, {end})")
             fresh = [e for e in entries if (e[1], e[0], e[2]) not in seen]
             if fresh:
                 yield LokiBatch(self.source, self.node_label, f"loki:{query}", _as_streams(fresh))
@@ -109,10 +109,31 @@ class LokiCollector:
             raise CollectorError(str(exc)) from None
         except ValueError:
             raise CollectorError("loki: the answer is not JSON") from None
-        data = doc.get("data", {}) if isinstance(doc, dict) else {}
-        if doc.get("status") != "success" or data.get("resultType") != "streams":
-            raise CollectorError(f"loki: unexpected answer: {str(doc)[:300]}")
-        return list(data.get("result", []))
+        return checked_streams(doc)
+
+
+def _nanoseconds(value: Any) -> bool:
+    return (isinstance(value, str) and value.isascii() and value.isdigit()) or \
+        (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
+def checked_streams(doc: Any) -> list[dict[str, Any]]:
+    """The streams of a `query_range` answer in Loki's documented shape; anything else is a CollectorError."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(data, dict) \
+            or data.get("resultType") != "streams" or not isinstance(data.get("result", []), list):
+        raise CollectorError(f"loki: unexpected answer: {str(doc)[:300]}")
+    streams = list(data.get("result", []))
+    for stream in streams:
+        labels = stream.get("stream") if isinstance(stream, dict) else None
+        values = stream.get("values") if isinstance(stream, dict) else None
+        if not isinstance(labels, dict) or not isinstance(values, list) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise CollectorError(f"loki: unexpected stream in the answer: {str(stream)[:300]}")
+        for entry in values:
+            if not (isinstance(entry, list) and len(entry) >= 2 and _nanoseconds(entry[0]) and isinstance(entry[1], str)):
+                raise CollectorError(f"loki: unexpected entry in the answer: {str(entry)[:200]}")
+    return streams
 
 
 def _labels_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -23,7 +23,7 @@ from typing import Any
 from firstfault.blueprint.base import CollectorError, MetricBatch, NothingInScope, Window, node_of
 from firstfault.blueprint.collectors.loki import logql_regex
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.http import HttpError, client_for
 from firstfault.engine import ExecutionContext
 
 
@@ -50,6 +50,26 @@ def parse_query(text: str) -> Query:
     return Query(name.strip(), expr.strip(), "$node_label")
 
 
+def checked_matrix(doc: Any) -> list[dict[str, Any]]:
+    """The series of a `query_range` answer in Prometheus' documented shape (a matrix: labels and
+    `[unix seconds, "value"]` pairs); anything else is a CollectorError."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(data, dict) \
+            or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        raise CollectorError(f"unexpected answer: {str(doc)[:300]}")
+    for series in data["result"]:
+        metric = series.get("metric", {}) if isinstance(series, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(metric, dict) or not isinstance(values, list) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+            raise CollectorError(f"unexpected series in the answer: {str(series)[:300]}")
+        for sample in values:
+            if not (isinstance(sample, list) and len(sample) == 2 and isinstance(sample[0], int | float)
+                    and not isinstance(sample[0], bool) and isinstance(sample[1], str)):
+                raise CollectorError(f"unexpected sample in the answer: {str(sample)[:200]}")
+    return list(data["result"])
+
+
 def changes_only(values: list[list[Any]]) -> list[list[Any]]:
     """The first and last samples and every sample whose value differs from the one before."""
     return [v for i, v in enumerate(values) if i in (0, len(values) - 1) or v[1] != values[i - 1][1]]
@@ -71,9 +91,7 @@ class PromqlCollector:
         self.step = spec.get("step")
         self.dedupe = spec.get_bool("changes_only", True)
         self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
-                                     retries=spec.get_int("retries", 4),
-                                     headers=auth_headers(spec.get("token"), spec.get("tenant")))
+        self.client = client_for(spec)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True
@@ -117,10 +135,8 @@ class PromqlCollector:
             raise CollectorError(str(exc)) from None
         except ValueError:
             raise CollectorError("the answer is not JSON") from None
-        if doc.get("status") != "success" or doc.get("data", {}).get("resultType") != "matrix":
-            raise CollectorError(f"unexpected answer: {str(doc)[:300]}")
         return MetricBatch(node_label=label, origin=f"promql:{query.name}",
-                           result=self._series(doc["data"]["result"], query.name, label, nodes))
+                           result=self._series(checked_matrix(doc), query.name, label, nodes))
 
     def _series(self, result: list[dict[str, Any]], name: str, label: str, nodes: list[str]) -> list[dict[str, Any]]:
         out = []

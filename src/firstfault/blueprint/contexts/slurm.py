@@ -70,10 +70,14 @@ class JobRecord:
 
 
 def expand_nodes(text: str) -> list[str]:
+    """`gpu[01-04,07]` as node names (SlurmError for a list that is not one, or more than 100,000 names)."""
     text = text.strip()
     if not text or text in ("None assigned", "(null)", "None"):
         return []
-    return list(hostlist.expand_hostlist(text))
+    try:
+        return list(hostlist.expand_hostlist(text))
+    except hostlist.BadHostlist as exc:
+        raise SlurmError(f"node list {text[:200]!r}: {exc}") from None
 
 
 def base_state(text: str) -> str:
@@ -100,23 +104,36 @@ def _number(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def parse_sacct_text(text: str) -> list[JobRecord]:
-    """Rows of `sacct -X -D -P -n -o <TEXT_FIELDS>`."""
+def _skip(problems: list[str] | None, message: str) -> None:
+    """A record that cannot be read: reported in `problems` and skipped, or, without that list, SlurmError."""
+    if problems is None:
+        raise SlurmError(message)
+    problems.append(message)
+
+
+def parse_sacct_text(text: str, problems: list[str] | None = None) -> list[JobRecord]:
+    """Rows of `sacct -X -D -P -n -o <TEXT_FIELDS>`. A row that cannot be read is a SlurmError, or, given a
+    `problems` list, is skipped and described there."""
     records = []
     for line in text.splitlines():
         if not line.strip():
             continue
         cols = line.split("|")
         if len(cols) != len(TEXT_FIELDS):
-            raise SlurmError(f"sacct -P: expected {len(TEXT_FIELDS)} fields, got {len(cols)}: {line[:200]!r}")
+            _skip(problems, f"sacct -P: expected {len(TEXT_FIELDS)} fields, got {len(cols)}: {line[:200]!r}")
+            continue
         row = dict(zip(TEXT_FIELDS, cols, strict=True))
         het = row["JobID"].split("+", 1)[0] if "+" in row["JobID"] else ""
-        records.append(JobRecord(
-            job_id=row["JobID"], raw_id=row["JobIDRaw"], name=row["JobName"], user=row["User"],
-            partition=row["Partition"], cluster=row["Cluster"], state=base_state(row["State"]),
-            state_raw=row["State"], reason=row["Reason"], exit_code=row["ExitCode"],
-            derived_exit_code=row["DerivedExitCode"], start=_text_time(row["Start"]), end=_text_time(row["End"]),
-            nodes=expand_nodes(row["NodeList"]), work_dir=row["WorkDir"], het_job_id=het))
+        try:
+            records.append(JobRecord(
+                job_id=row["JobID"], raw_id=row["JobIDRaw"], name=row["JobName"], user=row["User"],
+                partition=row["Partition"], cluster=row["Cluster"], state=base_state(row["State"]),
+                state_raw=row["State"], reason=row["Reason"], exit_code=row["ExitCode"],
+                derived_exit_code=row["DerivedExitCode"], start=_text_time(row["Start"]),
+                end=_text_time(row["End"]), nodes=expand_nodes(row["NodeList"]), work_dir=row["WorkDir"],
+                het_job_id=het))
+        except (SlurmError, ValueError, OverflowError) as exc:
+            _skip(problems, f"sacct -P: job {row['JobID'][:100]!r}: {exc}")
     return records
 
 
@@ -141,31 +158,56 @@ def _json_job_id(job: dict[str, Any]) -> tuple[str, str]:
     return raw, ""
 
 
-def parse_sacct_json(doc: dict[str, Any]) -> tuple[list[JobRecord], bool]:
-    """Records of `sacct --json`, and whether the layout is 22.05's (whose exit codes must not be trusted)."""
-    records = []
+def parse_sacct_json(doc: Any, problems: list[str] | None = None) -> tuple[list[JobRecord], bool]:
+    """Records of `sacct --json`, and whether the layout is 22.05's (whose exit codes must not be trusted).
+    A job that cannot be read is a SlurmError, or, given a `problems` list, is skipped and described there."""
+    jobs = doc.get("jobs", []) if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise SlurmError(f"sacct --json: no list of jobs in {str(doc)[:200]}")
+    records: list[JobRecord] = []
     old_layout = False
-    for job in doc.get("jobs", []):
-        state = (job.get("state") or {}).get("current", "")
-        if isinstance(state, str):
-            old_layout = True
-            flags = [state]
-        else:
-            flags = list(state)
-        job_id, het = _json_job_id(job)
-        main = next((f for f in flags if f in FINISHED), flags[0] if flags else "")
-        times = job.get("time") or {}
-        records.append(JobRecord(
-            job_id=job_id, raw_id=str(job["job_id"]), name=job.get("name", ""), user=job.get("user", ""),
-            partition=job.get("partition", ""), cluster=job.get("cluster", ""), state=main,
-            state_raw=" ".join(flags), reason=(job.get("state") or {}).get("reason", ""),
-            exit_code=_json_exit_code(job.get("exit_code")),
-            derived_exit_code=_json_exit_code(job.get("derived_exit_code")),
-            start=_epoch(times.get("start")), end=_epoch(times.get("end")), nodes=expand_nodes(job.get("nodes") or ""),
-            work_dir=job.get("working_directory", "") or job.get("current_working_directory", ""),
-            stdout=job.get("stdout_expanded", "") or "", stderr=job.get("stderr_expanded", "") or "",
-            het_job_id=het))
+    for job in jobs:
+        try:
+            record, old = _json_record(job)
+        except (SlurmError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            job_id = job.get("job_id") if isinstance(job, dict) else None
+            _skip(problems, f"sacct --json: job {str(job_id)[:100]!r}: {exc.__class__.__name__}: {exc}")
+            continue
+        records.append(record)
+        old_layout = old_layout or old
     return records, old_layout
+
+
+def _json_record(job: dict[str, Any]) -> tuple[JobRecord, bool]:
+    """One job of `sacct --json`, and whether it is in 22.05's layout."""
+    if not isinstance(job, dict):
+        raise SlurmError(f"not a job object: {str(job)[:100]}")
+    state = (job.get("state") or {}).get("current", "")
+    old_layout = isinstance(state, str)
+    flags = [_text(state)] if old_layout else [_text(f) for f in state]
+    job_id, het = _json_job_id(job)
+    main = next((f for f in flags if f in FINISHED), flags[0] if flags else "")
+    times = job.get("time") or {}
+    record = JobRecord(
+        job_id=job_id, raw_id=str(job["job_id"]), name=_text(job.get("name")), user=_text(job.get("user")),
+        partition=_text(job.get("partition")), cluster=_text(job.get("cluster")), state=main,
+        state_raw=" ".join(flags), reason=_text((job.get("state") or {}).get("reason")),
+        exit_code=_json_exit_code(job.get("exit_code")),
+        derived_exit_code=_json_exit_code(job.get("derived_exit_code")),
+        start=_epoch(times.get("start")), end=_epoch(times.get("end")),
+        nodes=expand_nodes(_text(job.get("nodes"))),
+        work_dir=_text(job.get("working_directory")) or _text(job.get("current_working_directory")),
+        stdout=_text(job.get("stdout_expanded")), stderr=_text(job.get("stderr_expanded")), het_job_id=het)
+    return record, old_layout
+
+
+def _text(value: Any) -> str:
+    """A string field of sacct's JSON ("" when absent); anything else is not a record this parser can read."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SlurmError(f"expected a string, got {str(value)[:100]}")
+    return value
 
 
 def parse_scontrol(text: str) -> dict[str, dict[str, str]]:
@@ -271,23 +313,25 @@ class SlurmContexts:
             args += ["-r", ",".join(self.partitions)]
         return args
 
-    def _text_records(self, selection: list[str]) -> list[JobRecord]:
+    def _text_records(self, selection: list[str], problems: list[str] | None = None) -> list[JobRecord]:
         out = self._run([self.sacct, "-X", "-P", "-n", "-o", ",".join(TEXT_FIELDS), *selection])
-        return parse_sacct_text(out)
+        return parse_sacct_text(out, problems)
 
-    def records(self, now: datetime | None = None) -> list[JobRecord]:
+    def records(self, now: datetime | None = None, problems: list[str] | None = None) -> list[JobRecord]:
+        """Accounting records of the selection; with a `problems` list, records that cannot be read are
+        described there and skipped instead of failing the pass."""
         now = now or datetime.now(timezone.utc)
         selection = self._selection(now)
         if self.format == "text":
-            records = self._text_records(selection)
+            records = self._text_records(selection, problems)
         else:
             try:
                 doc = json.loads(self._run([self.sacct, "--json", *selection]))
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise SlurmError(f"sacct --json: not JSON: {exc}") from None
-            records, old_layout = parse_sacct_json(doc)
+            records, old_layout = parse_sacct_json(doc, problems)
             if old_layout:
-                _take_exit_codes(records, self._text_records(selection))
+                _take_exit_codes(records, self._text_records(selection, []))
         self._last_pass = now
         return records
 
@@ -300,9 +344,10 @@ class SlurmContexts:
 
     # -- discovery --------------------------------------------------------------------------------------
     def discover(self) -> Discovery:
-        records = [r for r in self.records() if r.finished and (not self.states or r.state in self.states)]
-        live = self._scontrol_jobs()
         found = Discovery()
+        records = [r for r in self.records(problems=found.problems)
+                   if r.finished and (not self.states or r.state in self.states)]
+        live = self._scontrol_jobs()
         for record in records:
             _enrich(record, live.get(record.raw_id, {}))
         singles = [r for r in records if not r.het_job_id]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from firstfault.blueprint.base import Discovery, LineBatch, NothingInScope
-from firstfault.blueprint.collectors.files import FileScope, read_batches
+from firstfault.blueprint.collectors.files import FileScope, read_files
 from firstfault.blueprint.config import ConfigError, ConnectorSpec
 from firstfault.engine import EvidenceError, ExecutionContext
 from firstfault.engine.evidence import SCENARIO_FILE, evidence_files, read_context
@@ -68,6 +68,5 @@ class StaticEvidence:
         files, _ = evidence_files(directory)
         if not files:
             raise NothingInScope(f"{directory}: no <node>/applog.log, syslog.log or scheduler.log")
-        for item in files:
-            origin = str(item.path.relative_to(directory))
-            yield from read_batches(item.path, FileScope(item.node, item.source, origin, None))
+        yield from read_files((item.path, FileScope(item.node, item.source, str(item.path.relative_to(directory)),
+                                                    None)) for item in files)

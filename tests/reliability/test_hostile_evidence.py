@@ -1,0 +1,459 @@
+"""Hostile evidence: whatever a cluster produces gives a correct result, or one that says it is partial - in
+bounded time and memory.
+
+Already covered elsewhere (docs/operations.md lists them): tests/engine/test_bad_evidence.py (invalid UTF-8,
+a 10 MB line, a binary file, NUL padding, unreadable files), tests/service/test_limits.py (the same over HTTP).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+import shutil
+import sqlite3
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from firstfault.blueprint.collectors.files import FileScope, read_batches
+from firstfault.engine import Attribution, Engine, SourceKind
+from firstfault.engine.commands import samples_root
+from firstfault.engine.timestamps import TimestampParser
+from tests.blueprint.conftest import make_workload as make_static_workload
+from tests.blueprint.conftest import run_blueprint
+from tests.reliability.conftest import Record
+from tests.reliability.support import measured
+
+SAMPLES = samples_root()
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "scenario.toml").is_file())
+XID79 = ("Jan  1 00:10:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, "
+         "GPU has fallen off the bus.")
+
+
+def verdict(result: Attribution) -> tuple[str, str, list[str], str | None]:
+    return (result.outcome.value, result.sub_domain.value, [c.node for c in result.culprit_nodes],
+            result.root_cause.symptom if result.root_cause else None)
+
+
+def copy_sample(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copytree(SAMPLES / name, target)
+    return target
+
+
+# -- lines crafted against backtracking regex engines ------------------------------------------------------------
+# Each family pairs a hostile line with a benign one of the same length that matches the same extractor, so the
+# two sets cost the same per-line work and differ only in what a backtracking engine would make of them. Before
+# the capture step ran long lines through RE2 (engine/session.py), the hostile lines cost time quadratic in
+# their length: a 16 kB line took seconds, a 1 MB one hours.
+_RATIO_SCRIPT = '''
+import io
+from firstfault.engine import default_engine, ExecutionContext, SourceKind
+
+SIZES, TOTAL, REPEATS = {sizes!r}, {total!r}, {repeats!r}
+engine = default_engine()
+ctx = ExecutionContext(workload_id="w", nodes=["n1"], start_time="2026-03-02T08:00:00Z",
+                       end_time="2026-03-02T09:00:00Z")
+SYS = "Mar  2 08:10:01 n1 kernel: "
+APP = "2026-03-02T08:10:01.000Z [rank0]: "
+XID = "NVRM: Xid (PCI:0000:01:00): 79, "
+
+def pad(n):
+    return ("word " * (n // 5 + 1))[:n]
+
+FAMILIES = {{
+    # (?P<comm>\\S+) invoked oom-killer: - every start position inside a long token is tried
+    "long token before \\\\S+": ("syslog", lambda n: SYS + pad(n) + " x invoked oom-killer:",
+                                lambda n: SYS + "a" * n + " x invoked oom-killer:"),
+    # (?P<process>[\\w.-]+)\\[(?P<pid>\\d+)\\]: segfault at
+    "long word before [\\\\w.-]+": ("syslog", lambda n: SYS + pad(n) + " python[12]: segfault at 0 ip 0 sp 0 error 4",
+                                  lambda n: SYS + "a" * n + " python[12]: segfault at 0 ip 0 sp 0 error 4"),
+    # (?P<interface>ib\\d+|ibp\\S+): Link down
+    "repeated ibp prefix": ("syslog", lambda n: SYS + pad(n) + " ib0: Link down",
+                            lambda n: SYS + "ibp" * (n // 3) + " ib0: Link down"),
+    # Xid: (?:[^\\n]*?GPU recovery action changed from 0x.. \\([^)]*\\) to ...)? - unclosed parentheses
+    "Xid with unclosed recovery groups": ("syslog", lambda n: SYS + XID + pad(n),
+        lambda n: SYS + XID + "GPU recovery action changed from 0x1 (" * (n // 38)),
+    # RuntimeError: (?:...|shape .* is invalid for input of size|...)
+    "near-miss .* alternatives": ("applog", lambda n: APP + pad(n) + " RuntimeError: size mismatch",
+                                  lambda n: APP + "RuntimeError: shape " * (n // 20) + "RuntimeError: size mismatch"),
+    # LustreError: \\S+|Lustre: .*Request sent has failed ...|LNetError:
+    "many Lustre: prefixes": ("syslog", lambda n: SYS + pad(n) + " LNetError: x",
+                              lambda n: SYS + "Lustre: " * (n // 8) + "LNetError: x"),
+    # nvme (?P<nvme>nvme\\d+): I/O \\d+ .*timeout, ...|Buffer I/O error on dev (?P<device>\\S+),
+    "many nvme I/O prefixes": ("syslog", lambda n: SYS + pad(n) + " Buffer I/O error on dev sda1,",
+                               lambda n: SYS + "nvme nvme0: I/O 1 " * (n // 18) + "Buffer I/O error on dev sda1,"),
+    # the timestamp parser's launcher-prefix pattern \\[[A-Za-z_][\\w.-]*\\d...\\]:
+    "long bracketed prefix": ("syslog", lambda n: "[a1] " + pad(n) + " " + XID + "x",
+                              lambda n: "[a" + "1" * n + " " + XID + "x"),
+    # many 'NVRM: Xid (' prefixes without a closing parenthesis (no match at all)
+    "unclosed Xid prefixes": ("syslog", lambda n: SYS + pad(n), lambda n: SYS + "NVRM: Xid (" * (n // 11)),
+}}
+
+def seconds_per_mb(source, line, count):
+    data = ("\\n".join([line] * count) + "\\n").encode()
+    best = float("inf")
+    for _ in range(REPEATS):
+        session = engine.session(ctx)
+        started = time.perf_counter()
+        session.ingest_stream("n1", SourceKind(source), io.BytesIO(data), "x")
+        best = min(best, time.perf_counter() - started)
+    return best / (len(data) / 1e6)
+
+rows = []
+for name, (source, benign, hostile) in FAMILIES.items():
+    for size in SIZES:
+        count = max(16, TOTAL // size)
+        b = seconds_per_mb(source, benign(size), count)
+        h = seconds_per_mb(source, hostile(size), count)
+        rows.append([name, size, round(b * 1e3, 2), round(h * 1e3, 2), round(h / b, 2)])
+# linear in the length of one line: one 1 MB hostile line against sixteen 64 kB ones
+_, benign, hostile = FAMILIES["long token before \\\\S+"]
+short = seconds_per_mb("syslog", hostile(64 * 1024), 16)
+long = seconds_per_mb("syslog", hostile(1000 * 1024), 1)
+done(rows=rows, line_scaling=round(long / short, 2))
+'''
+
+
+def _crafted_lines(record: Record, sizes: tuple[int, ...], total: int, repeats: int, timeout: float) -> None:
+    result = measured(_RATIO_SCRIPT.format(sizes=sizes, total=total, repeats=repeats), timeout=timeout)
+    worst = max(result["rows"], key=lambda row: row[4])
+    # Generous for a loaded 2-core machine: hyperscan's own speed varies with the text by a few times, while a
+    # backtracking capture step made these ratios hundreds at 4 kB and unbounded at 64 kB.
+    for name, size, benign_ms, hostile_ms, ratio in result["rows"]:
+        assert ratio < 20, f"{name}, {size}-char lines: {hostile_ms} ms/MB against {benign_ms} ms/MB benign"
+    # 16x longer lines cost 16x more per MB if the capture step were quadratic
+    assert result["line_scaling"] < 4, result
+    record(families=len({row[0] for row in result["rows"]}), sizes=list(sizes), worst_family=worst[0],
+           worst_size=worst[1], worst_ratio=worst[4], line_scaling_1mb_vs_64kb=result["line_scaling"],
+           rows=[[name, size, benign_ms, hostile_ms] for name, size, benign_ms, hostile_ms, _ in result["rows"]])
+
+
+def test_crafted_lines_scan_in_linear_time(record: Record) -> None:
+    """Per MB, crafted lines cost a small factor of benign lines of the same shape, at every line length."""
+    _crafted_lines(record, sizes=(100, 4000, 64 * 1024), total=300_000, repeats=2, timeout=240)
+
+
+@pytest.mark.long
+def test_crafted_lines_scan_in_linear_time_long(record: Record) -> None:
+    _crafted_lines(record, sizes=(100, 1000, 8000, 200_000, 1000 * 1024), total=4_000_000, repeats=3, timeout=1800)
+
+
+# -- one huge line, a million identical lines -------------------------------------------------------------------
+_HUGE_LINE_SCRIPT = '''
+from pathlib import Path
+from firstfault.blueprint.attribution import ingest_batch
+from firstfault.blueprint.collectors.files import FileScope, read_batches
+from firstfault.engine import SourceKind, default_engine
+from firstfault.engine.evidence import read_context
+
+root = Path({root!r})
+engine = default_engine()
+before = peak_kib()
+result = engine.analyze_path(root)
+engine_kib = peak_kib() - before
+session = engine.session(read_context(root))
+before = peak_kib()
+lines = 0
+for batch in read_batches(root / "n1" / "syslog.log", FileScope("n1", SourceKind.SYSLOG, "syslog.log", None)):
+    lines += batch.count()
+    ingest_batch(session, batch)
+blueprint_kib = peak_kib() - before
+read = session.attribute()
+done(engine_kib=engine_kib, blueprint_kib=blueprint_kib, lines=lines,
+     culprits=[c.node for c in result.culprit_nodes], issues=result.coverage.issues,
+     blueprint_culprits=[c.node for c in read.culprit_nodes])
+'''
+
+
+def test_a_100_mb_line_costs_bounded_memory(make_workload, tmp_path: Path, record: Record) -> None:
+    """A 100 MB line without a newline, then a Xid: the engine and the Blueprint's file reader keep a bounded
+    piece of it, say so, and still find the Xid on the next line."""
+    root = make_workload({"n1/syslog": [XID79], "n2/applog": ["hello"]})
+    syslog = root / "n1" / "syslog.log"
+    with open(syslog, "wb") as out:
+        chunk = b"x" * (1024 * 1024)
+        for _ in range(100):
+            out.write(chunk)
+        out.write(b"\n" + XID79.encode() + b"\n")
+    result = measured(_HUGE_LINE_SCRIPT.format(root=str(root)), timeout=180)
+    assert result["culprits"] == ["n1"] and result["blueprint_culprits"] == ["n1"]
+    assert any("longer than" in issue for issue in result["issues"])
+    assert result["lines"] == 2
+    assert result["engine_kib"] < 64 * 1024, result        # the line is 100 MiB; memory grows far less
+    assert result["blueprint_kib"] < 64 * 1024, result
+    record(line_mib=100, engine_peak_growth_mib=round(result["engine_kib"] / 1024, 1),
+           blueprint_peak_growth_mib=round(result["blueprint_kib"] / 1024, 1))
+
+
+_BURST_SCRIPT = '''
+from pathlib import Path
+from firstfault.engine import default_engine
+from firstfault.engine.evidence import evidence_files, read_context
+root = Path({root!r})
+engine = default_engine()
+before = peak_kib()
+started = time.perf_counter()
+session = engine.session(read_context(root), block_size={block_size!r})
+for item in evidence_files(root)[0]:
+    engine.ingest_file(session, item.node, item.source, item.path)
+result = session.attribute()
+seconds = time.perf_counter() - started
+xid = [s for s in result.symptoms if s.symptom == "XID-79"]
+done(growth_kib=peak_kib() - before, seconds=seconds, json_bytes=len(result.to_json()),
+     count=xid[0].count if xid else 0, evidence=len(xid[0].evidence) if xid else 0,
+     culprits=[c.node for c in result.culprit_nodes])
+'''
+
+
+def _burst(tmp_path: Path, count: int, block_size: int) -> dict:
+    root = tmp_path / f"burst-{count}"
+    (root / "n1").mkdir(parents=True)
+    (root / "n2").mkdir()
+    (root / "scenario.toml").write_text(
+        'id = "burst"\n[workload]\nscheduler = "slurm"\njob_id = "1"\nscheduler_state = "FAILED"\n'
+        'start_time = "2025-01-01T00:00:00Z"\nend_time = "2025-01-01T02:00:00Z"\nnodes = ["n1", "n2"]\n')
+    line = (XID79 + "\n").encode()
+    with open(root / "n1" / "syslog.log", "wb") as out:
+        for _ in range(count // 10_000):
+            out.write(line * 10_000)
+        out.write(line * (count % 10_000))
+    (root / "n2" / "applog.log").write_text(
+        "2025-01-01T00:12:00Z [rank8]: RuntimeError: NCCL error: unhandled system error\n")
+    return measured(_BURST_SCRIPT.format(root=str(root), block_size=block_size), timeout=900)
+
+
+def _identical_lines(tmp_path: Path, record: Record, small: int, large: int, block_size: int) -> None:
+    """Memory is bounded by the scan block (its matching lines are handled together), not by the input: both
+    sizes span several blocks, and the larger one needs no more memory than the smaller."""
+    few, many = _burst(tmp_path, small, block_size), _burst(tmp_path, large, block_size)
+    for run, count in ((few, small), (many, large)):
+        assert run["culprits"] == ["n1"] and run["count"] == count and run["evidence"] <= 3
+    # the output differs only in the digits of the count; memory does not grow with the number of lines
+    assert abs(many["json_bytes"] - few["json_bytes"]) < 64, (few, many)
+    assert many["growth_kib"] < few["growth_kib"] + 16 * 1024, (few, many)
+    record(lines=[small, large], block_kib=block_size // 1024, json_bytes=[few["json_bytes"], many["json_bytes"]],
+           peak_growth_mib=[round(few["growth_kib"] / 1024, 1), round(many["growth_kib"] / 1024, 1)],
+           seconds=[round(few["seconds"], 2), round(many["seconds"], 2)],
+           us_per_line=round(many["seconds"] / large * 1e6, 1))
+
+
+def test_identical_error_lines_are_coalesced_in_bounded_memory_and_output(tmp_path: Path, record: Record) -> None:
+    _identical_lines(tmp_path, record, 5_000, 50_000, block_size=128 * 1024)
+
+
+@pytest.mark.long
+def test_a_million_identical_error_lines(tmp_path: Path, record: Record) -> None:
+    _identical_lines(tmp_path, record, 100_000, 1_000_000, block_size=4 * 1024 * 1024)  # the default block
+
+
+# -- binary content, NUL bytes, control characters ----------------------------------------------------------------
+def test_binary_file_among_the_evidence_is_skipped_and_the_rest_read(make_workload, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str],
+                                                                      engine: Engine) -> None:
+    """analyze and the Blueprint agree: the binary file is named, every other file is still read."""
+    elf = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 300 + b"NVRM: Xid (PCI:0000:01:00): 48, inside a binary"
+    root = make_workload({"n1/applog": elf, "n1/syslog": [XID79], "n2/applog": ["2025-01-01T00:20:00Z ok"]})
+    result = engine.analyze_path(root)
+    assert verdict(result)[2] == ["n1"] and result.coverage.partial
+    assert any("binary content" in issue for issue in result.coverage.issues)
+    code, (blueprint,), err = run_blueprint(["--configs", str(root), "--connector", "output", "stdout"], capsys)
+    assert code == 0, err
+    assert [c["node"] for c in blueprint["diagnosis"]["culprit_nodes"]] == ["n1"]
+    (static,) = [r for r in blueprint["connector_reports"] if r["connector"] == "static" and r["kind"] == "logs"]
+    assert static["status"] == "error" and "binary content" in static["reason"] and "1 of 3" in static["reason"]
+    assert static["observation_count"] == 2
+
+
+def test_nul_bytes_and_control_characters_inside_lines(make_workload, tmp_path: Path, engine: Engine,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """NULs, escape sequences and other C0 characters inside lines neither hide a fault nor break the JSON or
+    the SQLite row that carry it."""
+    nasty = XID79.replace("GPU has", "GPU\x00\x1b[31m has\x07\x08") + "\x00\x00"
+    noise = "Jan  1 00:09:00 n1 kernel: noise\x00\x00 \x1b[0m\x7f\n"  # few enough controls to be text
+    root = make_workload({"n1/syslog": (noise * 20 + nasty + "\n").encode(),
+                          "n2/applog": ["2025-01-01T00:20:00Z\x00 ok\x1b[0m"]})
+    result = engine.analyze_path(root)
+    assert verdict(result)[2] == ["n1"]
+    assert "\x00" in result.root_cause.evidence[0].text
+    assert Attribution.model_validate_json(result.to_json()) == result
+    db = tmp_path / "r.db"
+    code, _, err = run_blueprint(["--configs", str(root), "--connector", "output", "sqlite", "path", str(db)], capsys)
+    assert code == 0, err
+    with sqlite3.connect(db) as con:
+        (stored,) = con.execute("SELECT result_json FROM attribution_runs").fetchone()
+    assert [c["node"] for c in json.loads(stored)["diagnosis"]["culprit_nodes"]] == ["n1"]
+
+
+# -- time: out of order, clock skew --------------------------------------------------------------------------------
+def _rewrite(root: Path, change) -> None:
+    for path in sorted(root.glob("*/*.log")):
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(change(path, lines)) + "\n")
+
+
+@pytest.mark.parametrize("sample", SAMPLE_NAMES)
+def test_local_disorder_changes_nothing(sample: str, tmp_path: Path, engine: Engine) -> None:
+    """Neighbouring lines swapped (ranks and threads interleaving their output) give the same result."""
+    baseline = engine.analyze_path(SAMPLES / sample)
+    root = copy_sample(sample, tmp_path)
+
+    parser = TimestampParser(baseline.workload.start_time)
+
+    def swap_neighbours(_path: Path, lines: list[str]) -> list[str]:
+        for i in range(0, len(lines) - 1, 2):
+            a, b = parser.parse(lines[i]), parser.parse(lines[i + 1])
+            if a and b and abs((b - a).total_seconds()) < 60:
+                lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        return lines
+
+    _rewrite(root, swap_neighbours)
+    result = engine.analyze_path(root)
+    assert verdict(result) == verdict(baseline)
+    assert not any("out of time order" in issue for issue in result.coverage.issues)
+
+
+@pytest.mark.parametrize("sample", SAMPLE_NAMES)
+@pytest.mark.parametrize("how", ["reversed", "shuffled"])
+def test_lines_out_of_order_give_the_same_result_or_say_it_is_partial(sample: str, how: str, tmp_path: Path,
+                                                                      engine: Engine) -> None:
+    baseline = engine.analyze_path(SAMPLES / sample)
+    root = copy_sample(sample, tmp_path)
+    rng = random.Random(sample)
+
+    def disorder(_path: Path, lines: list[str]) -> list[str]:
+        if how == "reversed":
+            return lines[::-1]
+        rng.shuffle(lines)
+        return lines
+
+    _rewrite(root, disorder)
+    result = engine.analyze_path(root)
+    flagged = any("out of time order" in issue for issue in result.coverage.issues)
+    assert verdict(result) == verdict(baseline) or (flagged and result.coverage.partial)
+
+
+def test_a_shuffled_log_that_changes_the_answer_is_marked_partial(tmp_path: Path, engine: Engine) -> None:
+    """Progress markers are read as the first and last of a chronological stream: shuffled, the time-limit run
+    looks like a hang, and the result says the stream was out of order."""
+    root = copy_sample("slurm-time-limit", tmp_path)
+    _rewrite(root, lambda _p, lines: random.Random(1).sample(lines, len(lines)))
+    result = engine.analyze_path(root)
+    assert verdict(result) != verdict(engine.analyze_path(SAMPLES / "slurm-time-limit"))
+    assert result.coverage.partial
+    assert any("applog.log" in issue and "out of time order" in issue for issue in result.coverage.issues)
+
+
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z")
+_SYSLOG = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)")
+
+
+def shift(line: str, delta: timedelta, year: int) -> str:
+    """The line with its own timestamp moved by `delta` (ISO 8601 and syslog stamps)."""
+    if m := _ISO.match(line):
+        moved = datetime.fromisoformat(m.group(1)) + delta
+        return moved.isoformat(timespec="milliseconds") + "Z" + line[m.end():]
+    if m := _SYSLOG.match(line):
+        moved = datetime.strptime(f"{year} {m.group(1)}", "%Y %b %d %H:%M:%S") + delta
+        return moved.strftime("%b %e %H:%M:%S") + line[m.end():]
+    return line
+
+
+@pytest.mark.parametrize("sample,culprit", [("nvlink-walkthrough", "node-02"), ("xid79-fallen-off-bus", "gpu-a03")])
+@pytest.mark.parametrize("minutes", [-10, -5, -2, 2, 5, 10])
+@pytest.mark.parametrize("skewed", ["culprit", "others"])
+def test_clock_skew_of_minutes_between_nodes(sample: str, culprit: str, minutes: int, skewed: str, tmp_path: Path,
+                                             engine: Engine) -> None:
+    """A node whose clock is minutes off (the culprit's, or every other node's) does not move the blame: the
+    downstream errors it makes look earlier do not outrank the hardware fault."""
+    baseline = engine.analyze_path(SAMPLES / sample)
+    root = copy_sample(sample, tmp_path)
+    year = baseline.workload.start_time.year
+
+    def skew(path: Path, lines: list[str]) -> list[str]:
+        if (path.parent.name == culprit) != (skewed == "culprit"):
+            return lines
+        return [shift(line, timedelta(minutes=minutes), year) for line in lines]
+
+    _rewrite(root, skew)
+    result = engine.analyze_path(root)
+    assert verdict(result) == verdict(baseline)
+    assert verdict(result)[2] == [culprit]
+
+
+# -- nodes outside the allocation, duplicate files ----------------------------------------------------------------
+def test_evidence_from_nodes_outside_the_allocation_is_set_aside(tmp_path: Path, engine: Engine) -> None:
+    root = copy_sample("nvlink-walkthrough", tmp_path)
+    (root / "intruder-9").mkdir()
+    (root / "intruder-9" / "syslog.log").write_text(
+        "Mar  2 08:00:30 intruder-9 kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    result = engine.analyze_path(root)
+    assert verdict(result) == verdict(engine.analyze_path(SAMPLES / "nvlink-walkthrough"))
+    assert result.coverage.nodes_outside_allocation == ["intruder-9"]
+    assert any("outside the allocation" in issue for issue in result.coverage.issues)
+    assert "intruder-9" not in {s.node for s in result.symptoms}
+
+
+@pytest.mark.parametrize("sample", SAMPLE_NAMES)
+def test_duplicate_files_give_the_same_diagnosis(sample: str, tmp_path: Path, engine: Engine) -> None:
+    """A log present twice (`syslog.log` next to a `syslog.log.gz` copy, as a half-finished rotation leaves it)
+    counts its lines twice and changes nothing else."""
+    baseline = engine.analyze_path(SAMPLES / sample)
+    root = copy_sample(sample, tmp_path)
+    for path in sorted(root.glob("*/syslog.log")) + sorted(root.glob("*/applog.log")):
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+    result = engine.analyze_path(root)
+    assert verdict(result) == verdict(baseline)
+    counts = {(s.node, s.symptom, s.status): s.count for s in baseline.symptoms}
+    doubled = {(s.node, s.symptom, s.status): s.count for s in result.symptoms}
+    assert doubled.keys() == counts.keys()
+    assert all(counts[k] <= doubled[k] <= 2 * counts[k] for k in counts)  # lines twice; job-level facts once
+
+
+def test_the_blueprint_reads_a_file_named_twice_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "n1.log").write_text("2025-01-01T00:10:00Z [rank0]: step 1 loss 2.0\n" + XID79 + "\n")
+    workload = make_static_workload(tmp_path / "w", "dup", ["n1"], "2025-01-01T00:00:00Z", "2025-01-01T02:00:00Z")
+    code, (result,), err = run_blueprint([
+        "--configs", str(workload), "--connector", "logs", "files", "label", "twice",
+        "applog", f"{logs}/{{node}}.log", "applog", f"{logs}/n1.*", "syslog", f"{logs}/{{node}}.log"], capsys)
+    assert code == 0, err
+    (report,) = [r for r in result["connector_reports"] if r["connector"] == "twice"]
+    assert report["observation_count"] == 2
+
+
+def test_reading_a_file_keeps_a_bounded_piece_of_each_line(tmp_path: Path) -> None:
+    path = tmp_path / "long.log"
+    path.write_bytes(b"y" * (3 * 1024 * 1024) + b"\nshort\n")
+    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None), max_bytes=1 << 30))
+    lines = [line for batch in batches for line in batch.lines]
+    assert [len(line) for line in lines] == [1024 * 1024, 5]
+
+
+def test_a_session_keeps_a_bounded_number_of_coalesced_events(engine: Engine) -> None:
+    """Past `max_event_keys` distinct events, new ones are dropped, counted, and the result says it is partial."""
+    from dataclasses import replace
+
+    from firstfault.engine import ExecutionContext
+    from firstfault.engine.params import Params
+    from firstfault.engine.session import Session
+
+    session = Session(ExecutionContext(workload_id="w", nodes=["n1"]), engine.compiled,
+                      replace(Params(), max_event_keys=50))
+    for i in range(80):                        # every line names another host: a new event each
+        session.ingest_lines(f"host-{i}", SourceKind.SYSLOG, [XID79], "loki")
+    assert session.event_keys() == 50
+    result = session.attribute()
+    assert result.coverage.partial
+    assert any("30 events dropped: more than 50 distinct event keys" in issue for issue in result.coverage.issues)
+
+
+def test_evidence_text_is_cut_at_max_evidence_chars(engine: Engine, make_workload) -> None:
+    root = make_workload({"n1/syslog": [XID79 + " " + "z" * 20_000]})
+    (evidence,) = engine.analyze_path(root).root_cause.evidence
+    assert evidence.text.startswith(XID79) and evidence.text.endswith(" chars]")
+    assert len(evidence.text) < 4096 + 64

@@ -1,0 +1,413 @@
+"""The Attribution Service under attack and load: slow and oversized bodies, thousands of sessions, the memory
+budget, 200 concurrent clients, crafted lines over HTTP, and the token on every write endpoint.
+
+Already covered elsewhere (docs/operations.md lists them): tests/service/test_openapi_fuzz.py (schemathesis,
+every check, no 5xx), tests/service/test_limits.py (request and session caps, TTL, the session cap's
+eviction), tests/service/test_idempotency_auth.py (retries, the token on the listed write endpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reliability.conftest import Record
+from tests.reliability.support import percentile
+from tests.service.live_server import Server, raw_text_batch
+
+CONTEXT = {"workload_id": "load", "scheduler": "slurm", "nodes": ["n1", "n2", "n3", "n4"],
+           "start_time": "2026-03-02T08:00:00Z", "end_time": "2026-03-02T09:00:00Z", "scheduler_state": "FAILED"}
+XID = "Mar  2 08:10:{sec:02d} n1 kernel: NVRM: Xid (PCI:0000:{bus:02x}:00): 79, pid=1, name=python, GPU has fallen off the bus."
+QUIET = {"FIRSTFAULT_LOG_LEVEL": "warning"}
+
+
+def rss_mib(server: Server) -> float:
+    with open(f"/proc/{server.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def metric(client: httpx.Client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Any]:
+    servers: list[Server] = []
+
+    def start(**env: str) -> Server:
+        server = Server.start(tmp_path, env={**QUIET, **env})
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _batch(bus: int, sec: int = 1) -> dict[str, Any]:
+    """One batch: a Xid 79 line on n1 (a new GPU per batch) and some chatter."""
+    text = "\n".join(["Mar  2 08:09:59 n1 systemd[1]: Started Session 1.", XID.format(sec=sec % 60, bus=bus % 256),
+                      "Mar  2 08:10:30 n1 CRON[2]: (root) CMD (true)"]) + "\n"
+    return raw_text_batch("n1", "syslog", text)
+
+
+# -- slow and oversized bodies ---------------------------------------------------------------------------------------
+def _open(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, record: Record) -> None:
+    server = start_server(FIRSTFAULT_BODY_TIMEOUT_S="3")
+    stalled, trickling = [], []
+    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{\"workload_id\": ")
+    for _ in range(40):                       # half a body, then nothing
+        sock = _open(server)
+        sock.sendall(head)
+        stalled.append(sock)
+    for _ in range(10):                       # a byte every 0.2 s: would take minutes to finish
+        sock = _open(server)
+        sock.sendall(head)
+        trickling.append(sock)
+    started = time.monotonic()
+    latencies = []
+    with server.client() as client:
+        while time.monotonic() - started < 2.5:
+            for sock in trickling:
+                sock.sendall(b" ")
+            t = time.monotonic()
+            sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+            assert client.post(f"/v2/sessions/{sid}/observations", json=_batch(1)).status_code == 202
+            assert client.post(f"/v2/sessions/{sid}/attribute").status_code == 200
+            latencies.append(time.monotonic() - t)
+            time.sleep(0.2)
+        answers = [_read_all(sock) for sock in stalled + trickling]
+        waited = time.monotonic() - started
+        assert all(a.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in a for a in answers), answers[0][:300]
+        assert waited < 15
+        assert client.get("/v2/healthz").status_code == 200
+        assert metric(client, "firstfault_sessions_created_total") == len(latencies)  # no stalled body made one
+    for sock in stalled + trickling:
+        sock.close()
+    assert max(latencies) < 2.0, latencies
+    record(slow_connections=len(answers), answered_408_after_s=round(waited, 1),
+           other_client_max_ms=round(max(latencies) * 1000, 1))
+
+
+def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_server) -> None:
+    server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024))
+    sock = _open(server)
+    sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * 65536
+    sent = 0
+    try:
+        for _ in range(200):                  # 12.5 MiB offered, no Content-Length to refuse it up front
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+    except OSError:                           # the server closed the connection after its 413
+        pass
+    answer = _read_all(sock)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413 ") and b'"request_too_large"' in answer
+    assert sent < 200 * len(chunk) or b"connection: close" in answer.lower()
+    with server.client() as client:
+        assert client.get("/v2/healthz").status_code == 200
+        assert metric(client, "firstfault_sessions_live") == 0
+
+
+# -- thousands of sessions, the memory budget ------------------------------------------------------------------------
+def _fill(server: Server, count: int, start: int = 0, workers: int = 4) -> list[str]:
+    """Create `count` sessions, each with one batch of evidence; returns their ids."""
+    local = threading.local()
+
+    def one(i: int) -> str:
+        if not hasattr(local, "client"):
+            local.client = server.client()
+            clients.append(local.client)
+        c = local.client
+        sid = c.post("/v2/sessions", json={**CONTEXT, "workload_id": f"w{i}"}).json()["session_id"]
+        response = c.post(f"/v2/sessions/{sid}/observations", json=_batch(i))
+        assert response.status_code == 202, response.text
+        return str(sid)
+
+    clients: list[httpx.Client] = []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(one, range(start, start + count)))
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _many_sessions(start_server, record: Record, cap: int, total: int) -> None:
+    server = start_server(FIRSTFAULT_MAX_SESSIONS=str(cap), FIRSTFAULT_SESSION_MIN_IDLE_S="0")
+    first = _fill(server, cap)
+    at_cap = rss_mib(server)
+    later = _fill(server, total - cap, start=cap)
+    after = rss_mib(server)
+    with server.client() as client:
+        assert metric(client, "firstfault_sessions_live") == cap
+        assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == total - cap
+        ids = first + later
+        gone = client.get(f"/v2/sessions/{ids[total - cap - 100]}")       # among the last 10,000 removals
+        assert gone.status_code == 404 and "evicted" in gone.json()["message"]
+        assert client.get(f"/v2/sessions/{first[0]}").status_code == 404
+        assert client.get(f"/v2/sessions/{later[-1]}").json()["observations"] == 3
+    assert after < at_cap + 48, (at_cap, after)     # the cap bounds memory: more sessions, no more memory
+    record(sessions=total, cap=cap, rss_at_cap_mib=round(at_cap, 1), rss_after_mib=round(after, 1))
+
+
+def test_thousands_of_sessions_stay_within_the_session_cap(start_server, record: Record) -> None:
+    _many_sessions(start_server, record, cap=200, total=1000)
+
+
+@pytest.mark.long
+def test_thousands_of_sessions_stay_within_the_session_cap_long(start_server, record: Record) -> None:
+    _many_sessions(start_server, record, cap=1000, total=20_000)
+
+
+def test_idle_sessions_expire_and_their_memory_is_reused(start_server, record: Record) -> None:
+    server = start_server(FIRSTFAULT_SESSION_TTL_S="1")
+    rounds = []
+    for round_ in range(2):
+        ids = _fill(server, 250, start=round_ * 250)
+        rounds.append(rss_mib(server))
+        deadline = time.monotonic() + 15
+        with server.client() as client:
+            while metric(client, "firstfault_sessions_live") and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert metric(client, "firstfault_sessions_live") == 0
+            assert "expired" in client.get(f"/v2/sessions/{ids[0]}").json()["message"]
+    with server.client() as client:
+        assert metric(client, 'firstfault_sessions_removed_total{reason="expired"}') == 500
+    assert rounds[1] < rounds[0] + 32, rounds
+    record(sessions_per_round=250, rss_after_each_round_mib=[round(r, 1) for r in rounds])
+
+
+def _hosts_batch(prefix: str, count: int) -> dict[str, Any]:
+    """A Loki batch naming `count` different hosts: `count` new coalesced events in one request."""
+    line = "NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=python, GPU has fallen off the bus."
+    return {"format": "raw_loki_streams", "source": "syslog", "streams": [
+        {"stream": {"hostname": f"{prefix}-{i}"}, "values": [["1772438400000000000", line]]} for i in range(count)]}
+
+
+def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> None:
+    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    with server.client() as client:
+        a = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        b = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        assert client.post(f"/v2/sessions/{a}/observations", json=_hosts_batch("a", 1200)).status_code == 202
+        assert client.post(f"/v2/sessions/{b}/observations", json=_hosts_batch("b", 1200)).status_code == 202
+        refused = client.post(f"/v2/sessions/{b}/observations", json=_batch(1), headers={"Idempotency-Key": "k1"})
+        assert refused.status_code == 503 and refused.json()["error_code"] == "memory_budget"
+        assert refused.headers["retry-after"] == "30"
+        assert client.get(f"/v2/sessions/{b}").json()["observations"] == 1200   # nothing of it was taken
+        assert client.get("/v2/readyz").status_code == 503
+        assert client.post(f"/v2/sessions/{b}/attribute").status_code == 200   # results can still be had
+        assert metric(client, "firstfault_event_keys") >= 2000
+        assert client.delete(f"/v2/sessions/{a}").status_code == 204
+        retried = client.post(f"/v2/sessions/{b}/observations", json=_batch(1), headers={"Idempotency-Key": "k1"})
+        assert retried.status_code == 202 and retried.json()["replayed"] is False
+        assert client.get("/v2/readyz").status_code == 200
+
+
+def test_the_memory_budget_evicts_idle_sessions_first(start_server) -> None:
+    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
+    with server.client() as client:
+        ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(4)]
+        for i, sid in enumerate(ids):
+            assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(str(i), 900)).status_code == 202
+        # 900, 1800, 2700 (the budget is checked before a batch), then the oldest goes to make room for the 4th
+        assert [client.get(f"/v2/sessions/{sid}").status_code for sid in ids] == [404, 200, 200, 200]
+        assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == 1
+        assert metric(client, "firstfault_event_keys") == 2700
+
+
+# -- 200 concurrent clients ------------------------------------------------------------------------------------------
+async def _client_run(http: httpx.AsyncClient, n: int, until: float, batches: int | None,
+                      latencies: dict[str, list[float]], failures: list[str]) -> tuple[int, int]:
+    """One client: a session, batches with idempotency keys (retried until acknowledged), an attribute call
+    every few batches, a last attribute. Returns (acknowledged batches, the final XID-79 count)."""
+    async def call(kind: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        for attempt in range(20):
+            started = time.monotonic()
+            try:
+                response = await http.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                failures.append(f"{kind}: {exc.__class__.__name__}")
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            latencies[kind].append(time.monotonic() - started)
+            if response.status_code < 500:
+                return response
+            failures.append(f"{kind}: HTTP {response.status_code}")
+            await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError(f"client {n}: {kind} never succeeded")
+
+    created = await call("create", "POST", "/v2/sessions", json={**CONTEXT, "workload_id": f"client-{n}"})
+    assert created.status_code == 201, created.text
+    sid = created.json()["session_id"]
+    acked = 0
+    while (batches is None and time.monotonic() < until) or (batches is not None and acked < batches):
+        response = await call("ingest", "POST", f"/v2/sessions/{sid}/observations", json=_batch(acked, sec=acked),
+                              headers={"Idempotency-Key": f"{n}-{acked}"})
+        assert response.status_code == 202, response.text
+        acked += 1
+        assert response.json()["batch"] == acked     # a retry replays the first answer: the count stays exact
+        if acked % 3 == 0:
+            answer = (await call("attribute", "POST", f"/v2/sessions/{sid}/attribute")).json()
+            assert answer["computed_from"]["batches"] == acked
+    answer = (await call("attribute", "POST", f"/v2/sessions/{sid}/attribute")).json()
+    assert answer["computed_from"]["batches"] == acked
+    assert answer["computed_from"]["observations"] == 3 * acked
+    xid = [s for s in answer["result"]["symptoms"] if s["node"] == "n1" and s["symptom"] == "XID-79"]
+    await call("delete", "DELETE", f"/v2/sessions/{sid}")
+    return acked, (xid[0]["count"] if xid else 0)
+
+
+async def _load(url: str, clients: int, seconds: float | None, batches: int | None) -> dict[str, Any]:
+    latencies: dict[str, list[float]] = defaultdict(list)
+    failures: list[str] = []
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=120.0, limits=limits) as http:
+        until = time.monotonic() + (seconds or 0)
+        started = time.monotonic()
+        results = await asyncio.gather(*(_client_run(http, n, until, batches, latencies, failures)
+                                         for n in range(clients)))
+        elapsed = time.monotonic() - started
+    return {"results": results, "latencies": latencies, "failures": failures, "elapsed": elapsed}
+
+
+def _concurrent_clients(start_server, record: Record, clients: int, seconds: float | None, batches: int | None,
+                        deadline: float) -> None:
+    server = start_server()
+    try:
+        run = asyncio.run(asyncio.wait_for(_load(server.url, clients, seconds, batches), deadline))
+    except TimeoutError:
+        raise AssertionError(f"{clients} clients did not finish within {deadline:g} s: a deadlock?") from None
+    acked = [a for a, _ in run["results"]]
+    # no lost observation: every acknowledged batch is in the last result, once
+    assert all(a == count for a, count in run["results"]), [r for r in run["results"] if r[0] != r[1]][:5]
+    assert all(a >= 1 for a in acked)
+    with server.client() as client:
+        assert metric(client, "firstfault_sessions_live") == 0
+        assert client.get("/v2/healthz").status_code == 200
+    assert server.process.poll() is None and '"level": "error"' not in server.log()
+    summary: dict[str, Any] = {"clients": clients, "batches": sum(acked), "seconds": round(run["elapsed"], 1),
+                               "requests_per_s": round(sum(len(v) for v in run["latencies"].values()) / run["elapsed"], 1),
+                               "retried": len(run["failures"])}
+    for kind in ("create", "ingest", "attribute", "delete"):
+        values = run["latencies"][kind]
+        summary[f"{kind}_p50_ms"] = round(percentile(values, 50) * 1000, 1)
+        summary[f"{kind}_p99_ms"] = round(percentile(values, 99) * 1000, 1)
+    record(**summary)
+
+
+def test_200_concurrent_clients_lose_nothing(start_server, record: Record) -> None:
+    _concurrent_clients(start_server, record, clients=200, seconds=None, batches=3, deadline=240)
+
+
+@pytest.mark.long
+def test_200_concurrent_clients_for_two_minutes(start_server, record: Record) -> None:
+    _concurrent_clients(start_server, record, clients=200, seconds=120, batches=None, deadline=900)
+
+
+# -- crafted lines over HTTP ---------------------------------------------------------------------------------------
+def test_crafted_lines_over_http_cost_what_plain_lines_cost(start_server, record: Record) -> None:
+    """The service's lines (cut at 64 kB) go through the same capture step: a batch of crafted lines costs a
+    small factor of a benign batch of the same size."""
+    server = start_server()
+    prefix = "Mar  2 08:10:01 n1 kernel: "
+    benign = prefix + ("word " * 13_000)[:60_000] + " x invoked oom-killer:"
+    hostile = prefix + "a" * 60_000 + " x invoked oom-killer:"
+    times = {}
+    with httpx.Client(base_url=server.url, timeout=300) as client:
+        for name, line in (("benign", benign), ("hostile", hostile), ("benign", benign), ("hostile", hostile)):
+            sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+            started = time.monotonic()
+            response = client.post(f"/v2/sessions/{sid}/observations",
+                                   json=raw_text_batch("n1", "syslog", "\n".join([line] * 64)))
+            assert response.status_code == 202
+            times[name] = min(times.get(name, float("inf")), time.monotonic() - started)
+    assert times["hostile"] < 10 * times["benign"], times
+    record(benign_ms=round(times["benign"] * 1000), hostile_ms=round(times["hostile"] * 1000),
+           ratio=round(times["hostile"] / times["benign"], 2))
+
+
+# -- the token ---------------------------------------------------------------------------------------------------------
+TOKEN = "reliability-token"
+
+
+def test_every_write_endpoint_of_the_openapi_document_needs_the_token(start_server) -> None:
+    """Derived from the served OpenAPI document, so an endpoint added later is covered without editing this."""
+    server = start_server(FIRSTFAULT_API_TOKEN=TOKEN)
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    with server.client() as client:
+        sid = client.post("/v2/sessions", json=CONTEXT, headers=good).json()["session_id"]
+        paths = client.get("/openapi.json").json()["paths"]
+        writes = [(m.upper(), p) for p, ops in paths.items() for m in ops if m in ("post", "put", "patch", "delete")]
+        assert len(writes) >= 6
+        for method, path in writes:
+            url = path.replace("{session_id}", sid)
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
+                            {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": f"bearer{TOKEN}"}):
+                response = client.request(method, url, json={}, headers=headers)
+                assert response.status_code == 401, (method, path, headers, response.text)
+            response = client.request(method, url, params={"token": TOKEN}, json={})
+            assert response.status_code == 401
+            assert client.request(method, url, json={}, headers=good).status_code != 401
+        assert client.get(f"/v2/sessions/{sid}").status_code == 404    # the DELETE above went through
+        for path in [p for p, ops in paths.items() if "get" in ops and "{" not in p] + ["/metrics"]:
+            assert client.get(path).status_code == 200                  # reads stay open
+    assert TOKEN not in server.log()                                     # never logged
+
+
+@pytest.mark.long
+def test_schemathesis_with_the_token_and_many_examples(start_server, tmp_path: Path, record: Record) -> None:
+    """The long version of tests/service/test_openapi_fuzz.py: the token-protected schema, ten times the examples."""
+    server = start_server(FIRSTFAULT_API_TOKEN=TOKEN, FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024))
+    cli = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or shutil.which("schemathesis")
+    assert cli
+    started = time.monotonic()
+    run = subprocess.run([cli, "run", f"{server.url}/openapi.json", "--checks", "all",
+                          "--exclude-checks", "positive_data_acceptance", "--max-examples", "250",
+                          "--header", f"Authorization: Bearer {TOKEN}", "--seed", "8",
+                          "--request-timeout", "60", "--no-color"],
+                         capture_output=True, text=True, timeout=1500, cwd=tmp_path, check=False)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert server.process.poll() is None and '"level": "error"' not in server.log()
+    record(max_examples=250, seconds=round(time.monotonic() - started))
