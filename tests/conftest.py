@@ -13,6 +13,12 @@ from firstfault.engine import Engine, default_engine
 CORPUS = Path(__file__).parent / "data" / "corpus" / "dev"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """CLI runs in tests keep compiled databases in a temporary directory, not in ~/.cache."""
+    os.environ["FIRSTFAULT_CACHE_DIR"] = str(tmp_path_factory.mktemp("firstfault-cache"))
+
+
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     return default_engine()

@@ -19,19 +19,27 @@ _PART_COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The engine's own commands. When one of them is run, only the engine part is imported: `firstfault analyze`
+# (the command people time against grep) does not pay for importing the service and the Blueprint.
+_ENGINE_COMMANDS = frozenset({"analyze", "samples", "rules", "eval"})
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="firstfault",
         description="Say why a distributed GPU workload failed: the fault that began it and the node it began on.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in _PART_COMMANDS:
+    command = next((a for a in argv or [] if not a.startswith("-")), None)
+    parts = _PART_COMMANDS[:1] if command in _ENGINE_COMMANDS else _PART_COMMANDS
+    for module_name in parts:
         add: Callable[[argparse._SubParsersAction], None] = importlib.import_module(module_name).add_commands
         add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -129,3 +129,27 @@ def test_subset_check_rejects_lookaround_and_backreferences() -> None:
     assert check_pattern_subset(r"(a)\1") is not None
     assert check_pattern_subset(r"x*") is not None  # matches the empty string
     assert check_pattern_subset(r"NVRM: Xid \((?P<pci>[^)]+)\)") is None
+
+
+def test_rules_test_still_compiles_every_pattern_exactly() -> None:
+    """The engine scans with prefilter databases, which accept patterns exact hyperscan refuses; the authoring
+    check (`rules test`, strict) still refuses them."""
+    from firstfault.engine.verify import check_catalog
+
+    text = b'''
+[[extractor]]
+name = "HugeRepeat"
+doc = "too large for exact hyperscan"
+match_re = 'QQQ (?:[a-z0-9]{1,30}[0-9]{1,30}[a-f]{1,30}){1,10}X'
+emit = { type = "interesting_node", symptom = "PCIe AER corrected errors" }
+[[extractor.cases]]
+expect = "interesting"
+line = "QQQ a1aX"
+[[extractor.cases]]
+expect = "none"
+line = "QQQ X"
+'''
+    catalog = load_catalog(verify=False, extra_files=[("zz_test.toml", text)])
+    assert check_catalog(catalog) == []
+    with pytest.raises(CatalogError, match="HugeRepeat.*does not compile"):
+        check_catalog(load_catalog(verify=False, extra_files=[("zz_test.toml", text)]), strict=True)

@@ -63,6 +63,84 @@ def test_offsets_point_at_line_starts() -> None:
         assert data[block.start_offset:block.start_offset + len(block.data)] == block.data
 
 
+def _blocks_via_read_blocks(data: bytes, block_size: int, max_line: int) -> list[tuple[bytes, int, bool]]:
+    from firstfault.engine.scanner import read_blocks
+
+    return [(bytes(buf[:length]), offset, truncated)
+            for buf, length, offset, truncated in read_blocks(io.BytesIO(data), block_size=block_size,
+                                                              max_line_bytes=max_line)]
+
+
+class _NoReadinto(io.RawIOBase):
+    """A stream with read() only (the reader falls back to copying)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._inner.read(n)
+
+    readinto = None  # type: ignore[assignment]
+
+
+def test_read_blocks_yields_the_blocks_of_iter_blocks() -> None:
+    rnd = random.Random(11)
+    for trial in range(40):
+        lines = [rnd.choice([b"", b"a", b"NCCL WARN status=12", b"x" * rnd.randrange(1, 900)]) for _ in range(200)]
+        data = b"\n".join(lines) + (b"\n" if trial % 2 else b"")
+        if trial % 5 == 0:
+            data = b"y" * 5000 + b"\n" + data + b"z" * 3000  # over-long first and last lines
+        for block_size, max_line in ((7, 64), (64, 64), (100, 4096), (1000, 300), (4096, 1 << 20)):
+            want = [(b.data, b.start_offset, bool(b.truncated_lines))
+                    for b in iter_blocks(io.BytesIO(data), block_size=block_size, max_line_bytes=max_line)]
+            assert _blocks_via_read_blocks(data, block_size, max_line) == want, (trial, block_size, max_line)
+
+
+def test_read_blocks_without_readinto() -> None:
+    from firstfault.engine.scanner import read_blocks
+
+    data = b"one\ntwo\nthree"
+    got = [bytes(buf[:n]) for buf, n, _, _ in read_blocks(_NoReadinto(data), block_size=5, max_line_bytes=64)]
+    assert got == [b.data for b in iter_blocks(io.BytesIO(data), block_size=5, max_line_bytes=64)]
+
+
+def test_scan_expression_only_for_a_selective_tail_after_a_top_level_dot_star() -> None:
+    from firstfault.engine.scanner import scan_expression
+
+    assert scan_expression(r"\biteration\s+\d+ \|.*(?:grad norm|loss): (?P<v>nan|inf)\b") == \
+        r"(?:grad norm|loss): (?P<v>nan|inf)\b"
+    assert scan_expression(r"a.*?bcdefghijkl") == "bcdefghijkl"
+    for pattern in (r"abc.*de", r"(?i)abc.*defghijkl", r"x[.*]yzzzzzzzzzz", r"ab\.*cdefghijkl",
+                    r"a(.*)bcdefghijkl", r"a.+bcdefghijkl|zz", r"abc.*(?:x|)"):
+        assert scan_expression(pattern) is None, pattern
+
+
+def test_scanner_with_a_scan_expression_finds_every_line_re_finds() -> None:
+    pattern = r"\biteration\s+\d+\s*/\s*\d+ \|.*(?:grad norm|loss): (?P<value>nan|inf|-inf)\b"
+    scanner = SourceScanner([pattern, r"NCCL WARN"])
+    assert scanner.exact == [False, False]  # prefilter databases: re confirms every hit
+    lines = ["iteration 5/ 10 | lm loss: 2.1 | grad norm: nan |", "lm loss: nan", "iteration 5/10 | loss: 2",
+             "NCCL WARN x", " iteration 7 / 9 |x| loss: -inf", "iterationloss: nan"]
+    data = "\n".join(lines).encode()
+    regex = re.compile(pattern)
+    flagged = {data[:start].count(b"\n") for start, _end, ids in scanner.scan(data) if 0 in ids}
+    matching = {i for i, line in enumerate(lines) if regex.search(line)}
+    assert matching == {0, 4} and matching <= flagged
+
+
+def test_compiled_database_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = b"a NCCL WARN x status=12\nCUDA error: out of memory\n"
+    first = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    second = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    assert not first.cached and second.cached
+    assert first.scan(data) == second.scan(data) == [(0, 23, [1]), (24, 49, [2])]
+    (entry,) = tmp_path.glob("hyperscan-*.db")
+    entry.write_bytes(b"not a database")
+    third = SourceScanner(PATTERNS, cache_dir=tmp_path)
+    assert not third.cached and third.scan(data) == first.scan(data)
+    assert SourceScanner(PATTERNS[:2], cache_dir=tmp_path).cached is False  # other patterns, other entry
+
+
 def test_sampled_patterns_report_first_and_last_match_only() -> None:
     patterns = [r"ERROR \d+", r"iteration \d+"]
     scanner = SourceScanner(patterns, sampled=frozenset({1}))

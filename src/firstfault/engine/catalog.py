@@ -118,8 +118,11 @@ class Catalog:
     metric_extractors: list[MetricExtractor]
     content_hash: str
     files: list[str]
-    # Hyperscan databases built while verifying; the engine reuses them instead of compiling twice.
-    compiled: Any = None
+    # The extra files given to `load_catalog` (worker processes started with `spawn` reload the same catalog).
+    extra_files: list[tuple[str, bytes]] = field(default_factory=list, repr=False)
+    # The `CompiledCatalog` built for this catalog (see `CompiledCatalog.for_catalog`): verification and the
+    # engine share one compilation.
+    compiled: Any = field(default=None, repr=False, compare=False)
 
     def rules_in(self, phase: Phase) -> list[PythonRule]:
         return [r for r in self.python_rules if r.phase == phase]
@@ -359,7 +362,8 @@ def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | 
         digest.update(blob + b"\0")
     catalog = Catalog(symptoms=symptoms, extractors=extractors, python_rules=python_rules,
                       metric_extractors=registered_metric_extractors(),
-                      content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files])
+                      content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files],
+                      extra_files=list(extra_files or []))
     if verify:
         from firstfault.engine.verify import verify_catalog
 

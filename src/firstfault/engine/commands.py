@@ -15,9 +15,10 @@ from rich.table import Table
 
 from firstfault.cli import error
 from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
-from firstfault.engine.engine import Engine
+from firstfault.engine.engine import Engine, default_cache_dir
 from firstfault.engine.evidence import EvidenceError
 from firstfault.engine.report import render
+from firstfault.engine.timing import Timings
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
 
@@ -33,7 +34,7 @@ def sample_dirs() -> dict[str, Path]:
 
 def _engine() -> Engine | int:
     try:
-        return Engine()
+        return Engine(cache_dir=default_cache_dir())
     except CatalogError as exc:
         return error(f"the rule catalog does not load: {exc}")
 
@@ -51,15 +52,37 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     engine = _engine()
     if isinstance(engine, int):
         return engine
+    timings = Timings()
     try:
-        result = engine.analyze_path(path)
+        result = engine.analyze_path(path, workers=args.workers, timings=timings)
     except EvidenceError as exc:
         return error(str(exc))
-    if args.json:
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
+    with timings.phase("output"):
+        if args.json:
+            sys.stdout.write(result.to_json() + "\n")
+        else:
+            render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
+        sys.stdout.flush()
+    if args.timings is not None:
+        timings.merge(engine.startup)
+        report = json.dumps({"path": str(path), **timings.as_dict()}) + "\n"
+        if str(args.timings) == "-":
+            sys.stderr.write(report)
+        else:
+            args.timings.write_text(report, encoding="utf-8")
     return 0
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("an integer >= 1, or auto") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("an integer >= 1, or auto")
+    return value
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
@@ -98,15 +121,30 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.rules_command == "show":
         return _rules_show(catalog, args.name)
     if args.rules_command == "patterns":
-        for pattern in catalog.pattern_list():
-            print(pattern)
-        return 0
+        return _rules_patterns(catalog, ere=args.ere)
     if args.rules_command == "docs":
         from firstfault.engine.catalog_docs import render_markdown
 
         sys.stdout.write(render_markdown(catalog))
         return 0
     return error(f"unknown rules command {args.rules_command}")
+
+
+def _rules_patterns(catalog: Catalog, *, ere: bool) -> int:
+    if not ere:
+        for pattern in catalog.pattern_list():
+            print(pattern)
+        return 0
+    from firstfault.engine.ere import EreError, to_ere
+
+    lines = []
+    for extractor in catalog.extractors:
+        try:
+            lines.append(to_ere(extractor.match_re))
+        except EreError as exc:
+            return error(f"{extractor.origin}: extractor {extractor.name}: no POSIX ERE form: {exc}")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
 
 
 def _rules_list(catalog: Catalog, as_json: bool) -> int:
@@ -163,7 +201,7 @@ def _rules_test(args: argparse.Namespace) -> int:
     if isinstance(catalog, int):
         return catalog
     try:
-        failures = check_catalog(catalog)
+        failures = check_catalog(catalog, strict=True)
     except CatalogError as exc:
         return error(str(exc))
     cases = sum(len(e.cases) for e in catalog.extractors) + sum(len(r.cases) for r in catalog.python_rules)
@@ -228,6 +266,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", nargs="?", const=DEFAULT_SAMPLE, default=None, metavar="NAME",
                    help=f"analyse a bundled sample (default {DEFAULT_SAMPLE}; see `firstfault samples`)")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of the report")
+    p.add_argument("--workers", type=_workers, default=0, metavar="N|auto",
+                   help="scan files in N worker processes (default auto: one per core, up to 8, when the evidence "
+                        "is at least 64 MiB in several files; otherwise in-process). The result is the same")
+    p.add_argument("--timings", type=Path, default=None, metavar="FILE",
+                   help="write where the time went (seconds per phase, bytes, lines) as JSON to FILE ('-': stderr)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("samples", help="list the bundled sample workloads")
@@ -242,7 +285,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--file", type=Path, action="append", help="an extra catalog TOML file to check with the rest")
     q = rsub.add_parser("show", help="show one rule or symptom")
     q.add_argument("name")
-    rsub.add_parser("patterns", help="print every extractor pattern, one per line (for grep -E -f)")
+    q = rsub.add_parser("patterns", help="print every extractor pattern, one per line",
+                        description="Print every extractor pattern, one per line. Python re syntax by default; "
+                                    "with --ere converted to POSIX ERE for `LC_ALL=C grep -E -f` (docs/benchmarks.md).")
+    q.add_argument("--ere", action="store_true",
+                   help="convert to POSIX extended regular expressions (grep -E; \\b is the one GNU extension)")
     rsub.add_parser("docs", help="print the catalog documentation as Markdown (docs/rules.md)")
     p.set_defaults(func=cmd_rules)
 

@@ -7,6 +7,7 @@ connector. The `[expected]` and `[provenance]` tables are ignored here: analysis
 from __future__ import annotations
 
 import gzip
+import os
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,13 +83,20 @@ def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[str]]:
     """The evidence files of a workload directory, and the names it holds that are not evidence."""
     files: list[EvidenceFile] = []
     ignored: list[str] = []
-    for node_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
-        for path in sorted(node_dir.iterdir()):
-            source = _SOURCE_FILES.get(path.name)
-            if source is None or not path.is_file():
-                ignored.append(f"{node_dir.name}/{path.name}")
+    # os.scandir and plain name order (what Path ordering gives for siblings): a 1,250-node workload has
+    # thousands of entries, and Path objects sort slowly.
+    with os.scandir(directory) as entries:
+        node_names = sorted(e.name for e in entries if e.is_dir())
+    for node in node_names:
+        node_dir = directory / node
+        with os.scandir(node_dir) as entries:
+            listing = sorted((e.name, e.is_file()) for e in entries)
+        for name, is_file in listing:
+            source = _SOURCE_FILES.get(name)
+            if source is None or not is_file:
+                ignored.append(f"{node}/{name}")
                 continue
-            files.append(EvidenceFile(node=node_dir.name, source=source, path=path))
+            files.append(EvidenceFile(node=node, source=source, path=node_dir / name))
     return files, ignored
 
 

@@ -168,39 +168,53 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
                for (node, src), (n, b, origins) in sorted(stats.items())]
     with_evidence = sorted({s.node for s in sources if s.observations > 0 and s.node})
     allocation = ws.context.nodes
-    without = [n for n in allocation if n not in set(with_evidence)]
+    with_evidence_set = set(with_evidence)
+    without = [n for n in allocation if n not in with_evidence_set]
+    have: dict[str | None, set[SourceKind]] = {}
+    for s in sources:
+        if s.observations > 0:
+            have.setdefault(s.node, set()).add(s.source)
     missing = []
     for node in allocation:
-        have = {s.source for s in sources if s.node == node and s.observations > 0}
-        missing.extend(f"{node}/{src.value}" for src in _LOG_SOURCES if src not in have)
+        node_has = have.get(node, set())
+        missing.extend(f"{node}/{src.value}" for src in _LOG_SOURCES if src not in node_has)
     issues = session.issues()
     if without:
         issues.append(f"no evidence at all from {len(without)} of {len(allocation)} allocated nodes")
     if outside:
         issues.append(f"evidence from nodes outside the allocation ignored: {', '.join(outside)}")
     partial = bool(session.issues()) or bool(without) or not sources
-    return Coverage(nodes_with_evidence=[n for n in with_evidence if not allocation or n in allocation],
+    allocated = set(allocation)
+    return Coverage(nodes_with_evidence=[n for n in with_evidence if not allocation or n in allocated],
                     nodes_without_evidence=without, nodes_outside_allocation=outside, sources=sources,
                     missing_sources=missing, partial=partial, issues=issues)
 
 
 def run_pipeline(session: Session) -> Attribution:
     catalog = session.compiled.catalog
-    ws = Workspace(session.context, catalog, session.params, session.events())
-    _trace_extraction(ws)
+    timed = session.timings.phase
+    with timed("pipeline.EVENTS"):
+        ws = Workspace(session.context, catalog, session.params, session.events())
+        _trace_extraction(ws)
     for phase in (Phase.FILTER_EARLY, Phase.FILTER):
-        _run_rules(ws, phase)
-    outside = _materialise(ws)
+        with timed(f"pipeline.{phase.name}"):
+            _run_rules(ws, phase)
+    with timed(f"pipeline.{Phase.MATERIALIZE.name}"):
+        outside = _materialise(ws)
     for phase in (Phase.CLEAN, Phase.AGGREGATE, Phase.REFINE_EARLY, Phase.REFINE, Phase.REFINE_LATE, Phase.FINAL):
-        _run_rules(ws, phase)
-    sub_domain, outcome, terminal = _outcome(ws)
-    ws.phase, ws.rule = Phase.OUTCOME.name, "Outcome"
-    ws.note("outcome", f"{terminal.value} / {outcome.value} / {sub_domain.value}")
-    ws.decision.sub_domain = sub_domain
-    ws.decision.terminal_state = terminal
-    _run_rules(ws, Phase.POST_OUTCOME)
-    sub_domain, outcome, terminal = _outcome(ws)
-    return _result(ws, session, outside, sub_domain, outcome, terminal)
+        with timed(f"pipeline.{phase.name}"):
+            _run_rules(ws, phase)
+    with timed(f"pipeline.{Phase.OUTCOME.name}"):
+        sub_domain, outcome, terminal = _outcome(ws)
+        ws.phase, ws.rule = Phase.OUTCOME.name, "Outcome"
+        ws.note("outcome", f"{terminal.value} / {outcome.value} / {sub_domain.value}")
+        ws.decision.sub_domain = sub_domain
+        ws.decision.terminal_state = terminal
+    with timed(f"pipeline.{Phase.POST_OUTCOME.name}"):
+        _run_rules(ws, Phase.POST_OUTCOME)
+    with timed("pipeline.RESULT"):
+        sub_domain, outcome, terminal = _outcome(ws)
+        return _result(ws, session, outside, sub_domain, outcome, terminal)
 
 
 def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: SubDomain, outcome: Outcome,

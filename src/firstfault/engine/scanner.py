@@ -8,8 +8,14 @@ scanned up to that length and the rest of it is skipped (and reported).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -79,35 +85,217 @@ def iter_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
         yield Block(carry, line_no, carry_offset)
 
 
-def _compile(patterns: list[str], ids: list[int], extra_flags: int = 0) -> hyperscan.Database:
-    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+def read_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[bytearray, int, int, bool]]:
+    """The blocks of `iter_blocks`, read into one reusable buffer: yields (buffer, length, start_offset,
+    truncated) where `buffer[:length]` holds the block's complete lines (no trailing newline) and `truncated`
+    says the block is the head of one over-long line.
+
+    The buffer is overwritten by the next block, so a consumer must finish with a block before asking for
+    the next one. Nothing is allocated per block (no `read()` result, no `carry + data`, no slice), which
+    keeps the process from faulting in fresh pages for every 4 MiB, and no line is counted here: the
+    session counts newlines once, while it walks the hits (see `Session.ingest_stream`).
+    """
+    capacity = max(block_size, max_line_bytes) + block_size
+    buf = _take_buffer(capacity)
+    view = memoryview(buf)
+    readinto = getattr(stream, "readinto", None)
+    carry = 0  # bytes of an incomplete line kept at buf[:carry]
+    carry_offset = 0
+    offset = 0
+    skipping = False  # inside an over-long line whose head was already yielded
     try:
-        db.compile(expressions=[patterns[i].encode("utf-8") for i in ids], ids=ids,
-                   flags=[hyperscan.HS_FLAG_MULTILINE | extra_flags] * len(ids))
-    except hyperscan.error as exc:
-        # hyperscan names the failing expression by index in its message ("Expression id N").
-        raise PatternCompileError(_failing_index(str(exc)), str(exc)) from None
-    return db
+        while True:
+            if readinto is not None:
+                n = readinto(view[carry:carry + block_size]) or 0
+            else:
+                chunk = stream.read(block_size)
+                n = len(chunk)
+                view[carry:carry + n] = chunk
+            if not n:
+                break
+            read_at = offset
+            offset += n
+            end = carry + n
+            if skipping:  # carry is 0 here
+                nl = buf.find(b"\n", 0, end)
+                if nl < 0:
+                    continue
+                end -= nl + 1
+                buf[:end] = bytes(view[nl + 1:nl + 1 + end])
+                read_at += nl + 1
+                skipping = False
+                carry_offset = read_at
+            if not carry:
+                carry_offset = read_at
+            last_nl = buf.rfind(b"\n", carry, end)  # the carry holds no newline
+            if last_nl < 0:
+                if end > max_line_bytes:
+                    yield buf, max_line_bytes, carry_offset, True
+                    carry = 0
+                    skipping = True
+                else:
+                    carry = end
+                continue
+            yield buf, last_nl, carry_offset, False
+            rest = end - last_nl - 1
+            if rest:
+                buf[:rest] = bytes(view[last_nl + 1:end])
+            carry = rest
+            carry_offset += last_nl + 1
+        if carry and not skipping:
+            yield buf, carry, carry_offset, False
+    finally:
+        view.release()
+        _give_buffer(buf)
+
+
+# Block buffers are kept per thread and reused: a new 8 MiB bytearray is zero-filled on creation, which would
+# cost more than scanning a small file (a 1,250-node workload has 2,500 of them; the catalog check scans a
+# stream per inline case). A generator that is still open holds its buffer, so streams read side by side in
+# one thread each get their own.
+_BUFFERS = threading.local()
+
+
+def _take_buffer(capacity: int) -> bytearray:
+    free: list[bytearray] = getattr(_BUFFERS, "free", None) or []
+    _BUFFERS.free = free
+    for i, buf in enumerate(free):
+        if len(buf) >= capacity:
+            return free.pop(i)
+    return bytearray(capacity)
+
+
+def _give_buffer(buf: bytearray) -> None:
+    free: list[bytearray] = getattr(_BUFFERS, "free", None) or []
+    _BUFFERS.free = free
+    if len(free) < 2:
+        free.append(buf)
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+def scan_expression(pattern: str) -> str | None:
+    """A cheaper expression whose matches are necessary for `pattern` to match on a line, or None.
+
+    A pattern `X.*Y` (an unbounded `.*`/`.+` at the top level of a pattern without top-level alternatives)
+    cannot match a line unless `Y` matches there, ending where the whole match ends. Scanning for `Y` alone
+    gives the same candidate lines or more, never fewer, and Python `re` decides on every candidate anyway.
+    It matters when `X` is common: `\\biteration\\s+\\d+ ... \\|.*(?:grad norm|loss): nan` starts a `.*` state on
+    every Megatron iteration line and halved hyperscan's throughput on training logs; its tail is rare.
+    Only a tail that is itself selective (at least 8 characters, cannot match the empty string) is used.
+    """
+    if _GLOBAL_FLAGS.search(pattern):  # flags for the whole pattern would not carry over to the tail
+        return None
+    cut = -1
+    depth = 0
+    i = 0
+    n = len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            i = _bracket_end(pattern, i)
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            return None
+        elif ch == "." and depth == 0 and i + 1 < n and pattern[i + 1] in "*+":
+            cut = i + 2
+            if cut < n and pattern[cut] == "?":
+                cut += 1
+        i += 1
+    if cut < 0:
+        return None
+    tail = pattern[cut:]
+    if len(tail) < 8 or tail[0] in "*+?{":
+        return None
+    try:
+        compiled = re.compile(tail)
+    except re.error:
+        return None
+    if compiled.match(""):
+        return None
+    return tail
+
+
+def _bracket_end(pattern: str, i: int) -> int:
+    """The index after the character class that starts at pattern[i] == '['."""
+    j = i + 1
+    if j < len(pattern) and pattern[j] == "^":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j + 1
 
 
 class SourceScanner:
     """Compiled hyperscan databases for a list of patterns (ids are list positions).
 
+    A hit means the line may match the pattern: the regular patterns are compiled in hyperscan's prefilter
+    mode (HS_FLAG_PREFILTER: hyperscan may approximate a construct and report a superset of the matches, never
+    fewer), and those with a `scan_expression` are scanned for a necessary part only. Callers confirm every
+    hit with Python `re` (the session does, for the captures anyway). Prefiltering costs nothing in precision
+    on the corpus (the same 6,586 line/pattern pairs as exact matching) and scans training logs 25% faster
+    with the packaged catalog, 80% faster with a catalog ten times its size. `exact[i]` is True only for the
+    sampled patterns; `rules test` still compiles every pattern exactly (`exact_database`).
+
     Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
     the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
-    the last one, so their matches never cost a callback per line.
+    the last one, so their matches never cost a callback per line. They are always scanned exactly (a first
+    match that re rejected would hide the real one).
     """
 
-    TAIL_WINDOWS = (64 * 1024, 1024 * 1024)
+    # Growing tails searched for the last match of a sampled pattern. Any sizes give the same result; a small
+    # first window keeps the callbacks to the few lines at the end of a block (a small file is one block).
+    TAIL_WINDOWS = (4 * 1024, 64 * 1024, 1024 * 1024)
 
-    def __init__(self, patterns: list[str], sampled: frozenset[int] = frozenset()) -> None:
+    def __init__(self, patterns: list[str], sampled: frozenset[int] = frozenset(), *,
+                 cache_dir: Path | None = None) -> None:
+        """Compile `patterns`. With `cache_dir`, databases compiled earlier for the same patterns (by the same
+        hyperscan, for the same machine type) are loaded from there instead, and new ones are saved."""
         self.size = len(patterns)
         self._local = threading.local()
+        self.cached = False
+        self.exact: list[bool] = [index in sampled for index in range(len(patterns))]
+        expressions = []
+        for index, pattern in enumerate(patterns):
+            tail = None if index in sampled else scan_expression(pattern)
+            expressions.append(pattern if tail is None else tail)
         regular = [i for i in range(len(patterns)) if i not in sampled]
         sampled_ids = sorted(sampled)
-        self._db = _compile(patterns, regular) if regular else None
-        self._first_db = _compile(patterns, sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH) if sampled_ids else None
-        self._tail_db = _compile(patterns, sampled_ids) if sampled_ids else None
+        plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH),
+                ("tail", sampled_ids, 0)]
+        dbs: dict[str, hyperscan.Database] = {}
+        cache_files: dict[str, Path] = {}
+        if cache_dir is not None and patterns:
+            key = hashlib.sha256(json.dumps([_CACHE_FORMAT, hyperscan.__version__, platform.machine(), patterns,
+                                             expressions, sampled_ids]).encode()).hexdigest()[:40]
+            for name, ids, _flags in plan:
+                if ids:
+                    cache_files[name] = cache_dir / f"hyperscan-{key}-{name}.db"
+                    db = _load_cached(cache_files[name])
+                    if db is not None:
+                        dbs[name] = db
+            self.cached = bool(cache_files) and len(dbs) == len(cache_files)
+        if not self.cached:
+            dbs = {}
+            for name, ids, flags in plan:
+                if ids:
+                    dbs[name] = _compile([expressions[i] for i in ids], ids, flags)
+                    if name in cache_files:
+                        _save_cached(cache_files[name], dbs[name])
+        self._db: hyperscan.Database | None = dbs.get("main")
+        self._first_db: hyperscan.Database | None = dbs.get("first")
+        self._tail_db: hyperscan.Database | None = dbs.get("tail")
 
     def _scratch(self, name: str, db: hyperscan.Database) -> hyperscan.Scratch:
         scratch = getattr(self._local, name, None)
@@ -116,37 +304,46 @@ class SourceScanner:
             setattr(self._local, name, scratch)
         return scratch
 
-    def _matches(self, name: str, db: hyperscan.Database, data: bytes, base: int = 0) -> list[tuple[int, int]]:
+    def _matches(self, name: str, db: hyperscan.Database, data: bytes | bytearray, start: int,
+                 end: int) -> list[tuple[int, int]]:
+        """(end offset in data, pattern id) of every match in data[start:end]."""
         found: list[tuple[int, int]] = []
         append = found.append
 
         def on_match(pattern_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            append((base + to, pattern_id))
+            append((start + to, pattern_id))
 
-        db.scan(data, match_event_handler=on_match, scratch=self._scratch(name, db))
+        scratch = self._scratch(name, db)
+        if start == 0 and end == len(data):
+            db.scan(data, match_event_handler=on_match, scratch=scratch)
+        else:
+            with memoryview(data) as view, view[start:end] as part:
+                db.scan(part, match_event_handler=on_match, scratch=scratch)
         return found
 
-    def _sampled_matches(self, data: bytes) -> list[tuple[int, int]]:
+    def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:
         assert self._first_db is not None and self._tail_db is not None
-        first = self._matches("first", self._first_db, data)
+        first = self._matches("first", self._first_db, data, 0, length)
         wanted = {pattern_id for _, pattern_id in first}
         last: dict[int, int] = {}
-        for window in (*self.TAIL_WINDOWS, len(data)):
-            start = 0 if window >= len(data) else data.find(b"\n", len(data) - window) + 1
-            for to, pattern_id in self._matches("tail", self._tail_db, data[start:], start):
+        for window in (*self.TAIL_WINDOWS, length):
+            start = 0 if window >= length else data.find(b"\n", length - window, length) + 1
+            for to, pattern_id in self._matches("tail", self._tail_db, data, start, length):
                 last[pattern_id] = max(to, last.get(pattern_id, -1))
             if set(last) >= wanted or start == 0:
                 break
         return first + [(to, pattern_id) for pattern_id, to in last.items()]
 
-    def scan(self, data: bytes) -> list[tuple[int, int, list[int]]]:
-        """Return (line_start, line_end, sorted pattern ids) for every line of `data` that matched (for sampled
-        patterns: the first and the last matching line only)."""
-        if not data:
+    def scan(self, data: bytes | bytearray, length: int | None = None) -> list[tuple[int, int, list[int]]]:
+        """Return (line_start, line_end, sorted pattern ids) for every line of `data[:length]` that matched (for
+        sampled patterns: the first and the last matching line only)."""
+        if length is None:
+            length = len(data)
+        if not length:
             return []
-        hits = self._matches("main", self._db, data) if self._db is not None else []
+        hits = self._matches("main", self._db, data, 0, length) if self._db is not None else []
         if self._first_db is not None:
-            hits += self._sampled_matches(data)
+            hits += self._sampled_matches(data, length)
         if not hits:
             return []
         hits.sort()
@@ -159,13 +356,57 @@ class SourceScanner:
                 if ids:
                     lines.append((current_start, current_end, sorted(set(ids))))
                 current_start = data.rfind(b"\n", 0, to) + 1
-                end = data.find(b"\n", to)
-                current_end = len(data) if end < 0 else end
+                end = data.find(b"\n", to, length)
+                current_end = length if end < 0 else end
                 ids = []
             ids.append(pattern_id)
         if ids:
             lines.append((current_start, current_end, sorted(set(ids))))
         return lines
+
+def exact_database(patterns: list[str]) -> hyperscan.Database:
+    """Every pattern compiled exactly, as written (the catalog check: patterns must stay in hyperscan's
+    subset even though the engine scans with prefilter databases)."""
+    return _compile(patterns, list(range(len(patterns))))
+
+
+def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hyperscan.Database:
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    try:
+        db.compile(expressions=[p.encode("utf-8") for p in expressions], ids=ids,
+                   flags=[hyperscan.HS_FLAG_MULTILINE | extra_flags] * len(expressions))
+    except hyperscan.error as exc:
+        # hyperscan names the failing expression by id in its message ("Expression id N").
+        message = str(exc)
+        index = _failing_index(message)
+        raise PatternCompileError(ids[0] if len(ids) == 1 else index, message) from None
+    return db
+
+
+_CACHE_FORMAT = 2
+
+
+def _load_cached(path: Path) -> hyperscan.Database | None:
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        db = hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+        hyperscan.Scratch(db)  # refuses a database built for another platform
+    except Exception:  # noqa: BLE001 - a damaged or foreign cache entry is simply recompiled
+        return None
+    return db
+
+
+def _save_cached(path: Path, db: hyperscan.Database) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(hyperscan.dumpb(db))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run a compile
 
 
 def _failing_index(message: str) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+import time as _time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import re2
@@ -34,9 +36,10 @@ from firstfault.engine.scanner import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_LINE_BYTES,
     SourceScanner,
-    iter_blocks,
+    read_blocks,
 )
 from firstfault.engine.timestamps import TimestampParser
+from firstfault.engine.timing import Timings
 
 # Captures of a matching line are taken with Python's `re` when the line is short (fast per call, and its
 # backtracking cannot go far on a short line), and with RE2 when it is longer: RE2's time is linear in the line
@@ -107,15 +110,47 @@ class _Acc:
     first: datetime | None
     last: datetime | None
     evidence: Evidence
+    evidence_key: tuple[Any, ...]  # _evidence_key(evidence), kept to compare without recomputing
     attributes: dict[str, Any]
-    values: dict[str, set[str]] = field(default_factory=dict)
+    # Distinct values per attribute in first-seen order (a dict used as an ordered set), so that merging
+    # per-file states in file order keeps exactly the values a sequential ingest keeps under the cap.
+    values: dict[str, dict[str, None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class _StreamStats:
     observations: int = 0
     bytes: int = 0
-    origins: set[str] = field(default_factory=set)
+    origins: dict[str, None] = field(default_factory=dict)  # first 16 origins, in ingest order
+
+
+_AccKey = tuple[str, str | None, str | None, str, tuple[str, ...]]
+
+
+@dataclass
+class IngestState:
+    """Everything a session accumulated from ingest, in insertion order: what a worker process returns for
+    the files it scanned, to be merged into the real session with `Session.merge_state()`."""
+
+    accs: list[tuple[_AccKey, _Acc]]
+    stats: list[tuple[tuple[str, str], int, int, list[str]]]
+    issues: list[str]
+    dropped_keys: int
+    timings: Timings
+
+
+def _line_numbers(data: bytes | bytearray, hits: list[tuple[int, int, list[int]]],
+                  first_line: int) -> tuple[list[int], int]:
+    """The line number of every hit (data starts at `first_line`), and the offset of the last hit's line."""
+    numbers = []
+    line = first_line
+    pos = 0
+    count = data.count
+    for start, _end, _ids in hits:
+        line += count(b"\n", pos, start)
+        pos = start
+        numbers.append(line)
+    return numbers, pos
 
 
 def _evidence_key(ev: Evidence) -> tuple[Any, ...]:
@@ -125,17 +160,37 @@ def _evidence_key(ev: Evidence) -> tuple[Any, ...]:
 
 
 class CompiledCatalog:
-    """A catalog with its per-source scanners compiled once (shared by all sessions; thread-safe)."""
+    """A catalog with its per-source scanners compiled once (shared by all sessions; thread-safe).
 
-    def __init__(self, catalog: Catalog) -> None:
+    Sources with the same pattern list share one hyperscan database (most extractors apply to every line
+    source, so applog, syslog and scheduler usually compile to one database, not three). `for_catalog()`
+    returns the compilation cached on the catalog, so loading with verification and then opening an engine
+    compiles once.
+    """
+
+    def __init__(self, catalog: Catalog, *, cache_dir: Path | None = None) -> None:
         self.catalog = catalog
         self.by_source: dict[SourceKind, list[Extractor]] = {}
         self.scanners: dict[SourceKind, SourceScanner] = {}
+        compiled: dict[tuple[tuple[str, ...], frozenset[int]], SourceScanner] = {}
         for source in SourceKind:
             extractors = catalog.extractors_for(source)
             self.by_source[source] = extractors
-            self.scanners[source] = SourceScanner([e.match_re for e in extractors],
-                                                  frozenset(i for i, e in enumerate(extractors) if e.sampled))
+            patterns = tuple(e.match_re for e in extractors)
+            sampled = frozenset(i for i, e in enumerate(extractors) if e.sampled)
+            if (patterns, sampled) not in compiled:
+                compiled[patterns, sampled] = SourceScanner(list(patterns), sampled, cache_dir=cache_dir)
+            self.scanners[source] = compiled[patterns, sampled]
+
+    @classmethod
+    def for_catalog(cls, catalog: Catalog, *, cache_dir: Path | None = None) -> CompiledCatalog:
+        """The compilation of `catalog`, built once and kept on it (`cache_dir`: see `SourceScanner`)."""
+        cached = catalog.compiled
+        if isinstance(cached, cls) and cached.catalog is catalog:
+            return cached
+        compiled = cls(catalog, cache_dir=cache_dir)
+        catalog.compiled = compiled
+        return compiled
 
 
 class Session:
@@ -150,33 +205,75 @@ class Session:
         self.max_line_bytes = max_line_bytes
         reference = context.start_time or context.end_time
         self.timestamps = TimestampParser(reference)
-        self._accs: dict[tuple[str, str | None, str | None, str, tuple[str, ...]], _Acc] = {}
+        self._accs: dict[_AccKey, _Acc] = {}
         self._stats: dict[tuple[str, str], _StreamStats] = {}
         self._issues: dict[str, None] = {}
         self._dropped_keys = 0
         self._out_of_order: set[str] = set()
         self._lock = threading.Lock()
+        # Where ingest time went (read, scan, hits) and how much was read; never part of the result.
+        self.timings = Timings()
 
     # -- ingest ----------------------------------------------------------------------------------------
     def ingest_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> int:
-        """Scan one log stream (a file, a pod log) of one node. Returns the number of lines read."""
+        """Scan one log stream (a file, a pod log) of one node. Returns the number of lines read.
+
+        Per block: one hyperscan pass over the whole block, then Python only for the lines that matched;
+        newlines are counted once, piecewise between the hits (line numbers) and after the last one (the
+        block's line count).
+        """
         scanner = self.compiled.scanners[source]
         extractors = self.compiled.by_source[source]
+        clock = _time.perf_counter
+        cpu_clock = _time.thread_time
         last_time: datetime | None = None
-        lines = 0
+        line_no = 1
         nbytes = 0
-        for block in iter_blocks(stream, block_size=self.block_size, max_line_bytes=self.max_line_bytes):
-            lines += block.data.count(b"\n") + 1
-            nbytes += len(block.data) + 1
-            for line_no in block.truncated_lines:
+        hit_lines = 0
+        scan_s = lines_s = hits_s = 0.0
+        scan_cpu = lines_cpu = hits_cpu = 0.0
+        started, started_cpu = clock(), cpu_clock()
+        for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
+                                                                 max_line_bytes=self.max_line_bytes):
+            nbytes += length + 1
+            if truncated:
                 self._issue(f"{origin}:{line_no}: line longer than {self.max_line_bytes} bytes; "
                             "scanned up to that length, the rest skipped")
-            hits = scanner.scan(block.data)
+            t0, c0 = clock(), cpu_clock()
+            hits = scanner.scan(data, length)
+            t1, c1 = clock(), cpu_clock()
             if hits:
-                last_time = self._handle_hits(block.data, block.first_line, block.start_offset, hits, node,
-                                              source, origin, extractors, last_time)
-            last_time = self._last_time_of(block.data, len(block.data)) or last_time
+                numbers, pos = _line_numbers(data, hits, line_no)
+                line_no = numbers[-1] + data.count(b"\n", pos, length) + 1
+                t2, c2 = clock(), cpu_clock()
+                hit_lines += len(hits)
+                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, extractors,
+                                              last_time)
+                t3, c3 = clock(), cpu_clock()
+            else:
+                line_no += data.count(b"\n", 0, length) + 1
+                t2, c2 = clock(), cpu_clock()
+                t3, c3 = t2, c2
+            scan_s += t1 - t0
+            lines_s += t2 - t1
+            hits_s += t3 - t2
+            scan_cpu += c1 - c0
+            lines_cpu += c2 - c1
+            hits_cpu += c3 - c2
+            last_time = self._last_time_of(data, length) or last_time
+        lines = line_no - 1
         self._count(node, source, origin, lines, nbytes)
+        elapsed, elapsed_cpu = clock() - started, cpu_clock() - started_cpu
+        with self._lock:
+            t = self.timings
+            t.add("ingest.scan", scan_s, scan_cpu)
+            t.add("ingest.lines", lines_s, lines_cpu)
+            t.add("ingest.hits", hits_s, hits_cpu)
+            t.add("ingest.read", elapsed - scan_s - lines_s - hits_s, elapsed_cpu - scan_cpu - lines_cpu - hits_cpu)
+            t.count("lines", lines)
+            t.count("bytes", nbytes)
+            t.count("hit_lines", hit_lines)
+            t.count("files", 1)
         return lines
 
     def ingest_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
@@ -194,8 +291,9 @@ class Session:
         self._count(node, source, origin, len(lines), len(data) + 1)
         hits = self.compiled.scanners[source].scan(data)
         if hits:
-            self._handle_hits(data, first_line, None, hits, node, source, origin, self.compiled.by_source[source], None,
-                              times=times, labels=labels)
+            numbers, _ = _line_numbers(data, hits, first_line)
+            self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
+                              times=times, first_line=first_line, labels=labels)
         return len(lines)
 
     def ingest(self, observations: Iterable[Observation]) -> int:
@@ -226,17 +324,15 @@ class Session:
                 self._accumulate(spec.type, obs.node, spec.symptom, extractor.name, time, evidence,
                                  spec.attributes)
 
-    def _handle_hits(self, data: bytes, first_line: int, start_offset: int | None,
+    def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
                      extractors: list[Extractor], last_time: datetime | None, *,
-                     times: list[datetime | None] | None = None,
+                     times: list[datetime | None] | None = None, first_line: int = 1,
                      labels: dict[str, str] | None = None) -> datetime | None:
-        line_no = first_line
-        pos = 0
+        """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
+        with."""
         prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
-        for start, end, ids in hits:
-            line_no += data.count(b"\n", pos, start)
-            pos = start
+        for line_no, (start, end, ids) in zip(numbers, hits, strict=True):
             raw = data[start:end]
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
@@ -253,8 +349,8 @@ class Session:
                     self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
-            provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
-            self._emit_line(text, ids, node, source, provenance, time, extractors, inherited)
+            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
+                            inherited)
             prev_end, prev_time = end, time
         return last_time
 
@@ -268,7 +364,7 @@ class Session:
         self._issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
                     "the stream is read as chronological, so the result may be affected")
 
-    def _last_time_of(self, data: bytes, before: int, stop: int = -1) -> datetime | None | object:
+    def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1) -> datetime | None | object:
         """Time of the nearest stamped line that ends before `before` (bounded look-back). Reaching the line
         that ends at `stop` (the previous matching line, already timed) gives `_PREVIOUS` instead: a run of
         unstamped matching lines is not looked back over again for each of its lines."""
@@ -286,8 +382,9 @@ class Session:
             end = start - 1
         return None
 
-    def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, provenance: Provenance,
-                   time: datetime | None, extractors: list[Extractor], inherited: bool = False) -> None:
+    def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
+                   line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
+                   extractors: list[Extractor], inherited: bool = False) -> None:
         max_chars = self.params.max_evidence_chars
         shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
@@ -295,8 +392,18 @@ class Session:
         time_inferred = inherited
         if time is None and self.context.end_time is not None:
             time, time_inferred = self.context.end_time, True
-        evidence = Evidence(source=source, node=node, time=time, time_inferred=time_inferred, text=shown,
-                            provenance=provenance)
+        # Most matching lines only count towards an accumulator that already holds earlier evidence, so the
+        # Evidence model is built only when an accumulator keeps it; its sort key is computed from the fields.
+        evidence_key = (time is None, time.timestamp() if time else 0.0, origin, line_no or 0, offset or 0, shown)
+        built: list[Evidence] = []
+
+        def evidence() -> Evidence:
+            if not built:
+                provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
+                built.append(Evidence(source=source, node=node, time=time, time_inferred=time_inferred, text=shown,
+                                      provenance=provenance))
+            return built[0]
+
         rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
         for index in ids:
             extractor = extractors[index]
@@ -314,13 +421,19 @@ class Session:
                 event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
                 symptom = extractor.render_symptom(groups)
             discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
-            self._accumulate(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator)
+            self._accumulate(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator,
+                             evidence_key)
 
     def _accumulate(self, event_type: str, node: str | None, symptom: str | None, rule: str,
-                    time: datetime | None, evidence: Evidence, attributes: dict[str, Any],
-                    discriminator: tuple[str, ...] = ()) -> None:
+                    time: datetime | None, evidence: Evidence | Callable[[], Evidence], attributes: dict[str, Any],
+                    discriminator: tuple[str, ...] = (), evidence_key: tuple[Any, ...] | None = None) -> None:
+        """Count one event into its accumulator. `evidence` may be a function building the Evidence (called
+        only when it is kept); `evidence_key` is then its `_evidence_key`."""
         key = (event_type, node, symptom, rule, discriminator)
         limit = self.params.max_values_per_attribute
+        if evidence_key is None:
+            assert isinstance(evidence, Evidence)
+            evidence_key = _evidence_key(evidence)
         with self._lock:
             acc = self._accs.get(key)
             if acc is None:
@@ -328,8 +441,10 @@ class Session:
                     self._dropped_keys += 1
                     return
                 self._accs[key] = _Acc(type=event_type, node=node, symptom=symptom, rule=rule, count=1,
-                                       first=time, last=time, evidence=evidence, attributes=attributes,
-                                       values={k: {str(v)} for k, v in attributes.items() if v not in (None, "")})
+                                       first=time, last=time,
+                                       evidence=evidence if isinstance(evidence, Evidence) else evidence(),
+                                       evidence_key=evidence_key, attributes=attributes,
+                                       values={k: {str(v): None} for k, v in attributes.items() if v not in (None, "")})
                 return
             acc.count += 1
             if time is not None:
@@ -337,15 +452,16 @@ class Session:
                     acc.first = time
                 if acc.last is None or time > acc.last:
                     acc.last = time
-            if _evidence_key(evidence) < _evidence_key(acc.evidence):
-                acc.evidence = evidence
+            if evidence_key < acc.evidence_key:
+                acc.evidence = evidence if isinstance(evidence, Evidence) else evidence()
+                acc.evidence_key = evidence_key
                 acc.attributes = attributes
             for k, v in attributes.items():
                 if v in (None, ""):
                     continue
-                bucket = acc.values.setdefault(k, set())
+                bucket = acc.values.setdefault(k, {})
                 if len(bucket) < limit:
-                    bucket.add(str(v))
+                    bucket[str(v)] = None
 
     def _count(self, node: str | None, source: SourceKind, origin: str, observations: int, nbytes: int) -> None:
         with self._lock:
@@ -353,7 +469,7 @@ class Session:
             stats.observations += observations
             stats.bytes += nbytes
             if len(stats.origins) < 16:
-                stats.origins.add(origin)
+                stats.origins[origin] = None
 
     def _issue(self, message: str) -> None:
         with self._lock:
@@ -363,6 +479,64 @@ class Session:
     def record_issue(self, message: str) -> None:
         """Record an evidence problem (unreadable file, bad encoding ...) that makes the result partial."""
         self._issue(message)
+
+    # -- parallel ingest: export the state of a worker's session, merge it into the real one ----------------
+    def export_state(self) -> IngestState:
+        """The accumulated ingest state (picklable), for `merge_state()` on another session."""
+        with self._lock:
+            return IngestState(
+                accs=list(self._accs.items()),
+                stats=[(k, v.observations, v.bytes, list(v.origins)) for k, v in self._stats.items()],
+                issues=list(self._issues), dropped_keys=self._dropped_keys, timings=self.timings)
+
+    def merge_state(self, state: IngestState) -> None:
+        """Merge the state another session accumulated from later evidence, as if this session had ingested
+        that evidence itself, in order: merging the per-file states of files in file order gives exactly the
+        state (and so the result JSON) of ingesting the files one after the other.
+
+        One case cannot be reproduced from a state: a state that dropped events at its own event-key cap
+        (this session may already hold those keys). The caller must ingest that evidence here instead
+        (`Engine.analyze_path` does).
+        """
+        if state.dropped_keys:
+            raise ValueError("a state that dropped events at the event-key cap cannot be merged exactly")
+        limit = self.params.max_values_per_attribute
+        max_keys = self.params.max_event_keys
+        with self._lock:
+            for key, other in state.accs:
+                acc = self._accs.get(key)
+                if acc is None:
+                    if len(self._accs) >= max_keys:
+                        self._dropped_keys += other.count
+                    else:
+                        self._accs[key] = other
+                    continue
+                acc.count += other.count
+                if other.first is not None and (acc.first is None or other.first < acc.first):
+                    acc.first = other.first
+                if other.last is not None and (acc.last is None or other.last > acc.last):
+                    acc.last = other.last
+                if other.evidence_key < acc.evidence_key:
+                    acc.evidence = other.evidence
+                    acc.evidence_key = other.evidence_key
+                    acc.attributes = other.attributes
+                for k, values in other.values.items():
+                    bucket = acc.values.setdefault(k, {})
+                    for v in values:
+                        if len(bucket) >= limit:
+                            break
+                        bucket[v] = None
+            for k, observations, nbytes, origins in state.stats:
+                stats = self._stats.setdefault(k, _StreamStats())
+                stats.observations += observations
+                stats.bytes += nbytes
+                for origin in origins:
+                    if len(stats.origins) < 16:
+                        stats.origins[origin] = None
+            for message in state.issues:
+                if len(self._issues) < 200:
+                    self._issues[message] = None
+            self.timings.merge(state.timings)
 
     # -- attribute ------------------------------------------------------------------------------------
     def events(self) -> list[Event]:

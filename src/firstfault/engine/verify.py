@@ -29,7 +29,7 @@ def _compile(catalog: Catalog) -> Any:
     from firstfault.engine.session import CompiledCatalog
 
     try:
-        return CompiledCatalog(catalog)
+        return CompiledCatalog.for_catalog(catalog)
     except PatternCompileError as exc:
         # Find the culprit by compiling patterns one at a time: the message must name the rule.
         from firstfault.engine.scanner import SourceScanner
@@ -43,19 +43,46 @@ def _compile(catalog: Catalog) -> Any:
         raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
 
 
+def _compile_exactly(catalog: Catalog) -> None:
+    from firstfault.engine.scanner import exact_database
+
+    try:
+        exact_database(catalog.pattern_list())
+    except PatternCompileError:
+        for extractor in catalog.extractors:
+            try:
+                exact_database([extractor.match_re])
+            except PatternCompileError as single:
+                raise CatalogError(f"{extractor.origin}: extractor {extractor.name}: match_re does not compile "
+                                   f"with hyperscan: {single}") from None
+        raise
+
+
+def _position(compiled: Any, source: SourceKind, extractor: Extractor) -> int:
+    """The extractor's pattern id in its source's scanner (by identity: comparing the frozen dataclasses field
+    by field made `list.index` quadratic in the catalog size)."""
+    positions = compiled.__dict__.setdefault("_positions", {})
+    if source not in positions:
+        positions[source] = {id(e): i for i, e in enumerate(compiled.by_source[source])}
+    return positions[source][id(extractor)]
+
+
 def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, label: str) -> CaseFailure | None:
     source = case.source or extractor.sources[0]
     if source not in extractor.sources:
         return CaseFailure(extractor.name, label, f"case source {source.value} is not a source of the rule")
-    index = compiled.by_source[source].index(extractor)
+    index = _position(compiled, source, extractor)
     data = case.line.encode("utf-8")
-    hits = compiled.scanners[source].scan(data)
+    scanner = compiled.scanners[source]
+    hits = scanner.scan(data)
     scanned = bool(hits) and index in hits[0][2]
     from firstfault.engine.session import match_groups
 
     m = match_groups(extractor, case.line)  # the capture step of ingest (Python re or RE2 by line length)
     if case.expect == "none":
-        if scanned or m is not None:
+        # A scanner that only looks for a necessary part of the pattern (scanner.scan_expression) may flag a
+        # line that re then rejects; an exact one must agree with re.
+        if m is not None or (scanned and scanner.exact[index]):
             return CaseFailure(extractor.name, label, f"expected no match, but the line matched: {case.line!r}")
         return None
     if case.expect != extractor.emit_type:
@@ -133,9 +160,13 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     return None
 
 
-def check_catalog(catalog: Catalog, compiled: Any = None) -> list[CaseFailure]:
-    """Run every inline case; return all failures (empty = the catalog is sound)."""
+def check_catalog(catalog: Catalog, compiled: Any = None, *, strict: bool = False) -> list[CaseFailure]:
+    """Run every inline case; return all failures (empty = the catalog is sound). `strict` (`rules test`) also
+    compiles every pattern exactly, as written: the engine scans with prefilter databases, which accept some
+    constructs that exact hyperscan (and RE2) refuse."""
     compiled = compiled or _compile(catalog)
+    if strict:
+        _compile_exactly(catalog)
     failures: list[CaseFailure] = []
     for extractor in catalog.extractors:
         for i, case in enumerate(extractor.cases, start=1):

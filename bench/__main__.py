@@ -1,0 +1,141 @@
+"""firstfault benchmark harness (docs/benchmarks.md).
+
+    python -m bench run [--suite quick|full|smoke] [--series size,nodes,rules] [--repeat N] [--pin]
+                        [--clean] [--out bench/out]
+    python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
+    python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
+    python -m bench compare PATH --before OTHER/src [--args '--workers 1']   # before/after, interleaved
+    python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.generate import Spec, default_jobs, generate
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a benchmark suite (firstfault vs grep, scaling series)")
+    r.add_argument("--suite", choices=["smoke", "quick", "full"], default="quick")
+    r.add_argument("--series", help="comma-separated subset of size,nodes,rules")
+    r.add_argument("--repeat", type=int, help="timed rounds per case (default 5, 3 above 4 GiB; smoke 1)")
+    r.add_argument("--pin", action="store_true", help="pin 1-worker runs and grep to the last core (taskset)")
+    r.add_argument("--clean", action="store_true", help="delete the generated workloads afterwards")
+    r.add_argument("--quiet", type=float, default=0.15, metavar="SHARE",
+                   help="before each timed run wait (up to 2 min) until less than SHARE of the CPUs are busy "
+                        "(default 0.15; 1 disables): keeps other work on a shared machine out of the numbers")
+    r.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    s = sub.add_parser("service", help="the service path: concurrent sessions over loopback")
+    s.add_argument("--url", help="an already running `firstfault serve` (default: start one)")
+    s.add_argument("--sessions", type=int, default=12, help="sessions per concurrency level")
+    s.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
+    s.add_argument("--nodes", type=int, default=16)
+    s.add_argument("--mib-per-node", type=float, default=1.0)
+    s.add_argument("--batch-mib", type=float, default=4.0, help="raw_text batch size")
+    s.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    g = sub.add_parser("generate", help="write one synthetic workload")
+    g.add_argument("out", type=Path)
+    g.add_argument("--nodes", type=int, default=8)
+    g.add_argument("--ranks", type=int, default=8)
+    g.add_argument("--mib-per-node", type=float, default=12.5)
+    g.add_argument("--seed", type=int, default=7)
+    c = sub.add_parser("compare", help="time two firstfault checkouts on one workload, interleaved (before/after)")
+    c.add_argument("path", type=Path, help="a workload directory")
+    c.add_argument("--before", type=Path, required=True, help="the src/ directory of the 'before' checkout")
+    c.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
+    c.add_argument("--repeat", type=int, default=5)
+    c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 1')")
+    p = sub.add_parser("profile", help="profile one `firstfault analyze` with pyinstrument")
+    p.add_argument("path", type=Path)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--out", type=Path, help="write an HTML profile here (default: text to stdout)")
+    args = parser.parse_args(argv)
+
+    if args.command == "generate":
+        manifest = generate(Spec(nodes=args.nodes, ranks=args.ranks, mib_per_node=args.mib_per_node, seed=args.seed),
+                            args.out, jobs=default_jobs())
+        print(f"{args.out}: {manifest['bytes'] / 2**20:.1f} MiB in {manifest['files']} files; "
+              f"expected {manifest['expected']}")
+        return 0
+    if args.command == "run":
+        from bench.suite import run_suite
+
+        series = args.series.split(",") if args.series else None
+        result = run_suite(args.suite, args.out, repeat=args.repeat, pin=args.pin, series=series,
+                           keep_data=not args.clean, quiet=None if args.quiet >= 1 else args.quiet)
+        print()
+        print(result["markdown"])
+        print(f"\n(written to {result['json_path']} and .md)")
+        wrong = [r for r in result["rows"] if not r["correct"]]
+        if wrong:
+            print(f"WRONG diagnosis in {len(wrong)} case(s): {[r['errors'] for r in wrong]}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "service":
+        from bench.service_path import run_service
+
+        return run_service(args)
+    if args.command == "compare":
+        return _compare(args)
+    if args.command == "profile":
+        from pyinstrument import Profiler
+
+        from firstfault.engine.engine import Engine, default_cache_dir
+
+        engine = Engine(cache_dir=default_cache_dir())
+        profiler = Profiler(interval=0.001)
+        profiler.start()
+        engine.analyze_path(args.path, workers=args.workers)
+        profiler.stop()
+        if args.out:
+            args.out.write_text(profiler.output_html())
+        else:
+            print(profiler.output_text(unicode=True, color=False, show_all=False))
+        return 0
+    return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import os
+    import statistics
+
+    from bench import measure
+
+    out = DEFAULT_OUT / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(DEFAULT_OUT / "cache")}
+    cmds = {}
+    for name, src in (("before", args.before), ("after", args.after)):
+        extra = args.args.split() if name == "after" else []
+        cmds[name] = ([sys.executable, "-m", "firstfault", "analyze", "--json", *extra, str(args.path)],
+                      {**env, "PYTHONPATH": str(src.resolve())})
+    results: dict[str, list[measure.Measurement]] = {"before": [], "after": []}
+    for name, (cmd, cmd_env) in cmds.items():  # warm-up (page cache, compiled-database cache)
+        measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+    for _ in range(args.repeat):
+        for name, (cmd, cmd_env) in cmds.items():
+            measure.wait_quiet()
+            m = measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+            if m.exit_code:
+                raise SystemExit(f"{name}: {m.stderr}")
+            results[name].append(m)
+    same = (out / "before.json").read_bytes() == (out / "after.json").read_bytes()
+    print(f"{args.path}: {args.repeat} interleaved rounds; result JSON identical: {same}")
+    print("| | wall median | wall best | CPU median | peak RSS |")
+    print("|---|---|---|---|---|")
+    for name, runs in results.items():
+        print(f"| {name} | {statistics.median(m.wall_s for m in runs):.2f} s | {min(m.wall_s for m in runs):.2f} s | "
+              f"{statistics.median(m.cpu_s for m in runs):.2f} s | {max(m.rss_mb for m in runs):.0f} MB |")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
