@@ -4,7 +4,7 @@
                         [--clean] [--out bench/out]
     python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
-    python -m bench compare PATH --before OTHER/src [--args '--workers 1']   # before/after, interleaved
+    python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
 """
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--before", type=Path, required=True, help="the src/ directory of the 'before' checkout")
     c.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
     c.add_argument("--repeat", type=int, default=5)
-    c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 1')")
+    c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 2')")
+    c.add_argument("--before-args", default="", help="extra arguments for the 'before' analyze")
     p = sub.add_parser("profile", help="profile one `firstfault analyze` with pyinstrument")
     p.add_argument("path", type=Path)
     p.add_argument("--workers", type=int, default=1)
@@ -114,7 +115,7 @@ def _compare(args: argparse.Namespace) -> int:
     env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(DEFAULT_OUT / "cache")}
     cmds = {}
     for name, src in (("before", args.before), ("after", args.after)):
-        extra = args.args.split() if name == "after" else []
+        extra = (args.args if name == "after" else args.before_args).split()
         cmds[name] = ([sys.executable, "-m", "firstfault", "analyze", "--json", *extra, str(args.path)],
                       {**env, "PYTHONPATH": str(src.resolve())})
     results: dict[str, list[measure.Measurement]] = {"before": [], "after": []}

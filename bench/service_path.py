@@ -6,9 +6,8 @@ One session = POST /v2/sessions (the scenario's context), the evidence of every 
 .../attribute, DELETE. Every diagnosis is checked against the planted fault. Reported per concurrency level:
 sessions/s, MiB/s of evidence over HTTP, p50/p99 of whole sessions and of each request kind.
 
-This complements the service's own benchmark (bench/service_bench.py, docs/benchmarks.md "Service"), which
-uses a 100k-line workload built for the service; here the evidence is the CLI benchmark's training-log noise,
-so MiB/s can be compared with `firstfault analyze` on the same bytes.
+The evidence is the CLI benchmark's training-log noise, so MiB/s over HTTP compares with `firstfault analyze`
+on the same bytes.
 """
 
 from __future__ import annotations
@@ -129,12 +128,6 @@ def run_service(args: argparse.Namespace) -> int:
         for source in ("applog", "syslog"):
             bodies += _batches(node_dir / f"{source}.log", node_dir.name, source, batch)
     context = _context(directory)
-    if args.url is None:
-        try:
-            import firstfault.service  # noqa: F401
-        except ImportError:
-            print("pending: this checkout has no `firstfault serve` (the service is not merged)", file=sys.stderr)
-            return 3
     process, url = (None, args.url) if args.url else _start_server()
     rows: list[dict[str, Any]] = []
     try:
