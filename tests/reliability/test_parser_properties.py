@@ -399,6 +399,11 @@ def test_loki_answers_are_read_or_the_collector_reports_an_error(answers: list[A
     pages = iter(answers)
     collector.client.get_json = lambda _path, _params=None: next(pages, {"status": "success", "data": {
         "resultType": "streams", "result": []}})
+    _collect_and_attribute(collector)
+
+
+def _collect_and_attribute(collector: Any) -> None:
+    """Run the collector into a session and attribute: its answers are read, or it raises CollectorError."""
     ctx = ExecutionContext(workload_id="w", nodes=["n1", "n2"], **WINDOW)
     session = default_engine().session(ctx)
     try:
@@ -414,14 +419,7 @@ def test_loki_answers_are_read_or_the_collector_reports_an_error(answers: list[A
 def test_prometheus_answers_are_read_or_the_collector_reports_an_error(answer: Any) -> None:
     collector = promql_collector()
     collector.client.request = lambda *_a, **_k: _Answer(answer)
-    ctx = ExecutionContext(workload_id="w", nodes=["n1", "n2"], **WINDOW)
-    session = default_engine().session(ctx)
-    try:
-        for batch in collector.collect(ctx):
-            ingest_batch(session, batch)
-    except CollectorError:
-        pass
-    session.attribute()
+    _collect_and_attribute(collector)
 
 
 @pytest.mark.parametrize("text", ["gpu[", "n[3-1]", "n[1-100000000]", "[]"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -26,36 +27,33 @@ class CaseFailure:
 
 
 def _compile(catalog: Catalog) -> Any:
+    from firstfault.engine.scanner import SourceScanner
     from firstfault.engine.session import CompiledCatalog
 
-    try:
-        return CompiledCatalog.for_catalog(catalog)
-    except PatternCompileError as exc:
-        # Find the culprit by compiling patterns one at a time: the message must name the rule.
-        from firstfault.engine.scanner import SourceScanner
-
-        for extractor in catalog.extractors:
-            try:
-                SourceScanner([extractor.match_re])
-            except PatternCompileError as single:
-                raise CatalogError(f"{extractor.origin}: extractor {extractor.name}: match_re does not compile "
-                                   f"with hyperscan: {single}") from None
-        raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
+    return _naming_the_culprit(catalog, lambda: CompiledCatalog.for_catalog(catalog),
+                               lambda pattern: SourceScanner([pattern]))
 
 
 def _compile_exactly(catalog: Catalog) -> None:
     from firstfault.engine.scanner import exact_database
 
+    _naming_the_culprit(catalog, lambda: exact_database(catalog.pattern_list()),
+                        lambda pattern: exact_database([pattern]))
+
+
+def _naming_the_culprit(catalog: Catalog, compile_all: Callable[[], Any], compile_one: Callable[[str], Any]) -> Any:
+    """`compile_all()`; when hyperscan refuses, find the pattern it refused by compiling them one at a time,
+    so that the message names the rule."""
     try:
-        exact_database(catalog.pattern_list())
-    except PatternCompileError:
+        return compile_all()
+    except PatternCompileError as exc:
         for extractor in catalog.extractors:
             try:
-                exact_database([extractor.match_re])
+                compile_one(extractor.match_re)
             except PatternCompileError as single:
                 raise CatalogError(f"{extractor.origin}: extractor {extractor.name}: match_re does not compile "
                                    f"with hyperscan: {single}") from None
-        raise
+        raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
 
 
 def _position(compiled: Any, source: SourceKind, extractor: Extractor) -> int:

@@ -77,16 +77,12 @@ class ServiceMiddleware:
             with anyio.fail_after(self.body_timeout_s):
                 body = await self._read_body(receive, headers)
         except _TooLarge:
-            response = JSONResponse({"error_code": "request_too_large",
-                                     "message": f"request body over the {self.max_body_bytes}-byte limit"},
-                                    status_code=413, headers={"Connection": "close"})
-            await response(scope, receive, send)
+            await _refuse(scope, receive, send, 413, "request_too_large",
+                          f"request body over the {self.max_body_bytes}-byte limit")
             return
         except TimeoutError:
-            response = JSONResponse({"error_code": "request_timeout",
-                                     "message": f"the request body did not arrive within {self.body_timeout_s:g} s"},
-                                    status_code=408, headers={"Connection": "close"})
-            await response(scope, receive, send)
+            await _refuse(scope, receive, send, 408, "request_timeout",
+                          f"the request body did not arrive within {self.body_timeout_s:g} s")
             return
         if body is None:  # the client went away
             return
@@ -127,6 +123,13 @@ class ServiceMiddleware:
         if client:
             extra["client"] = client[0]
         log.info("request", extra=extra)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str) -> None:
+    """Answer with the service's error body and close the connection (the rest of the body is not read)."""
+    response = JSONResponse({"error_code": code, "message": message}, status_code=status,
+                            headers={"Connection": "close"})
+    await response(scope, receive, send)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
