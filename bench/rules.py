@@ -130,7 +130,6 @@ def extra_rules_toml(catalog: Catalog, copies: int) -> str:
         "[[symptom]]", f'name = "{_SYMPTOM}"', 'sub_domain = "unknown"', 'role = "context"', 'blame = "none"',
         'immediate = "NONE"', 'action = "None: a benchmark rule."', 'doc = "A generated benchmark signature."', "",
     ]
-    made = 0
     for k in range(1, copies + 1):
         for e in catalog.extractors:
             variant = mutate(e.match_re, k if k % 26 else k + 1)
@@ -147,5 +146,4 @@ def extra_rules_toml(catalog: Catalog, copies: int) -> str:
                 "[[extractor.cases]]", 'expect = "interesting"', f"line = {_toml_str(line)}", "",
                 "[[extractor.cases]]", 'expect = "none"', 'line = "no match here"', "",
             ]
-            made += 1
     return "\n".join(parts) + "\n"

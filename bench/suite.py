@@ -252,12 +252,22 @@ def _proc_field(path: str, prefix: str, parse: Any, default: Any) -> Any:
         return default
 
 
+def _first_line_of(cmd: list[str]) -> str:
+    """The first line a command prints, or "" when it is not installed or fails (recorded, not required)."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    except OSError:
+        return ""
+    lines = done.stdout.splitlines() if done.returncode == 0 else []
+    return lines[0].strip() if lines else ""
+
+
 def environment() -> dict[str, Any]:
     cpu = _proc_field("/proc/cpuinfo", "model name", lambda line: line.split(":", 1)[1].strip(), "")
     import hyperscan
 
-    grep_version = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    grep_version = _first_line_of(["grep", "--version"])
+    commit = _first_line_of(["git", "rev-parse", "--short", "HEAD"]) or "unknown (not a git checkout)"
     mem = _proc_field("/proc/meminfo", "MemTotal", lambda line: int(line.split()[1]) // 1024, 0)
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_mb": mem, "python": platform.python_version(),
             "hyperscan": hyperscan.__version__, "grep": grep_version, "commit": commit,

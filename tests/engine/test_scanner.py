@@ -7,9 +7,69 @@ import io
 import random
 import re
 
-from firstfault.engine.scanner import SourceScanner, iter_blocks
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from firstfault.engine.scanner import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, SourceScanner
 
 PATTERNS = [r"NVRM: Xid \(PCI:[0-9a-f:]+\): \d+", r"NCCL WARN .*status=12", r"(?i:out of memory)"]
+
+
+# The straightforward block reader (a fresh bytes object per read, `carry + data`), kept as the oracle that
+# the engine's buffer-reusing `read_blocks` is checked against.
+@dataclass
+class Block:
+    """Complete lines (joined by \\n, no trailing newline) starting at line number `first_line`."""
+
+    data: bytes
+    first_line: int
+    start_offset: int
+    truncated_lines: list[int] = field(default_factory=list)
+
+
+def iter_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Block]:
+    """Yield blocks of whole lines from a binary stream, with bounded memory."""
+    carry = b""
+    carry_offset = 0
+    offset = 0  # bytes consumed from the stream so far
+    line_no = 1
+    skipping = False  # inside an over-long line whose head was already emitted
+    while True:
+        data = stream.read(block_size)
+        if not data:
+            break
+        read_at = offset
+        offset += len(data)
+        if skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue
+            data = data[nl + 1:]
+            read_at += nl + 1
+            skipping = False
+            carry_offset = read_at
+        if not carry:
+            carry_offset = read_at
+        buf = carry + data if carry else data
+        last_nl = buf.rfind(b"\n")
+        if last_nl < 0:
+            if len(buf) > max_line_bytes:
+                yield Block(buf[:max_line_bytes], line_no, carry_offset, [line_no])
+                line_no += 1
+                carry = b""
+                skipping = True
+            else:
+                carry = buf
+            continue
+        block = buf[:last_nl]
+        carry = buf[last_nl + 1:]
+        yield Block(block, line_no, carry_offset)
+        line_no += block.count(b"\n") + 1
+        carry_offset += last_nl + 1
+    if carry and not skipping:
+        yield Block(carry, line_no, carry_offset)
 
 
 def _reference(lines: list[str]) -> list[tuple[int, list[int]]]:

@@ -16,7 +16,6 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import hyperscan
@@ -31,65 +30,12 @@ class PatternCompileError(Exception):
         self.index = index
 
 
-@dataclass
-class Block:
-    """Complete lines (joined by \\n, no trailing newline) starting at line number `first_line`."""
-
-    data: bytes
-    first_line: int
-    start_offset: int
-    truncated_lines: list[int] = field(default_factory=list)
-
-
-def iter_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
-                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Block]:
-    """Yield blocks of whole lines from a binary stream, with bounded memory."""
-    carry = b""
-    carry_offset = 0
-    offset = 0  # bytes consumed from the stream so far
-    line_no = 1
-    skipping = False  # inside an over-long line whose head was already emitted
-    while True:
-        data = stream.read(block_size)
-        if not data:
-            break
-        read_at = offset
-        offset += len(data)
-        if skipping:
-            nl = data.find(b"\n")
-            if nl < 0:
-                continue
-            data = data[nl + 1:]
-            read_at += nl + 1
-            skipping = False
-            carry_offset = read_at
-        if not carry:
-            carry_offset = read_at
-        buf = carry + data if carry else data
-        last_nl = buf.rfind(b"\n")
-        if last_nl < 0:
-            if len(buf) > max_line_bytes:
-                yield Block(buf[:max_line_bytes], line_no, carry_offset, [line_no])
-                line_no += 1
-                carry = b""
-                skipping = True
-            else:
-                carry = buf
-            continue
-        block = buf[:last_nl]
-        carry = buf[last_nl + 1:]
-        yield Block(block, line_no, carry_offset)
-        line_no += block.count(b"\n") + 1
-        carry_offset += last_nl + 1
-    if carry and not skipping:
-        yield Block(carry, line_no, carry_offset)
-
-
 def read_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[bytearray, int, int, bool]]:
-    """The blocks of `iter_blocks`, read into one reusable buffer: yields (buffer, length, start_offset,
-    truncated) where `buffer[:length]` holds the block's complete lines (no trailing newline) and `truncated`
-    says the block is the head of one over-long line.
+    """Blocks of whole lines from a binary stream, read into one reusable buffer, with bounded memory:
+    yields (buffer, length, start_offset, truncated) where `buffer[:length]` holds the block's complete lines
+    (no trailing newline), `start_offset` is the stream offset of its first byte, and `truncated` says the
+    block is the head of one over-long line (cut at `max_line_bytes`; the rest of that line is skipped).
 
     The buffer is overwritten by the next block, so a consumer must finish with a block before asking for
     the next one. Nothing is allocated per block (no `read()` result, no `carry + data`, no slice), which

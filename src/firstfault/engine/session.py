@@ -181,6 +181,14 @@ class CompiledCatalog:
             if (patterns, sampled) not in compiled:
                 compiled[patterns, sampled] = SourceScanner(list(patterns), sampled, cache_dir=cache_dir)
             self.scanners[source] = compiled[patterns, sampled]
+        # Pattern id of each extractor in its source's scanner, by identity (comparing the frozen dataclasses
+        # field by field would make a lookup linear in the catalog size).
+        self._ids = {source: {id(e): i for i, e in enumerate(extractors)}
+                     for source, extractors in self.by_source.items()}
+
+    def pattern_id(self, source: SourceKind, extractor: Extractor) -> int:
+        """The id under which `source`'s scanner reports `extractor`'s matches."""
+        return self._ids[source][id(extractor)]
 
     @classmethod
     def for_catalog(cls, catalog: Catalog, *, cache_dir: Path | None = None) -> CompiledCatalog:

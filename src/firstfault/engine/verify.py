@@ -56,20 +56,11 @@ def _naming_the_culprit(catalog: Catalog, compile_all: Callable[[], Any], compil
         raise CatalogError(f"hyperscan could not compile the catalog: {exc}") from None
 
 
-def _position(compiled: Any, source: SourceKind, extractor: Extractor) -> int:
-    """The extractor's pattern id in its source's scanner (by identity: comparing the frozen dataclasses field
-    by field made `list.index` quadratic in the catalog size)."""
-    positions = compiled.__dict__.setdefault("_positions", {})
-    if source not in positions:
-        positions[source] = {id(e): i for i, e in enumerate(compiled.by_source[source])}
-    return positions[source][id(extractor)]
-
-
 def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, label: str) -> CaseFailure | None:
     source = case.source or extractor.sources[0]
     if source not in extractor.sources:
         return CaseFailure(extractor.name, label, f"case source {source.value} is not a source of the rule")
-    index = _position(compiled, source, extractor)
+    index = compiled.pattern_id(source, extractor)
     data = case.line.encode("utf-8")
     scanner = compiled.scanners[source]
     hits = scanner.scan(data)
