@@ -5,6 +5,10 @@ ensure_venv() {
   local spec="."
   [ -n "$extra" ] && spec=".[$extra]"
   if [ ! -x .venv/bin/python ]; then
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null && command -v apt-get >/dev/null 2>&1; then
+      # Debian ships venv/ensurepip in a separate package
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    fi
     python3 -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip
   fi
