@@ -89,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "profile":
         from pyinstrument import Profiler
 
-        from firstfault.engine.engine import Engine, default_cache_dir
+        from firstfault.engine.engine import default_cache_dir
+        from firstfault.tools.verify import verified_engine
 
-        engine = Engine(cache_dir=default_cache_dir())
+        engine = verified_engine(cache_dir=default_cache_dir())
         profiler = Profiler(interval=0.001)
         profiler.start()
         engine.analyze_path(args.path, workers=args.workers)

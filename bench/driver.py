@@ -15,14 +15,14 @@ from pathlib import Path
 
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.engine import Engine, default_cache_dir
-from firstfault.engine.ere import to_ere
 from firstfault.engine.timing import Timings
-from firstfault.engine.verify import verify_catalog
+from firstfault.tools.ere import to_ere
+from firstfault.tools.verify import verify_catalog
 
 
 def _catalog(extra: Path | None):  # type: ignore[no-untyped-def]
     files = [(extra.name, extra.read_bytes())] if extra else []
-    return load_catalog(verify=False, extra_files=files)
+    return load_catalog(extra_files=files)
 
 
 def main(argv: list[str] | None = None) -> int:

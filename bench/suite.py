@@ -92,7 +92,7 @@ class Runner:
 
             extra = self.out / f"rules-x{rules}.toml"
             if not extra.exists():
-                extra.write_text(extra_rules_toml(load_catalog(verify=False), rules - 1))
+                extra.write_text(extra_rules_toml(load_catalog(), rules - 1))
         if not ere.exists():
             cmd = ([self.python, "-m", "bench.driver", "patterns"] + (["--extra-rules", str(extra)] if extra else [])
                    if extra else [self.python, "-m", "firstfault", "rules", "patterns", "--ere"])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from firstfault.engine import Engine, default_engine
+from firstfault.engine import Engine
+from firstfault.tools.verify import default_engine
 
 CORPUS = Path(__file__).parent / "data" / "corpus" / "dev"
 

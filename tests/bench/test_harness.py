@@ -14,6 +14,7 @@ from bench.rules import extra_rules_toml
 from bench.suite import check, run_suite
 from firstfault.engine import Engine
 from firstfault.engine.catalog import load_catalog
+from firstfault.tools.verify import load_verified_catalog
 
 pytestmark = pytest.mark.skipif(shutil.which("grep") is None, reason="the harness compares against grep")
 
@@ -32,9 +33,9 @@ def test_generator_is_deterministic_and_plants_the_fault(tmp_path: Path, engine:
 
 
 def test_extra_rules_keep_the_catalog_valid_and_the_diagnosis(tmp_path: Path) -> None:
-    base = load_catalog(verify=False)
+    base = load_catalog()
     text = extra_rules_toml(base, 2)
-    extended = load_catalog(verify=True, extra_files=[("bench_extra.toml", text.encode())])
+    extended = load_verified_catalog([("bench_extra.toml", text.encode())])
     assert len(extended.extractors) > 2.8 * len(base.extractors)
     spec = Spec(nodes=2, ranks=2, mib_per_node=0.05)
     generate(spec, tmp_path / "w")

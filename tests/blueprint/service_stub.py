@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from firstfault.engine import ExecutionContext, Session, default_engine
-from firstfault.service.formats import ObservationBatch, prepare
+from firstfault.engine import ExecutionContext, Session
+from firstfault.tools.verify import default_engine
+from firstfault.wire import ObservationBatch, prepare
 
 _OBS = re.compile(r"^/v2/sessions/([\w-]+)/observations$")
 _ATTR = re.compile(r"^/v2/sessions/([\w-]+)/attribute$")

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from conftest import make_workload, run_blueprint
 
-from firstfault.blueprint.cli import build_config
 from firstfault.blueprint.collectors.files import FilesCollector, rotated_family
-from firstfault.blueprint.config import ConfigError, spec_from_words
+from firstfault.blueprint.config import spec_from_words
 from firstfault.blueprint.connectors import build_plan
 from firstfault.blueprint.runner import Runner
 from firstfault.cli import build_parser
+from firstfault.cli.blueprint import build_config
 from firstfault.engine import ExecutionContext
-from firstfault.engine.commands import samples_root
+from firstfault.errors import ConfigError
+from firstfault.samples import samples_root
 
 XID = "kernel: [794287.441000] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 

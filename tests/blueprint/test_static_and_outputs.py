@@ -14,11 +14,12 @@ import pytest
 from conftest import free_port, run_blueprint, wait_for
 from service_stub import ServiceStub
 
-from firstfault.blueprint.attribution import AttributionError, EmbeddedAttributor, ServiceAttributor
-from firstfault.blueprint.base import CollectorError, LineBatch
+from firstfault.blueprint.attribution import EmbeddedAttributor, ServiceAttributor
+from firstfault.blueprint.base import LineBatch
 from firstfault.blueprint.outputs import sqlite as sqlite_output
 from firstfault.engine import ExecutionContext, SourceKind
-from firstfault.engine.commands import samples_root
+from firstfault.errors import AttributionError, CollectorError
+from firstfault.samples import samples_root
 
 SAMPLES = samples_root()
 

@@ -9,10 +9,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from firstfault.cli import main
+from firstfault.samples import samples_root
 from tests.support.live_process import LiveProcess, free_port  # noqa: F401 - re-exported for tests
-from firstfault.engine.commands import samples_root
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"

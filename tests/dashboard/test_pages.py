@@ -184,7 +184,7 @@ def test_long_lists_are_capped(client: TestClient, monkeypatch: pytest.MonkeyPat
 def test_new_results_appear_while_the_dashboard_is_open(tmp_path: Path) -> None:
     """The Blueprint writes (WAL) while the dashboard reads; cached aggregates follow the new runs."""
     from firstfault.dashboard.app import create_app
-    from firstfault.engine.commands import sample_dirs
+    from firstfault.samples import sample_dirs
     from tests.dashboard.helpers import blueprint_into
 
     db = tmp_path / "live.db"

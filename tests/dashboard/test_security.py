@@ -16,8 +16,9 @@ from fastapi.testclient import TestClient
 
 from firstfault.cli import main
 from firstfault.dashboard.app import create_app
-from firstfault.dashboard.db import DatabaseError, ResultsDB, check_database, connect_readonly
-from firstfault.engine.commands import samples_root
+from firstfault.dashboard.db import ResultsDB, check_database, connect_readonly
+from firstfault.errors import DatabaseError
+from firstfault.samples import samples_root
 from tests.dashboard.helpers import (
     HOSTILE_ID,
     HOSTILE_NODES,

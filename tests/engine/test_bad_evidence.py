@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from firstfault.cli import main
-from firstfault.engine import Engine, EvidenceError
+from firstfault.engine import Engine
+from firstfault.errors import EvidenceError
 
 XID79 = "Jan  1 00:10:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 

@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from firstfault.engine.catalog import CatalogError, check_pattern_subset, load_catalog
+from firstfault.engine.catalog import check_pattern_subset, load_catalog
+from firstfault.errors import CatalogError
+from firstfault.tools.verify import load_verified_catalog
 
 _SYMPTOM = '''
 [[symptom]]
@@ -39,7 +41,7 @@ line = "{negative}"
 
 
 def test_packaged_catalog_loads_and_every_case_passes() -> None:
-    catalog = load_catalog()
+    catalog = load_verified_catalog()
     assert catalog.content_hash.startswith("sha256:")
     assert len(catalog.extractors) > 50 and len(catalog.python_rules) > 10
 
@@ -47,14 +49,14 @@ def test_packaged_catalog_loads_and_every_case_passes() -> None:
 def test_broken_case_names_rule_and_case() -> None:
     bad = _extractor("BrokenCaseRule", r"widget failure \d+", "widget failure: none", "all good")
     with pytest.raises(CatalogError) as err:
-        load_catalog(extra_files=[("zz_test.toml", bad)])
+        load_verified_catalog([("zz_test.toml", bad)])
     assert "BrokenCaseRule" in str(err.value) and "case 1" in str(err.value)
 
 
 def test_negative_case_that_matches_is_reported() -> None:
     bad = _extractor("LeakyRule", "widget", "widget failure", "widget ok")
     with pytest.raises(CatalogError) as err:
-        load_catalog(extra_files=[("zz_test.toml", bad)])
+        load_verified_catalog([("zz_test.toml", bad)])
     assert "LeakyRule" in str(err.value) and "case 2" in str(err.value)
 
 
@@ -62,7 +64,7 @@ def test_negative_case_that_matches_is_reported() -> None:
 def test_invalid_or_unsupported_pattern_names_rule(pattern: str) -> None:
     bad = _extractor("UnsupportedPatternRule", pattern, "foobar", "nothing")
     with pytest.raises(CatalogError) as err:
-        load_catalog(extra_files=[("zz_test.toml", bad)])
+        load_verified_catalog([("zz_test.toml", bad)])
     assert "UnsupportedPatternRule" in str(err.value)
 
 
@@ -79,7 +81,7 @@ expect = "bad"
 line = "widget"
 ''').encode()
     with pytest.raises(CatalogError, match="OnlyPositive.*negative"):
-        load_catalog(extra_files=[("zz_test.toml", text)])
+        load_verified_catalog([("zz_test.toml", text)])
 
 
 def test_unknown_symptom_is_refused() -> None:
@@ -99,7 +101,7 @@ expect = "none"
 line = "gadget"
 '''
     with pytest.raises(CatalogError, match="No such symptom"):
-        load_catalog(extra_files=[("zz_test.toml", text)])
+        load_verified_catalog([("zz_test.toml", text)])
 
 
 def test_duplicate_symptom_definition_is_refused() -> None:
@@ -113,12 +115,12 @@ action = "none"
 doc = "a different meaning for an existing name"
 '''
     with pytest.raises(CatalogError, match="already defined"):
-        load_catalog(extra_files=[("zz_test.toml", text)])
+        load_verified_catalog([("zz_test.toml", text)])
 
 
 def test_every_pattern_is_in_the_hyperscan_re2_common_subset() -> None:
     re2 = pytest.importorskip("re2")
-    for extractor in load_catalog(verify=False).extractors:
+    for extractor in load_catalog().extractors:
         assert check_pattern_subset(extractor.match_re) is None, extractor.name
         re2.compile(extractor.match_re)  # raises on anything RE2 does not support
         re.compile(extractor.match_re)
@@ -134,7 +136,7 @@ def test_subset_check_rejects_lookaround_and_backreferences() -> None:
 def test_rules_test_still_compiles_every_pattern_exactly() -> None:
     """The engine scans with prefilter databases, which accept patterns exact hyperscan refuses; the authoring
     check (`rules test`, strict) still refuses them."""
-    from firstfault.engine.verify import check_catalog
+    from firstfault.tools.verify import check_catalog
 
     text = b'''
 [[extractor]]
@@ -149,7 +151,7 @@ line = "QQQ a1aX"
 expect = "none"
 line = "QQQ X"
 '''
-    catalog = load_catalog(verify=False, extra_files=[("zz_test.toml", text)])
+    catalog = load_verified_catalog([("zz_test.toml", text)])
     assert check_catalog(catalog) == []
     with pytest.raises(CatalogError, match="HugeRepeat.*does not compile"):
-        check_catalog(load_catalog(verify=False, extra_files=[("zz_test.toml", text)]), strict=True)
+        check_catalog(load_verified_catalog([("zz_test.toml", text)]), strict=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 from firstfault.engine import Engine, ExecutionContext, SourceKind
-from firstfault.engine.commands import sample_dirs
 from firstfault.engine.evidence import evidence_files, read_context
+from firstfault.samples import sample_dirs
 
 
 def test_same_input_twice_is_byte_identical(engine: Engine) -> None:

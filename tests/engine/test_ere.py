@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from firstfault.engine import Engine
-from firstfault.engine.commands import samples_root
-from firstfault.engine.ere import EreError, to_ere
+from firstfault.errors import EreError
+from firstfault.samples import samples_root
+from firstfault.tools.ere import to_ere
 
 from ..conftest import CORPUS
 

@@ -10,9 +10,9 @@ import pytest
 
 from firstfault.engine import Engine
 from firstfault.engine import engine as engine_module
-from firstfault.engine.commands import sample_dirs
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
+from firstfault.samples import sample_dirs
 
 from ..conftest import CORPUS, WorkloadFactory
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from firstfault.engine import Engine
-from firstfault.engine.commands import sample_dirs
+from firstfault.samples import sample_dirs
 
 EXPECTED = {
     "nvlink-walkthrough": dict(sub_domain="nvlink", outcome="Fail InfraHW", terminal="FAILED", culprits=["node-02"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import random
 import re
-
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO

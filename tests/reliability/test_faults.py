@@ -33,7 +33,7 @@ from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import spec_from_words
 from firstfault.blueprint.connectors import COLLECTORS
 from firstfault.engine import ExecutionContext, SourceKind
-from firstfault.engine.commands import samples_root
+from firstfault.samples import samples_root
 from tests.blueprint.conftest import PROMETHEUS_URL, make_workload, run_blueprint
 from tests.blueprint.loki_server import LokiTestServer
 from tests.reliability.conftest import Record

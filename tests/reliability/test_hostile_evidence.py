@@ -20,8 +20,8 @@ import pytest
 
 from firstfault.blueprint.collectors.files import FileScope, read_batches
 from firstfault.engine import Attribution, Engine, SourceKind
-from firstfault.engine.commands import samples_root
 from firstfault.engine.timestamps import TimestampParser
+from firstfault.samples import samples_root
 from tests.blueprint.conftest import make_workload as make_static_workload
 from tests.blueprint.conftest import run_blueprint
 from tests.reliability.conftest import Record
@@ -51,7 +51,8 @@ def copy_sample(name: str, tmp_path: Path) -> Path:
 # their length: a 16 kB line took seconds, a 1 MB one hours.
 _RATIO_SCRIPT = '''
 import io
-from firstfault.engine import default_engine, ExecutionContext, SourceKind
+from firstfault.engine import ExecutionContext, SourceKind
+from firstfault.tools.verify import default_engine
 
 SIZES, TOTAL, REPEATS = {sizes!r}, {total!r}, {repeats!r}
 engine = default_engine()
@@ -147,7 +148,8 @@ _HUGE_LINE_SCRIPT = '''
 from pathlib import Path
 from firstfault.blueprint.attribution import ingest_batch
 from firstfault.blueprint.collectors.files import FileScope, read_batches
-from firstfault.engine import SourceKind, default_engine
+from firstfault.engine import SourceKind
+from firstfault.tools.verify import default_engine
 from firstfault.engine.evidence import read_context
 
 root = Path({root!r})
@@ -191,7 +193,7 @@ def test_a_100_mb_line_costs_bounded_memory(make_workload, tmp_path: Path, recor
 
 _BURST_SCRIPT = '''
 from pathlib import Path
-from firstfault.engine import default_engine
+from firstfault.tools.verify import default_engine
 from firstfault.engine.evidence import evidence_files, read_context
 root = Path({root!r})
 engine = default_engine()

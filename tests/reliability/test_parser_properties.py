@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import string
-from functools import lru_cache
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import pytest
@@ -24,26 +24,25 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from firstfault.blueprint.attribution import ingest_batch
-from firstfault.blueprint.base import CollectorError
 from firstfault.blueprint.collectors.loki import LokiCollector
 from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import spec_from_words
 from firstfault.blueprint.contexts.slurm import (
     TEXT_FIELDS,
-    SlurmError,
     expand_nodes,
     parse_sacct_json,
     parse_sacct_text,
     parse_scontrol,
 )
-from firstfault.engine import Attribution, CatalogError, ExecutionContext, SourceKind, default_engine
+from firstfault.engine import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.timestamps import TimestampParser
+from firstfault.errors import CatalogError, CollectorError, ServiceError, SlurmError
 from firstfault.rules.xid import decode_nvlink5, decode_xid74
-from firstfault.service.errors import ServiceError
-from firstfault.service.formats import prepare
 from firstfault.service.http import strict_validate
 from firstfault.service.v2 import BATCH
+from firstfault.tools.verify import default_engine, load_verified_catalog
+from firstfault.wire import prepare
 from tests.reliability import support
 from tests.reliability.support import examples
 
@@ -283,7 +282,7 @@ RULE_FILES = st.fixed_dictionaries({}, optional={
 
 def _load(blob: bytes, verify: bool = False) -> None:
     try:
-        load_catalog(verify=verify, extra_files=[("fuzz.toml", blob)])
+        (load_verified_catalog if verify else lambda files: load_catalog(extra_files=files))([("fuzz.toml", blob)])
     except CatalogError as exc:
         assert str(exc)
 

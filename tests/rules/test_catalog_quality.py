@@ -8,19 +8,19 @@ from firstfault.engine.catalog import load_catalog
 
 
 def test_every_extractor_has_doc_and_both_kinds_of_case() -> None:
-    for e in load_catalog(verify=False).extractors:
+    for e in load_catalog().extractors:
         assert e.doc, e.name
         assert any(c.expect != "none" for c in e.cases), e.name
         assert any(c.expect == "none" for c in e.cases), e.name
 
 
 def test_every_python_rule_has_doc_and_cases() -> None:
-    for rule in load_catalog(verify=False).python_rules:
+    for rule in load_catalog().python_rules:
         assert rule.doc and rule.cases, rule.name
 
 
 def test_symptom_names_have_one_meaning() -> None:
-    catalog = load_catalog(verify=False)
+    catalog = load_catalog()
     # Definitions are unique by construction (duplicates refuse to load); extractors emitting the same symptom
     # must agree on its emit type, so one name never means bad here and context there.
     kinds: dict[str, set[str]] = {}
@@ -47,13 +47,13 @@ def test_rules_list_and_show(capsys) -> None:
 def test_rules_patterns_exports_every_pattern(capsys) -> None:
     assert main(["rules", "patterns"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(load_catalog(verify=False).extractors)
+    assert len(lines) == len(load_catalog().extractors)
 
 
 def test_docs_rules_md_is_generated_from_the_catalog() -> None:
     from pathlib import Path
 
-    from firstfault.engine.catalog_docs import render_markdown
+    from firstfault.tools.catalog_docs import render_markdown
 
     docs = Path(__file__).parents[2] / "docs" / "rules.md"
-    assert docs.read_text() == render_markdown(load_catalog(verify=False)), "run: firstfault rules docs > docs/rules.md"
+    assert docs.read_text() == render_markdown(load_catalog()), "run: firstfault rules docs > docs/rules.md"

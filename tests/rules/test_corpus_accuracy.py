@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from firstfault.cli import main
 from firstfault.engine import Engine
-from firstfault.engine.evaluate import evaluate
+from firstfault.tools.evaluate import evaluate
 
 from ..conftest import CORPUS
 

@@ -1,4 +1,4 @@
-"""NVLink5 Xid 144-150 decode against the worked examples of the decode sheet (domain-facts §1.4)."""
+"""NVLink5 Xid 144-150 decode against the worked examples of the decode sheet (docs/domain.md §1.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A client of the v1 API written against the public contract of the "FACT" client (SEED.md §5).
+"""A client of the v1 API written against the public contract of the "FACT" client (docs/service.md, "v1 compatibility API").
 
 It builds the same payloads: a workload + metadata to create an attributor, dmesg lines turned into Loki streams
 whose lines are JSON envelopes (`body`, `severity`, `attributes`, `resources`), posted with the stream list

@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
-from firstfault.engine import ExecutionContext, default_engine
-from firstfault.service.errors import ServiceError, SessionNotFound
+from firstfault.engine import ExecutionContext
+from firstfault.errors import ServiceError, SessionNotFound
 from firstfault.service.schemas import IngestAck
 from firstfault.service.sessions import IdempotencyCache, SessionStore, StoreLimits
+from firstfault.tools.verify import default_engine
 
 CONTEXT = ExecutionContext(workload_id="w", nodes=["n1"])
 

@@ -10,20 +10,16 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
-from firstfault.blueprint.base import Batch, CollectorError, LineBatch, LokiBatch
-from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, RetryingClient, auth_headers
+from firstfault.blueprint.base import Batch, LineBatch, LokiBatch
+from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.http import RetryingClient, auth_headers
 from firstfault.blueprint.result import Mode
-from firstfault.engine import Attribution, ExecutionContext, Session, default_engine
-from firstfault.service.formats import ObservationBatch, prepare
-from firstfault.service.settings import Settings
+from firstfault.engine import Attribution, ExecutionContext, Session
+from firstfault.errors import AttributionError, CollectorError, ConfigError, HttpError
+from firstfault.tools.verify import default_engine
+from firstfault.wire import WIRE_MAX_LINE_BYTES, ObservationBatch, prepare
 
 _WIRE: TypeAdapter[Any] = TypeAdapter(ObservationBatch)
-_MAX_LINE_BYTES = Settings().max_line_bytes
-
-
-class AttributionError(Exception):
-    """The backend could not attribute the workload (service unreachable, rejected input ...)."""
 
 
 class AttributionSession(Protocol):
@@ -46,7 +42,7 @@ def ingest_batch(session: Session, batch: Batch) -> None:
         payload = _WIRE.validate_python(wire_payload(batch))
     except ValidationError as exc:
         raise CollectorError(f"the engine rejected a batch: {exc.errors()[0]['msg']}") from None
-    prepare(payload, _MAX_LINE_BYTES).apply(session)
+    prepare(payload, WIRE_MAX_LINE_BYTES).apply(session)
 
 
 def wire_payload(batch: Batch) -> dict[str, Any]:

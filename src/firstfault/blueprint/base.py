@@ -17,14 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from firstfault.engine import ExecutionContext, SourceKind
-
-
-class CollectorError(Exception):
-    """A collector cannot deliver (source unreachable, bad answer); the message is the report's reason."""
-
-
-class NothingInScope(CollectorError):
-    """The collector worked but found nothing for this workload: reported as `empty`, not as an error."""
+from firstfault.errors import CollectorError
 
 
 @dataclass(frozen=True)

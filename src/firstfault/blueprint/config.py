@@ -17,44 +17,17 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from firstfault.errors import ConfigError
+from firstfault.timeinput import parse_duration
+
 KINDS = ("context", "logs", "metrics", "output", "attribution")
 OptionValue = str | list[str]
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message says what to change."""
-
-
-def parse_duration(text: str | float) -> timedelta:
-    """`30s`, `10m`, `2h`, `1d`, `1w`, `250ms` or a number of seconds."""
-    if isinstance(text, int | float):
-        return timedelta(seconds=float(text))
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def parse_time(text: str, now: datetime | None = None) -> datetime:
-    """An ISO 8601 time (naive = UTC), `now`, or a duration meaning that long ago (`2h` = two hours ago)."""
-    now = now or datetime.now(timezone.utc)
-    if text.strip() == "now":
-        return now
-    if _DURATION.match(text):
-        return now - parse_duration(text)
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ConfigError(f"not a time: {text!r} (use ISO 8601, `now`, or a duration ago such as 2h)") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def parse_bool(text: str) -> bool:

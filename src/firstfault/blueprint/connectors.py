@@ -15,7 +15,7 @@ from firstfault.blueprint.collectors.files import FilesCollector
 from firstfault.blueprint.collectors.k8s import PodLogsCollector
 from firstfault.blueprint.collectors.loki import LokiCollector
 from firstfault.blueprint.collectors.promql import PromqlCollector
-from firstfault.blueprint.config import BlueprintConfig, ConfigError, ConnectorSpec, fill_from_environment
+from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, fill_from_environment
 from firstfault.blueprint.contexts.kueue import KueueContexts
 from firstfault.blueprint.contexts.slurm import SlurmContexts
 from firstfault.blueprint.contexts.static import StaticContexts, StaticEvidence
@@ -23,6 +23,7 @@ from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
+from firstfault.errors import ConfigError
 
 
 class Output(Protocol):

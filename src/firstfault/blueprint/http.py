@@ -9,19 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from firstfault.errors import HttpError
+
 if TYPE_CHECKING:
     from firstfault.blueprint.config import ConnectorSpec
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-class HttpError(Exception):
-    """A request failed for good: a non-retryable status, or retries exhausted."""
-
-    def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
 
 
 class RetryingClient:

@@ -7,14 +7,9 @@ import subprocess
 from typing import Any
 
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.errors import KubectlError
 
 KUBECTL_OPTIONS = ("kubectl", "kubeconfig", "context", "timeout")
-
-
-class KubectlError(Exception):
-    def __init__(self, message: str, stderr: str = "") -> None:
-        super().__init__(message)
-        self.stderr = stderr
 
 
 class Kubectl:

@@ -1,4 +1,5 @@
-"""`AttributionBlueprintResult`: what the Blueprint writes for one workload attempt."""
+"""The Blueprint's results contract: `AttributionBlueprintResult` (what it writes for one workload attempt) and
+the SQL schema it is stored in (`MIGRATIONS`). The dashboard reads results through this module only."""
 
 from __future__ import annotations
 
@@ -56,3 +57,84 @@ class AttributionBlueprintResult(BaseModel):
 
     def failed_connectors(self) -> list[ConnectorReport]:
         return [r for r in self.connector_reports if r.status == "error"]
+
+
+# The results database, versioned: each entry is (version, what it adds, SQL). `SCHEMA_VERSION` is the newest.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "workload attempts, attribution runs, run nodes, connector reports", """
+CREATE TABLE workload_attempts (
+    id               INTEGER PRIMARY KEY,
+    workload_id      TEXT NOT NULL,
+    attempt          INTEGER NOT NULL,
+    scheduler        TEXT NOT NULL,
+    job_id           TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    start_time       TEXT,
+    end_time         TEXT,
+    scheduler_state  TEXT NOT NULL,
+    exit_code        TEXT NOT NULL,
+    nodes_json       TEXT NOT NULL,
+    context_json     TEXT NOT NULL,
+    first_seen_at    TEXT NOT NULL,
+    latest_run_id    INTEGER REFERENCES attribution_runs(id),
+    UNIQUE (workload_id, attempt)
+);
+CREATE INDEX workload_attempts_end ON workload_attempts(end_time);
+CREATE INDEX workload_attempts_job ON workload_attempts(scheduler, job_id);
+
+CREATE TABLE attribution_runs (
+    id                      INTEGER PRIMARY KEY,
+    attempt_id              INTEGER NOT NULL REFERENCES workload_attempts(id),
+    attributed_at           TEXT NOT NULL,
+    status                  TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    error                   TEXT,
+    mode                    TEXT NOT NULL,
+    catalog_hash            TEXT NOT NULL,
+    terminal_state          TEXT,
+    outcome                 TEXT,
+    sub_domain              TEXT,
+    root_symptom            TEXT,
+    root_node               TEXT,
+    culprit_nodes_json      TEXT NOT NULL,
+    failed_connectors       INTEGER NOT NULL,
+    collect_s               REAL NOT NULL,
+    attribute_s             REAL NOT NULL,
+    total_s                 REAL NOT NULL,
+    connector_reports_json  TEXT NOT NULL,
+    result_json             TEXT NOT NULL
+);
+CREATE INDEX attribution_runs_attempt ON attribution_runs(attempt_id, id);
+CREATE INDEX attribution_runs_time ON attribution_runs(attributed_at);
+CREATE INDEX attribution_runs_outcome ON attribution_runs(outcome, attributed_at);
+CREATE INDEX attribution_runs_sub_domain ON attribution_runs(sub_domain, attributed_at);
+
+CREATE TABLE run_nodes (
+    run_id   INTEGER NOT NULL REFERENCES attribution_runs(id),
+    node     TEXT NOT NULL,
+    role     TEXT NOT NULL CHECK (role IN ('allocated', 'culprit', 'symptom')),
+    PRIMARY KEY (run_id, node, role)
+) WITHOUT ROWID;
+CREATE INDEX run_nodes_node ON run_nodes(node, role);
+
+CREATE TABLE connector_reports (
+    run_id             INTEGER NOT NULL REFERENCES attribution_runs(id),
+    connector          TEXT NOT NULL,
+    kind               TEXT NOT NULL,
+    status             TEXT NOT NULL CHECK (status IN ('ok', 'empty', 'error')),
+    reason             TEXT NOT NULL,
+    observation_count  INTEGER NOT NULL,
+    nodes_json         TEXT NOT NULL,
+    seconds            REAL NOT NULL
+);
+CREATE INDEX connector_reports_run ON connector_reports(run_id);
+CREATE INDEX connector_reports_status ON connector_reports(status, connector);
+
+CREATE VIEW latest_attributions AS
+SELECT a.id AS attempt_id, a.workload_id, a.attempt, a.scheduler, a.job_id, a.name, a.start_time, a.end_time,
+       a.scheduler_state, a.exit_code, a.nodes_json, r.id AS run_id, r.attributed_at, r.status, r.error, r.mode,
+       r.catalog_hash, r.terminal_state, r.outcome, r.sub_domain, r.root_symptom, r.root_node,
+       r.culprit_nodes_json, r.failed_connectors, r.total_s
+FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id;
+"""),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]

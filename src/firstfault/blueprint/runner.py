@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from firstfault.blueprint.attribution import AttributionError
-from firstfault.blueprint.base import Batch, Collector, CollectorError, ContextConnector, NothingInScope
+from firstfault.blueprint.base import Batch, Collector, ContextConnector
 from firstfault.blueprint.config import BlueprintConfig
 from firstfault.blueprint.connectors import Plan
 from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, ReportStatus, Timings
 from firstfault.engine import Attribution, ExecutionContext
+from firstfault.errors import AttributionError, CollectorError, CollectorTimeout, NothingInScope
 
 
 @dataclass
@@ -176,10 +176,6 @@ class Runner:
             self.console.print(f"[yellow]collector error[/yellow] {name}: {count} workload(s)")
         for problem in s.problems:
             self.console.print(f"[red]problem[/red] {problem}", markup=True, highlight=False)
-
-
-class CollectorTimeout(CollectorError):
-    """A collector ran past its `collect_timeout` and was abandoned."""
 
 
 _DONE = object()

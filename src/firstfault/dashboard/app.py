@@ -28,7 +28,8 @@ from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.dashboard import filters, views
 from firstfault.dashboard.db import NOT_ATTRIBUTED, ResultsDB, node_href, since_for, workload_href
 from firstfault.dashboard.filters import BadRequest
-from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
+from firstfault.engine.catalog import Catalog, load_catalog
+from firstfault.errors import CatalogError
 
 log = logging.getLogger("firstfault.dashboard")
 
@@ -76,7 +77,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
     results = ResultsDB(db_path)
     if catalog is None:
         try:
-            catalog = load_catalog(verify=False)
+            catalog = load_catalog()
         except CatalogError as exc:  # the Rules page then lists only what the results name
             log.warning("rule catalog not loaded: %s", exc)
     env = _environment()

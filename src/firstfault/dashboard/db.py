@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from firstfault.blueprint.outputs.sqlite import SCHEMA_VERSION
+from firstfault.blueprint.result import SCHEMA_VERSION
+from firstfault.errors import DatabaseError
 
 # What a list can be sorted by: the name used in URLs -> the SQL expression (never taken from the request).
 SORT_COLUMNS: dict[str, str] = {
@@ -33,10 +34,6 @@ SORT_COLUMNS: dict[str, str] = {
 NODE_ROLES = ("allocated", "culprit", "symptom")
 NOT_ATTRIBUTED = "not attributed"  # the outcome filter value selecting runs without a diagnosis
 _REQUIRED_TABLES = {"workload_attempts", "attribution_runs", "run_nodes", "connector_reports", "schema_migrations"}
-
-
-class DatabaseError(Exception):
-    """The file cannot be used as a results database; the message says why, for people."""
 
 
 @dataclass(frozen=True)

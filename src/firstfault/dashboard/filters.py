@@ -7,9 +7,10 @@ from dataclasses import replace
 from datetime import datetime
 from urllib.parse import urlencode
 
-from firstfault.blueprint.config import ConfigError, parse_time
 from firstfault.dashboard.db import NODE_ROLES, NOT_ATTRIBUTED, SORT_COLUMNS, WorkloadFilters
 from firstfault.engine.model import Outcome, SubDomain, TerminalState
+from firstfault.errors import ConfigError, FirstfaultError
+from firstfault.timeinput import parse_time
 
 OUTCOMES = [o.value for o in Outcome] + [NOT_ATTRIBUTED]
 SUB_DOMAINS = [s.value for s in SubDomain]
@@ -20,7 +21,7 @@ MAX_TEXT = 255
 MAX_PAGE = 1_000_000
 
 
-class BadRequest(ValueError):
+class BadRequest(FirstfaultError, ValueError):
     """A query parameter is malformed; the message names it and says what is accepted."""
 
 

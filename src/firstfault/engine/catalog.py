@@ -27,6 +27,7 @@ from firstfault.engine.rules_api import (
     registered_metric_extractors,
     registered_rules,
 )
+from firstfault.errors import CatalogError
 
 # Python rule modules, in the order their rules run within a phase.
 RULE_MODULES = (
@@ -44,10 +45,6 @@ LINE_SOURCES = (SourceKind.APPLOG, SourceKind.SYSLOG, SourceKind.SCHEDULER)
 _NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 # Constructs outside the hyperscan/RE2 common subset (hyperscan would also reject most of them).
 _UNSUPPORTED_RE = re.compile(r"\(\?[=!<][^P]|\(\?<[=!]|\\[1-9]|\(\?P=|\\[AZ]|\(\?[aLu]|\(\?\(|\(\?>|[*+?}]\+")
-
-
-class CatalogError(Exception):
-    """The catalog cannot be loaded; the message names the rule (and case) at fault."""
 
 
 @dataclass(frozen=True)
@@ -314,8 +311,8 @@ def _python_sources() -> list[bytes]:
     return blobs
 
 
-def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
-    """Load the packaged catalog. With `verify`, compile everything and run every inline case.
+def load_catalog(*, extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
+    """Parse the packaged catalog (`firstfault.tools.verify.verify_catalog` compiles it and runs every case).
 
     `extra_files` (name, TOML bytes) are appended after the packaged files; tests and `rules test --file`
     use it to check a candidate rule file against the rest of the catalog.
@@ -360,12 +357,7 @@ def load_catalog(*, verify: bool = True, extra_files: list[tuple[str, bytes]] | 
         digest.update(name.encode() + b"\0" + blob + b"\0")
     for blob in _python_sources():
         digest.update(blob + b"\0")
-    catalog = Catalog(symptoms=symptoms, extractors=extractors, python_rules=python_rules,
-                      metric_extractors=registered_metric_extractors(),
-                      content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files],
-                      extra_files=list(extra_files or []))
-    if verify:
-        from firstfault.engine.verify import verify_catalog
-
-        catalog.compiled = verify_catalog(catalog)
-    return catalog
+    return Catalog(symptoms=symptoms, extractors=extractors, python_rules=python_rules,
+                   metric_extractors=registered_metric_extractors(),
+                   content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files],
+                   extra_files=list(extra_files or []))

@@ -9,12 +9,11 @@ import threading
 import time
 import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from firstfault.engine.catalog import Catalog, load_catalog
-from firstfault.engine.evidence import EvidenceError, EvidenceFile, evidence_files, open_evidence, read_context
+from firstfault.engine.evidence import EvidenceFile, evidence_files, open_evidence, read_context
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import CompiledCatalog, IngestState, Session
@@ -48,19 +47,14 @@ def auto_workers(files: int, total_bytes: int) -> int:
 class Engine:
     def __init__(self, catalog: Catalog | None = None, params: Params | None = None, *,
                  cache_dir: Path | None = None) -> None:
-        """Without `catalog`, load the packaged one and verify it (every inline case). `cache_dir` keeps
-        compiled hyperscan databases between processes (the CLI passes `default_cache_dir()`); the library
-        default is no cache: nothing is written."""
+        """Without `catalog`, load the packaged one (unverified: `firstfault.tools.verify.default_engine()` is the
+        packaged engine with every inline case run). `cache_dir` keeps compiled hyperscan databases between
+        processes (the CLI passes `default_cache_dir()`); the library default is no cache: nothing is written."""
         self.startup = Timings()
         with self.startup.phase("catalog.load"):
-            loaded = catalog or load_catalog(verify=False)
+            loaded = catalog or load_catalog()
         with self.startup.phase("catalog.compile"):
             self.compiled = CompiledCatalog.for_catalog(loaded, cache_dir=cache_dir)
-        if catalog is None:
-            from firstfault.engine.verify import verify_catalog
-
-            with self.startup.phase("catalog.verify"):
-                verify_catalog(loaded)
         self.catalog = loaded
         self.params = params or Params()
 
@@ -224,7 +218,7 @@ def _init_worker(key: str, content_hash: str, extra_files: list[tuple[str, bytes
                  context: ExecutionContext, block_size: int, max_line_bytes: int) -> None:
     engine = _ENGINES.get(key)
     if engine is None or engine.catalog.content_hash != content_hash:
-        catalog = load_catalog(verify=False, extra_files=extra_files)
+        catalog = load_catalog(extra_files=extra_files)
         if catalog.content_hash != content_hash:
             raise RuntimeError("a worker process loaded a different rule catalog than its parent")
         engine = Engine(catalog, params)
@@ -244,10 +238,4 @@ def _scan_files(items: list[tuple[str, SourceKind, str, str]]) -> list[IngestSta
     return states
 
 
-@lru_cache(maxsize=1)
-def default_engine() -> Engine:
-    """The engine over the packaged catalog, loaded and verified once per process."""
-    return Engine()
-
-
-__all__ = ["Engine", "EvidenceError", "auto_workers", "default_engine", "looks_binary"]
+__all__ = ["Engine", "auto_workers", "looks_binary"]

@@ -18,13 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from firstfault.engine.model import ExecutionContext, SourceKind
+from firstfault.errors import EvidenceError
 
 SCENARIO_FILE = "scenario.toml"
 _SOURCE_FILES = {f"{s.value}{ext}": s for s in SourceKind for ext in (".log", ".log.gz")}
-
-
-class EvidenceError(Exception):
-    """The evidence cannot be analysed at all (as opposed to a partial result)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class SourceKind(StrEnum):
 
 
 class SubDomain(StrEnum):
-    """The closed set of attribution domains (SEED.md §6, corpus README)."""
+    """The closed set of attribution domains (docs/domain.md §7)."""
 
     GPU = "gpu"
     NVLINK = "nvlink"

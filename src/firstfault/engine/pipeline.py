@@ -1,4 +1,4 @@
-"""The ordered phases of one attribution run (SEED.md §3), from accumulated events to the result."""
+"""The ordered phases of one attribution run, from accumulated events to the result."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from firstfault.engine.model import (
     normalise_state,
 )
 from firstfault.engine.rules_api import Phase
-from firstfault.engine.workspace import WorkSymptom, Workspace
+from firstfault.engine.workspace import Workspace, WorkSymptom
 
 if TYPE_CHECKING:
     from firstfault.engine.session import Session

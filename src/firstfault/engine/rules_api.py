@@ -9,7 +9,7 @@ state of one attribution run) and acts on it through its methods, so every chang
         for s in ws.active(symptom_prefix="XID-45"):
             ws.demote(s, "Xid 45 follows another Xid on the same node")
 
-Rule kinds (SEED.md §3): extractors turn lines into events, filters rewrite the event stream, collectors
+Rule kinds (docs/architecture.md, "Pipeline"): extractors turn lines into events, filters rewrite the event stream, collectors
 gather job-wide facts, refiners demote symptoms and decide. Each rule states its phase; rules of one phase run
 in catalog order (file order, then name), which is fixed, so runs are deterministic.
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class Phase(IntEnum):
-    """Ordered phases of one attribution run (SEED.md §3)."""
+    """Ordered phases of one attribution run (docs/architecture.md, "Pipeline")."""
 
     EXTRACTION = 10
     FILTER_EARLY = 20

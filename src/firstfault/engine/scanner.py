@@ -20,14 +20,10 @@ from typing import BinaryIO
 
 import hyperscan
 
+from firstfault.errors import PatternCompileError
+
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES = 1024 * 1024
-
-
-class PatternCompileError(Exception):
-    def __init__(self, index: int, message: str) -> None:
-        super().__init__(message)
-        self.index = index
 
 
 def read_blocks(stream: BinaryIO, *, block_size: int = DEFAULT_BLOCK_SIZE,

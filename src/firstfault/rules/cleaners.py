@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from firstfault.engine.rules_api import Phase, RuleCase, refiner
-from firstfault.engine.workspace import WorkSymptom, Workspace
+from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MCE_UC_BIT = 61
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from firstfault.engine.model import SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Phase, RuleCase, refiner
-from firstfault.engine.workspace import WorkSymptom, Workspace
+from firstfault.engine.workspace import Workspace, WorkSymptom
 
 # Two candidates whose strengths differ by less than this are peers: neither outranks the other.
 STRENGTH_MARGIN = 10

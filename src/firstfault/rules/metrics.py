@@ -3,7 +3,7 @@
 Facts used: dcgm-exporter's DCGM_FI_DEV_XID_ERRORS gauge holds the value of the last Xid seen on a GPU (not a
 count); ECC DBE and NVLink error counters and node_exporter's node_infiniband_link_downed_total are counters,
 so what matters is an increase inside the workload window; DCGM_FI_DEV_ROW_REMAP_FAILURE = 1 is a row-remap
-failure (domain-facts §4.1, §4.2).
+failure (docs/domain.md §4.1, §4.2).
 """
 
 from __future__ import annotations

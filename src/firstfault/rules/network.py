@@ -1,6 +1,6 @@
 """Network localisation (REFINE): which node do RDMA errors that name a peer point at?
 
-Facts used (NCCL issue #902, domain-facts §6.4): a retry-exceeded completion (error 12) means the NIC got no
+Facts used (NCCL issue #902, docs/domain.md §6.4): a retry-exceeded completion (error 12) means the NIC got no
 acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or
 switch port) is the common element; when two nodes only name each other, the fault is on the path between
 them and no single node can be blamed.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from firstfault.engine.model import SubDomain
 from firstfault.engine.rules_api import Phase, RuleCase, refiner
-from firstfault.engine.workspace import WorkSymptom, Workspace
+from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 

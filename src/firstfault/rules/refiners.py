@@ -1,9 +1,9 @@
 """Job-wide rules: scheduler evidence, survived events, scheduler actions and completed workloads.
 
 Facts used: a scheduler cancellation (time limit, preemption, scancel, node failure) is the root only if
-nothing failed before it - a job hung by a fault runs into its time limit (domain-facts §6.2); Slurm's
+nothing failed before it - a job hung by a fault runs into its time limit (docs/domain.md §6.2); Slurm's
 accounting can call a job COMPLETED while a step failed, and a completed job's scary lines are benign
-(corpus README, domain-facts §3.7).
+(corpus README, docs/domain.md §3.7).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from firstfault.engine.model import (
     normalise_state,
 )
 from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import EmitSpec, WorkSymptom, Workspace
+from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:

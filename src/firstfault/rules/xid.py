@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType
 from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import EmitSpec, WorkSymptom, Workspace
+from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
 NVLINK5_CODES = range(144, 151)
 # Bits 25:20 of IntrInfo carry the NETIR link-down reason (decode sheet; gpud calculateSubCode).

@@ -16,13 +16,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from firstfault import __version__
-from firstfault.engine.engine import Engine, default_engine
+from firstfault.engine.engine import Engine
+from firstfault.errors import ServiceError
 from firstfault.service import v1, v2
 from firstfault.service.core import AttributionService
-from firstfault.service.errors import STATUS_CODES, ServiceError
+from firstfault.service.errors import STATUS_CODES
 from firstfault.service.http import describe_errors, write_auth
 from firstfault.service.middleware import ServiceMiddleware, SpanStarter, no_spans
 from firstfault.service.settings import Settings
+from firstfault.tools.verify import default_engine
 
 log = logging.getLogger("firstfault.service")
 

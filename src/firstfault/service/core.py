@@ -9,8 +9,7 @@ import time
 
 from firstfault.engine.engine import Engine
 from firstfault.engine.model import ExecutionContext
-from firstfault.service.errors import ServiceError
-from firstfault.service.formats import ObservationBatch, prepare
+from firstfault.errors import ServiceError
 from firstfault.service.metrics import ServiceMetrics
 from firstfault.service.schemas import (
     AttributeResponse,
@@ -23,6 +22,7 @@ from firstfault.service.schemas import (
 )
 from firstfault.service.sessions import SessionRecord, SessionStore, StoreLimits
 from firstfault.service.settings import Settings
+from firstfault.wire import ObservationBatch, prepare
 
 
 class AttributionService:

@@ -12,23 +12,6 @@ class ErrorBody(BaseModel):
     message: str
 
 
-class ServiceError(Exception):
-    """A refusal the client can act on; rendered as an ErrorBody."""
-
-    def __init__(self, status: int, error_code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
-        self.headers = headers or {}
-
-
-class SessionNotFound(ServiceError):
-    def __init__(self, session_id: str, reason: str | None = None) -> None:
-        why = f" (it was {reason})" if reason else ""
-        super().__init__(404, "session_not_found", f"no session {session_id!r}{why}")
-
-
 # Error codes used for plain HTTP errors raised by the framework (unknown path, wrong method ...).
 STATUS_CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                 408: "request_timeout", 413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_request",

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter, ValidationError
 
-from firstfault.service.errors import ServiceError
+from firstfault.errors import ServiceError
 
 T = TypeVar("T")
 

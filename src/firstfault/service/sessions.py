@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from firstfault.engine.model import ExecutionContext
 from firstfault.engine.session import Session
-from firstfault.service.errors import ServiceError, SessionNotFound
+from firstfault.errors import ServiceError, SessionNotFound
 from firstfault.service.schemas import AttributeResponse, ComputedFrom, IngestAck
 
 _TOMBSTONES = 10_000

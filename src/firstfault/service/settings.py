@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from firstfault.wire import WIRE_MAX_LINE_BYTES
+
 ENV_PREFIX = "FIRSTFAULT_"
 MIB = 1024 * 1024
 
@@ -25,7 +27,7 @@ class Settings:
     # trickles its body, or stops half-way, does not hold a connection for ever.
     body_timeout_s: float = 60.0
     # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
-    max_line_bytes: int = 64 * 1024
+    max_line_bytes: int = WIRE_MAX_LINE_BYTES
     # Per-session caps: a batch that would cross one is refused whole (413).
     max_session_observations: int = 20_000_000
     max_session_bytes: int = 4096 * MIB

@@ -14,9 +14,9 @@ from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from firstfault.engine.model import Attribution, ExecutionContext
+from firstfault.errors import ServiceError
 from firstfault.service.core import AttributionService
-from firstfault.service.errors import ServiceError, error_responses
-from firstfault.service.formats import LokiBatch, PromBatch, bounded_utc
+from firstfault.service.errors import error_responses
 from firstfault.service.http import (
     JsonRoute,
     body_fingerprint,
@@ -26,6 +26,7 @@ from firstfault.service.http import (
     strict_validate,
 )
 from firstfault.service.v2 import IdempotencyKey, SessionId
+from firstfault.wire import LokiBatch, PromBatch, bounded_utc
 
 _SCHEDULERS = {"slurm": "slurm", "kubernetes": "kubernetes", "k8s": "kubernetes", "kueue": "kubernetes"}
 _SOURCES = {"syslog": "syslog", "dmesg": "syslog", "kernel": "syslog", "applog": "applog", "app": "applog",

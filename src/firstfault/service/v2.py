@@ -9,9 +9,9 @@ from fastapi.params import Depends as DependsParam
 from pydantic import TypeAdapter
 
 from firstfault import __version__
+from firstfault.errors import ServiceError
 from firstfault.service.core import AttributionService
-from firstfault.service.errors import ServiceError, error_responses
-from firstfault.service.formats import ContextBody, ObservationBatch
+from firstfault.service.errors import error_responses
 from firstfault.service.http import JsonRoute, body_fingerprint, in_thread, strict_body
 from firstfault.service.schemas import (
     AttributeResponse,
@@ -21,6 +21,7 @@ from firstfault.service.schemas import (
     SessionCreated,
     SessionState,
 )
+from firstfault.wire import ContextBody, ObservationBatch
 
 CONTEXT: TypeAdapter[ContextBody] = TypeAdapter(ContextBody)
 BATCH: TypeAdapter[ObservationBatch] = TypeAdapter(ObservationBatch)

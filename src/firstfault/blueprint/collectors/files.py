@@ -22,13 +22,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from firstfault.blueprint.base import CollectorError, LineBatch, NothingInScope, Window
-from firstfault.blueprint.config import ConfigError, ConnectorSpec, parse_bool
+from firstfault.blueprint.base import LineBatch, Window
+from firstfault.blueprint.config import ConnectorSpec, parse_bool
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.engine import looks_binary
 from firstfault.engine.evidence import open_evidence
 from firstfault.engine.scanner import DEFAULT_MAX_LINE_BYTES
 from firstfault.engine.timestamps import TimestampParser
+from firstfault.errors import CollectorError, ConfigError, NothingInScope
 
 BATCH_BYTES = 4 * 1024 * 1024
 _ROTATED = re.compile(r"^(?:\.(\d+)|-(\d{8,10}))(?:\.gz)?$|^\.gz$")

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from firstfault.blueprint.base import CollectorError, LineBatch, NothingInScope
+from firstfault.blueprint.base import LineBatch
 from firstfault.blueprint.config import ConnectorSpec
-from firstfault.blueprint.kubectl import KUBECTL_OPTIONS, Kubectl, KubectlError
+from firstfault.blueprint.kubectl import KUBECTL_OPTIONS, Kubectl
 from firstfault.engine import ExecutionContext, SourceKind
+from firstfault.errors import CollectorError, KubectlError, NothingInScope
 
 BATCH_LINES = 20_000
 

@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from firstfault.blueprint.base import CollectorError, LokiBatch, NothingInScope, Window
-from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, client_for
+from firstfault.blueprint.base import LokiBatch, Window
+from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.http import client_for
 from firstfault.engine import ExecutionContext, SourceKind
+from firstfault.errors import CollectorError, ConfigError, HttpError, NothingInScope
 
 _EntryKey = tuple[tuple[tuple[str, str], ...], int, str]
 

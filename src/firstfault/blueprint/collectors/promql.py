@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from firstfault.blueprint.base import CollectorError, MetricBatch, NothingInScope, Window, node_of
+from firstfault.blueprint.base import MetricBatch, Window, node_of
 from firstfault.blueprint.collectors.loki import logql_regex
-from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.blueprint.http import HttpError, client_for
+from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.http import client_for
 from firstfault.engine import ExecutionContext
+from firstfault.errors import CollectorError, ConfigError, HttpError, NothingInScope
 
 
 @dataclass(frozen=True)

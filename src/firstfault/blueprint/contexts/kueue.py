@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from firstfault.blueprint.base import Discovery
-from firstfault.blueprint.config import ConnectorSpec, parse_time
+from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.kubectl import KUBECTL_OPTIONS, Kubectl, namespace_args
 from firstfault.engine import ExecutionContext
+from firstfault.timeinput import parse_time
 
 WORKLOADS = "workloads.kueue.x-k8s.io"
 OWNER_LABELS = ("batch.kubernetes.io/job-name", "job-name", "jobset.sigs.k8s.io/jobset-name",

@@ -26,8 +26,10 @@ from typing import Any
 import hostlist
 
 from firstfault.blueprint.base import Discovery
-from firstfault.blueprint.config import ConfigError, ConnectorSpec, parse_time
+from firstfault.blueprint.config import ConnectorSpec
 from firstfault.engine import ExecutionContext
+from firstfault.errors import ConfigError, SlurmError
+from firstfault.timeinput import parse_time
 
 FINISHED = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                       "BOOT_FAIL", "DEADLINE", "REQUEUED", "REVOKED", "SPECIAL_EXIT"})
@@ -35,10 +37,6 @@ TEXT_FIELDS = ("JobID", "JobIDRaw", "JobName", "User", "Partition", "State", "Ex
                "Start", "End", "NodeList", "Reason", "WorkDir", "Cluster")
 _SCONTROL_KEY = re.compile(r"\s(?=[A-Za-z][\w:/]*=)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-class SlurmError(Exception):
-    """sacct or scontrol failed or answered something unreadable."""
 
 
 @dataclass

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from firstfault.blueprint.base import Discovery, LineBatch, NothingInScope
+from firstfault.blueprint.base import Discovery, LineBatch
 from firstfault.blueprint.collectors.files import FileScope, read_files
-from firstfault.blueprint.config import ConfigError, ConnectorSpec
-from firstfault.engine import EvidenceError, ExecutionContext
+from firstfault.blueprint.config import ConnectorSpec
+from firstfault.engine import ExecutionContext
 from firstfault.engine.evidence import SCENARIO_FILE, evidence_files, read_context
+from firstfault.errors import ConfigError, EvidenceError, NothingInScope
 
 STATIC_DIR = "static_dir"
 

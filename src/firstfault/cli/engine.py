@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import json
 import sys
 import tomllib
@@ -14,27 +13,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from firstfault.cli import error
-from firstfault.engine.catalog import Catalog, CatalogError, load_catalog
+from firstfault.cli.report import render
+from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.engine import Engine, default_cache_dir
-from firstfault.engine.evidence import EvidenceError
-from firstfault.engine.report import render
 from firstfault.engine.timing import Timings
+from firstfault.errors import CatalogError, EvidenceError
+from firstfault.samples import sample_dirs
+from firstfault.tools.verify import load_verified_catalog, verified_engine
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
 
 
-def samples_root() -> Path:
-    return Path(str(importlib.resources.files("firstfault") / "samples"))
-
-
-def sample_dirs() -> dict[str, Path]:
-    root = samples_root()
-    return {p.name: p for p in sorted(root.iterdir()) if (p / "scenario.toml").is_file()}
-
-
 def _engine() -> Engine | int:
     try:
-        return Engine(cache_dir=default_cache_dir())
+        return verified_engine(cache_dir=default_cache_dir())
     except CatalogError as exc:
         return error(f"the rule catalog does not load: {exc}")
 
@@ -105,7 +97,7 @@ def cmd_samples(args: argparse.Namespace) -> int:
 def _load(verify: bool, extra: list[Path] | None = None) -> Catalog | int:
     try:
         files = [(p.name, p.read_bytes()) for p in (extra or [])]
-        return load_catalog(verify=verify, extra_files=files)
+        return load_verified_catalog(files) if verify else load_catalog(extra_files=files)
     except (CatalogError, OSError) as exc:
         return error(str(exc))
 
@@ -123,7 +115,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.rules_command == "patterns":
         return _rules_patterns(catalog, ere=args.ere)
     if args.rules_command == "docs":
-        from firstfault.engine.catalog_docs import render_markdown
+        from firstfault.tools.catalog_docs import render_markdown
 
         sys.stdout.write(render_markdown(catalog))
         return 0
@@ -135,7 +127,8 @@ def _rules_patterns(catalog: Catalog, *, ere: bool) -> int:
         for pattern in catalog.pattern_list():
             print(pattern)
         return 0
-    from firstfault.engine.ere import EreError, to_ere
+    from firstfault.errors import EreError
+    from firstfault.tools.ere import to_ere
 
     lines = []
     for extractor in catalog.extractors:
@@ -195,7 +188,7 @@ def _rules_show(catalog: Catalog, name: str) -> int:
 
 
 def _rules_test(args: argparse.Namespace) -> int:
-    from firstfault.engine.verify import check_catalog
+    from firstfault.tools.verify import check_catalog
 
     catalog = _load(verify=False, extra=args.file)
     if isinstance(catalog, int):
@@ -213,7 +206,7 @@ def _rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from firstfault.engine.evaluate import evaluate
+    from firstfault.tools.evaluate import evaluate
 
     engine = _engine()
     if isinstance(engine, int):
@@ -240,7 +233,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_eval(report: object) -> None:
-    from firstfault.engine.evaluate import EvalReport
+    from firstfault.tools.evaluate import EvalReport
 
     assert isinstance(report, EvalReport)
     console = Console(highlight=False)

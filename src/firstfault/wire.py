@@ -1,4 +1,5 @@
-"""Observation payloads accepted by the ingest endpoint, and their conversion into engine calls.
+"""The observation wire formats shared by the service's ingest endpoint and the Blueprint, and their
+conversion into engine calls.
 
 Four formats, told apart by `format`: normalised observations, a raw text block of one node and source, Loki
 streams and a Prometheus `query_range` result. `prepare()` turns any of them into a `PreparedBatch` (lines
@@ -30,6 +31,8 @@ from firstfault.engine.session import Session
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 _NS = 1_000_000_000
+# Longer log lines are cut to this many UTF-8 bytes and marked, never dropped (the service's default too).
+WIRE_MAX_LINE_BYTES = 64 * 1024
 _NODE_LABEL_FALLBACKS = ("Hostname", "hostname", "node", "instance")
 
 LineSource = Literal["applog", "syslog", "scheduler"]

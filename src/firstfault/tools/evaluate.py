@@ -14,8 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from firstfault.engine.engine import Engine
-from firstfault.engine.evidence import SCENARIO_FILE, EvidenceError
+from firstfault.engine.evidence import SCENARIO_FILE
 from firstfault.engine.model import Attribution
+from firstfault.errors import EvidenceError
+from firstfault.tools.verify import default_engine
 
 
 @dataclass
@@ -91,7 +93,7 @@ def _rate(scores: list[ScenarioScore], attr: str) -> float:
 
 
 def evaluate(corpus: Path, engine: Engine | None = None) -> EvalReport:
-    engine = engine or Engine()
+    engine = engine or default_engine()
     scenario_dirs = sorted(p for p in corpus.iterdir() if (p / SCENARIO_FILE).is_file())
     if not scenario_dirs:
         raise EvidenceError(f"{corpus}: no scenario directories (each needs a {SCENARIO_FILE})")

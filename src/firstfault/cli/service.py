@@ -9,11 +9,11 @@ import sys
 from types import FrameType
 
 from firstfault.cli import error
-from firstfault.engine.catalog import CatalogError
-from firstfault.engine.engine import Engine
+from firstfault.errors import CatalogError
 from firstfault.service.logs import log_config
 from firstfault.service.middleware import SpanStarter, no_spans
 from firstfault.service.settings import Settings
+from firstfault.tools.verify import verified_engine
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return error(str(exc))
     logging.config.dictConfig(log_config(settings.log_level))
     try:
-        engine = Engine()
+        engine = verified_engine()
     except CatalogError as exc:
         return error(f"the rule catalog does not load, not serving: {exc}")
     try:

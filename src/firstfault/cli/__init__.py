@@ -12,10 +12,10 @@ from rich.markup import escape
 
 # Subcommands contributed by the parts of the package: module path -> function adding its parsers.
 _PART_COMMANDS = (
-    "firstfault.engine.commands",
-    "firstfault.blueprint.cli",
-    "firstfault.service.cli",
-    "firstfault.dashboard.cli",
+    "firstfault.cli.engine",
+    "firstfault.cli.blueprint",
+    "firstfault.cli.service",
+    "firstfault.cli.dashboard",
 )
 
 

@@ -24,6 +24,8 @@ import re
 from re import _constants as C  # type: ignore[attr-defined]
 from re import _parser as P  # type: ignore[attr-defined]
 
+from firstfault.errors import EreError
+
 _SPECIAL = set(".[()*+?{|^$\\")
 _CATEGORY = {
     C.CATEGORY_DIGIT: ("0-9", False),
@@ -33,10 +35,6 @@ _CATEGORY = {
     C.CATEGORY_WORD: ("[:alnum:]_", False),
     C.CATEGORY_NOT_WORD: ("[:alnum:]_", True),
 }
-
-
-class EreError(ValueError):
-    """The pattern uses a construct that has no faithful ERE form."""
 
 
 def to_ere(pattern: str) -> str:

@@ -8,20 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from firstfault.blueprint.attribution import AttributionError
-from firstfault.blueprint.config import (
-    BlueprintConfig,
-    ConfigError,
-    ConnectorSpec,
-    apply_environment,
-    load_toml,
-    parse_duration,
-    spec_from_words,
-)
+from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, apply_environment, load_toml, spec_from_words
 from firstfault.blueprint.connectors import build_plan
-from firstfault.blueprint.outputs.sqlite import SchemaError
 from firstfault.blueprint.runner import Runner
 from firstfault.cli import error
+from firstfault.errors import AttributionError, ConfigError, SchemaError
+from firstfault.timeinput import parse_duration
 
 
 def build_config(args: argparse.Namespace) -> BlueprintConfig:

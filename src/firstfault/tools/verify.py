@@ -1,4 +1,4 @@
-"""Catalog verification: compile every pattern and run every inline case (at load and in `rules test`)."""
+"""Catalog verification: compile every pattern and run every inline case (before an engine serves, and in\n`rules test`)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from firstfault.engine.catalog import Catalog, CatalogError, Extractor, ExtractorCase
+from firstfault.engine.catalog import Catalog, Extractor, ExtractorCase, load_catalog
+from firstfault.engine.engine import Engine
 from firstfault.engine.model import ExecutionContext, MetricSample, Observation, Provenance, SourceKind
+from firstfault.engine.params import Params
 from firstfault.engine.rules_api import PythonRule, RuleCase
-from firstfault.engine.scanner import PatternCompileError
+from firstfault.errors import CatalogError, PatternCompileError
 
 _CASE_START = datetime(2025, 1, 1, 0, 0, tzinfo=timezone.utc)
 
@@ -192,3 +196,25 @@ def verify_catalog(catalog: Catalog) -> Any:
         more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
         raise CatalogError(f"the rule catalog failed {len(failures)} inline case(s):\n  {shown}{more}")
     return compiled
+
+
+def load_verified_catalog(extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
+    """The packaged catalog (plus `extra_files`), compiled and with every inline case passed."""
+    catalog = load_catalog(extra_files=extra_files)
+    verify_catalog(catalog)
+    return catalog
+
+
+def verified_engine(catalog: Catalog | None = None, params: Params | None = None, *,
+                    cache_dir: Path | None = None) -> Engine:
+    """An engine whose catalog passed every inline case (CatalogError naming the failures otherwise)."""
+    engine = Engine(catalog, params, cache_dir=cache_dir)
+    with engine.startup.phase("catalog.verify"):
+        verify_catalog(engine.catalog)
+    return engine
+
+
+@lru_cache(maxsize=1)
+def default_engine() -> Engine:
+    """The engine over the packaged catalog, loaded and verified once per process."""
+    return verified_engine()

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from rich.console import Console
 
 from firstfault.cli import error
-from firstfault.dashboard.db import DatabaseError
+from firstfault.errors import DatabaseError
 
 DEFAULT_PORT = 8080
 QUICKSTART_DB = Path(".firstfault") / "quickstart.db"
@@ -121,12 +121,11 @@ def _program() -> str:
 
 
 def _attribute_samples(db_path: Path, console: Console) -> int:
-    from firstfault.blueprint.attribution import AttributionError
-    from firstfault.blueprint.config import BlueprintConfig, ConfigError, spec_from_words
+    from firstfault.blueprint.config import BlueprintConfig, spec_from_words
     from firstfault.blueprint.connectors import build_plan
-    from firstfault.blueprint.outputs.sqlite import SchemaError
     from firstfault.blueprint.runner import Runner
-    from firstfault.engine.commands import samples_root
+    from firstfault.errors import AttributionError, ConfigError, SchemaError
+    from firstfault.samples import samples_root
 
     config = BlueprintConfig(connectors=[
         spec_from_words(["context", "static", "path", str(samples_root())]),
