@@ -47,7 +47,7 @@ def copy_sample(name: str, tmp_path: Path) -> Path:
 # -- lines crafted against backtracking regex engines ------------------------------------------------------------
 # Each family pairs a hostile line with a benign one of the same length that matches the same extractor, so the
 # two sets cost the same per-line work and differ only in what a backtracking engine would make of them. Before
-# the capture step ran long lines through RE2 (engine/session.py), the hostile lines cost time quadratic in
+# the capture step ran long lines through RE2 (engine/captures.py), the hostile lines cost time quadratic in
 # their length: a 16 kB line took seconds, a 1 MB one hours.
 _RATIO_SCRIPT = '''
 import io

@@ -225,7 +225,7 @@ def check_pattern_subset(pattern: str) -> str | None:
     except re.error as exc:
         return f"invalid regular expression: {exc}"
     try:
-        re2.compile(pattern)  # long lines are captured with RE2 (engine/session.py)
+        re2.compile(pattern)  # long lines are captured with RE2 (engine/captures.py)
     except re2.error as exc:
         return f"does not compile with RE2: {exc}"
     if compiled.match(""):

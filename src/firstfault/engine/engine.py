@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from firstfault.engine.catalog import Catalog, load_catalog
+from firstfault.engine.compiled import CompiledCatalog
 from firstfault.engine.evidence import EvidenceFile, evidence_files, open_evidence, read_context
+from firstfault.engine.ingest import IngestState
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
-from firstfault.engine.session import CompiledCatalog, IngestState, Session
+from firstfault.engine.session import Session
 from firstfault.engine.timing import Timings
 
 _BINARY_SNIFF_BYTES = 64 * 1024

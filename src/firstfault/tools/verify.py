@@ -31,8 +31,8 @@ class CaseFailure:
 
 
 def _compile(catalog: Catalog) -> Any:
+    from firstfault.engine.compiled import CompiledCatalog
     from firstfault.engine.scanner import SourceScanner
-    from firstfault.engine.session import CompiledCatalog
 
     return _naming_the_culprit(catalog, lambda: CompiledCatalog.for_catalog(catalog),
                                lambda pattern: SourceScanner([pattern]))
@@ -69,7 +69,7 @@ def _extractor_case(compiled: Any, extractor: Extractor, case: ExtractorCase, la
     scanner = compiled.scanners[source]
     hits = scanner.scan(data)
     scanned = bool(hits) and index in hits[0][2]
-    from firstfault.engine.session import match_groups
+    from firstfault.engine.captures import match_groups
 
     m = match_groups(extractor, case.line)  # the capture step of ingest (Python re or RE2 by line length)
     if case.expect == "none":

@@ -1,0 +1,223 @@
+"""What a session accumulates from ingest: coalesced events, per-stream counts and evidence problems.
+
+Matching lines are coalesced into one accumulator per (event type, node, symptom, rule, key captures) with a
+count, first/last time and the earliest evidence line, so memory grows with the number of distinct events, not
+with the number of matching lines. The state can be exported from one session (a worker process's) and merged
+into another exactly as if that session had ingested the same evidence itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from firstfault.engine.model import Event, Evidence
+from firstfault.engine.params import Params
+from firstfault.engine.timing import Timings
+
+MAX_ISSUES = 200
+MAX_ORIGINS_PER_STREAM = 16
+
+
+@dataclass(slots=True)
+class _Acc:
+    """Coalesced events of one (type, node, symptom, rule)."""
+
+    type: str
+    node: str | None
+    symptom: str | None
+    rule: str
+    count: int
+    first: datetime | None
+    last: datetime | None
+    evidence: Evidence
+    evidence_key: tuple[Any, ...]  # evidence_key(evidence), kept to compare without recomputing
+    attributes: dict[str, Any]
+    # Distinct values per attribute in first-seen order (a dict used as an ordered set), so that merging
+    # per-file states in file order keeps exactly the values a sequential ingest keeps under the cap.
+    values: dict[str, dict[str, None]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _StreamStats:
+    observations: int = 0
+    bytes: int = 0
+    origins: dict[str, None] = field(default_factory=dict)  # first origins, in ingest order
+
+
+_AccKey = tuple[str, str | None, str | None, str, tuple[str, ...]]
+
+
+@dataclass
+class IngestState:
+    """Everything a session accumulated from ingest, in insertion order: what a worker process returns for
+    the files it scanned, to be merged into the real session with `Accumulator.merge()`."""
+
+    accs: list[tuple[_AccKey, _Acc]]
+    stats: list[tuple[tuple[str, str], int, int, list[str]]]
+    issues: list[str]
+    dropped_keys: int
+    timings: Timings
+
+
+def evidence_key(ev: Evidence) -> tuple[Any, ...]:
+    """The order of evidence lines: earliest first (untimed last), then where the line was read."""
+    t = ev.time
+    return (t is None, t.timestamp() if t else 0.0, ev.provenance.origin, ev.provenance.line or 0,
+            ev.provenance.offset or 0, ev.text)
+
+
+class Accumulator:
+    """The ingest state of one session (thread-safe)."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self._accs: dict[_AccKey, _Acc] = {}
+        self._stats: dict[tuple[str, str], _StreamStats] = {}
+        self._issues: dict[str, None] = {}
+        self._dropped_keys = 0
+        self.lock = threading.Lock()
+
+    def add(self, event_type: str, node: str | None, symptom: str | None, rule: str,
+            time: datetime | None, evidence: Evidence | Callable[[], Evidence], attributes: dict[str, Any],
+            discriminator: tuple[str, ...] = (), key_of_evidence: tuple[Any, ...] | None = None) -> None:
+        """Count one event into its accumulator. `evidence` may be a function building the Evidence (called
+        only when it is kept); `key_of_evidence` is then its `evidence_key`."""
+        key = (event_type, node, symptom, rule, discriminator)
+        limit = self.params.max_values_per_attribute
+        if key_of_evidence is None:
+            assert isinstance(evidence, Evidence)
+            key_of_evidence = evidence_key(evidence)
+        with self.lock:
+            acc = self._accs.get(key)
+            if acc is None:
+                if len(self._accs) >= self.params.max_event_keys:
+                    self._dropped_keys += 1
+                    return
+                self._accs[key] = _Acc(type=event_type, node=node, symptom=symptom, rule=rule, count=1,
+                                       first=time, last=time,
+                                       evidence=evidence if isinstance(evidence, Evidence) else evidence(),
+                                       evidence_key=key_of_evidence, attributes=attributes,
+                                       values={k: {str(v): None} for k, v in attributes.items() if v not in (None, "")})
+                return
+            acc.count += 1
+            if time is not None:
+                if acc.first is None or time < acc.first:
+                    acc.first = time
+                if acc.last is None or time > acc.last:
+                    acc.last = time
+            if key_of_evidence < acc.evidence_key:
+                acc.evidence = evidence if isinstance(evidence, Evidence) else evidence()
+                acc.evidence_key = key_of_evidence
+                acc.attributes = attributes
+            for k, v in attributes.items():
+                if v in (None, ""):
+                    continue
+                bucket = acc.values.setdefault(k, {})
+                if len(bucket) < limit:
+                    bucket[str(v)] = None
+
+    def count(self, node: str | None, source: str, origin: str, observations: int, nbytes: int) -> None:
+        """Count what was read from one stream (lines or samples, bytes)."""
+        with self.lock:
+            stats = self._stats.setdefault((node or "", source), _StreamStats())
+            stats.observations += observations
+            stats.bytes += nbytes
+            if len(stats.origins) < MAX_ORIGINS_PER_STREAM:
+                stats.origins[origin] = None
+
+    def issue(self, message: str) -> None:
+        """Record an evidence problem that makes the result partial (each message once, at most MAX_ISSUES)."""
+        with self.lock:
+            if len(self._issues) < MAX_ISSUES:
+                self._issues[message] = None
+
+    # -- parallel ingest: export the state of a worker's session, merge it into the real one ----------------
+    def export(self, timings: Timings) -> IngestState:
+        """The accumulated state (picklable), for `merge()` on another session's accumulator."""
+        with self.lock:
+            return IngestState(
+                accs=list(self._accs.items()),
+                stats=[(k, v.observations, v.bytes, list(v.origins)) for k, v in self._stats.items()],
+                issues=list(self._issues), dropped_keys=self._dropped_keys, timings=timings)
+
+    def merge(self, state: IngestState) -> None:
+        """Merge the state another session accumulated from later evidence, as if this one had ingested that
+        evidence itself, in order: merging the per-file states of files in file order gives exactly the state
+        (and so the result JSON) of ingesting the files one after the other.
+
+        One case cannot be reproduced from a state: a state that dropped events at its own event-key cap
+        (this session may already hold those keys). The caller must ingest that evidence here instead
+        (`Engine.analyze_path` does).
+        """
+        if state.dropped_keys:
+            raise ValueError("a state that dropped events at the event-key cap cannot be merged exactly")
+        limit = self.params.max_values_per_attribute
+        max_keys = self.params.max_event_keys
+        with self.lock:
+            for key, other in state.accs:
+                acc = self._accs.get(key)
+                if acc is None:
+                    if len(self._accs) >= max_keys:
+                        self._dropped_keys += other.count
+                    else:
+                        self._accs[key] = other
+                    continue
+                acc.count += other.count
+                if other.first is not None and (acc.first is None or other.first < acc.first):
+                    acc.first = other.first
+                if other.last is not None and (acc.last is None or other.last > acc.last):
+                    acc.last = other.last
+                if other.evidence_key < acc.evidence_key:
+                    acc.evidence = other.evidence
+                    acc.evidence_key = other.evidence_key
+                    acc.attributes = other.attributes
+                for k, values in other.values.items():
+                    bucket = acc.values.setdefault(k, {})
+                    for v in values:
+                        if len(bucket) >= limit:
+                            break
+                        bucket[v] = None
+            for k, observations, nbytes, origins in state.stats:
+                stats = self._stats.setdefault(k, _StreamStats())
+                stats.observations += observations
+                stats.bytes += nbytes
+                for origin in origins:
+                    if len(stats.origins) < MAX_ORIGINS_PER_STREAM:
+                        stats.origins[origin] = None
+            for message in state.issues:
+                if len(self._issues) < MAX_ISSUES:
+                    self._issues[message] = None
+
+    # -- what attribution reads ------------------------------------------------------------------------------
+    def events(self) -> list[Event]:
+        """The accumulated events, in a deterministic order."""
+        with self.lock:
+            accs = list(self._accs.values())
+        events = [
+            Event(type=a.type, node=a.node, symptom=a.symptom, time=a.first, last_time=a.last, count=a.count,
+                  evidence=a.evidence, attributes=a.attributes,
+                  values={k: sorted(v) for k, v in sorted(a.values.items())}, rule=a.rule)
+            for a in accs
+        ]
+        events.sort(key=lambda e: (*evidence_key(e.evidence), e.type, e.symptom or "", e.rule))
+        return events
+
+    def event_keys(self) -> int:
+        with self.lock:
+            return len(self._accs)
+
+    def stream_stats(self) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
+        with self.lock:
+            return {k: (v.observations, v.bytes, sorted(v.origins)) for k, v in self._stats.items()}
+
+    def issues(self) -> list[str]:
+        with self.lock:
+            issues = list(self._issues)
+            if self._dropped_keys:
+                issues.append(f"{self._dropped_keys} events dropped: more than {self.params.max_event_keys} "
+                              "distinct event keys")
+        return issues

@@ -1,0 +1,243 @@
+"""Reading evidence lines into an accumulator: scan, number, date, and turn each matching line into events.
+
+Per block of a stream: one hyperscan pass over the whole block, then Python only for the lines that matched;
+newlines are counted once, piecewise between the hits (line numbers) and after the last one (the block's
+line count). A matching line without a stamp of its own takes the time of the nearest stamped line before it
+(a lower bound, marked inferred), looked back over a bounded number of lines.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time as _time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, BinaryIO
+
+from firstfault.engine.captures import match_groups
+from firstfault.engine.catalog import Extractor
+from firstfault.engine.compiled import CompiledCatalog
+from firstfault.engine.ingest import Accumulator
+from firstfault.engine.model import EventType, Evidence, ExecutionContext, Provenance, SourceKind
+from firstfault.engine.params import Params
+from firstfault.engine.scanner import read_blocks
+from firstfault.engine.timestamps import TimestampParser
+
+_RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
+_TIME_LOOKBACK_LINES = 64
+_MAX_OUT_OF_ORDER_STREAMS = 64
+_PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
+_EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
+                    "xid": EventType.XID_BURST}
+
+
+@dataclass
+class StreamCost:
+    """Where the time of reading one stream went (wall and CPU seconds), and what was read."""
+
+    scan: tuple[float, float] = (0.0, 0.0)
+    lines: tuple[float, float] = (0.0, 0.0)
+    hits: tuple[float, float] = (0.0, 0.0)
+    read: tuple[float, float] = (0.0, 0.0)
+    line_count: int = 0
+    bytes: int = 0
+    hit_lines: int = 0
+
+
+def _line_numbers(data: bytes | bytearray, hits: list[tuple[int, int, list[int]]],
+                  first_line: int) -> tuple[list[int], int]:
+    """The line number of every hit (data starts at `first_line`), and the offset of the last hit's line."""
+    numbers = []
+    line = first_line
+    pos = 0
+    count = data.count
+    for start, _end, _ids in hits:
+        line += count(b"\n", pos, start)
+        pos = start
+        numbers.append(line)
+    return numbers, pos
+
+
+class LineReader:
+    """Turns the lines of one session's evidence streams into events of its accumulator."""
+
+    def __init__(self, context: ExecutionContext, compiled: CompiledCatalog, params: Params,
+                 accumulator: Accumulator, *, block_size: int, max_line_bytes: int) -> None:
+        self.context = context
+        self.compiled = compiled
+        self.params = params
+        self.accumulator = accumulator
+        self.block_size = block_size
+        self.max_line_bytes = max_line_bytes
+        self.timestamps = TimestampParser(context.start_time or context.end_time)
+        self._out_of_order: set[str] = set()
+        self._lock = threading.Lock()
+
+    def read_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> StreamCost:
+        """Scan one log stream (a file, a pod log) of one node."""
+        scanner = self.compiled.scanners[source]
+        extractors = self.compiled.by_source[source]
+        clock = _time.perf_counter
+        cpu_clock = _time.thread_time
+        last_time: datetime | None = None
+        line_no = 1
+        nbytes = 0
+        hit_lines = 0
+        scan_s = lines_s = hits_s = 0.0
+        scan_cpu = lines_cpu = hits_cpu = 0.0
+        started, started_cpu = clock(), cpu_clock()
+        for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
+                                                                 max_line_bytes=self.max_line_bytes):
+            nbytes += length + 1
+            if truncated:
+                self.accumulator.issue(f"{origin}:{line_no}: line longer than {self.max_line_bytes} bytes; "
+                                       "scanned up to that length, the rest skipped")
+            t0, c0 = clock(), cpu_clock()
+            hits = scanner.scan(data, length)
+            t1, c1 = clock(), cpu_clock()
+            if hits:
+                numbers, pos = _line_numbers(data, hits, line_no)
+                line_no = numbers[-1] + data.count(b"\n", pos, length) + 1
+                t2, c2 = clock(), cpu_clock()
+                hit_lines += len(hits)
+                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, extractors,
+                                              last_time)
+                t3, c3 = clock(), cpu_clock()
+            else:
+                line_no += data.count(b"\n", 0, length) + 1
+                t2, c2 = clock(), cpu_clock()
+                t3, c3 = t2, c2
+            scan_s += t1 - t0
+            lines_s += t2 - t1
+            hits_s += t3 - t2
+            scan_cpu += c1 - c0
+            lines_cpu += c2 - c1
+            hits_cpu += c3 - c2
+            last_time = self._last_time_of(data, length) or last_time  # type: ignore[assignment]
+        lines = line_no - 1
+        self.accumulator.count(node, source.value, origin, lines, nbytes)
+        elapsed, elapsed_cpu = clock() - started, cpu_clock() - started_cpu
+        return StreamCost(scan=(scan_s, scan_cpu), lines=(lines_s, lines_cpu), hits=(hits_s, hits_cpu),
+                          read=(elapsed - scan_s - lines_s - hits_s, elapsed_cpu - scan_cpu - lines_cpu - hits_cpu),
+                          line_count=lines, bytes=nbytes, hit_lines=hit_lines)
+
+    def read_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
+                   times: list[datetime | None] | None = None, first_line: int = 1,
+                   labels: dict[str, str] | None = None) -> int:
+        """Scan a batch of lines of one stream (service path: raw text blocks, Loki streams).
+
+        `times` gives each line's time when the transport carries one (Loki's nanosecond stamps); lines
+        without one are timed from their own prefix like file lines. Line numbers continue from `first_line`.
+        """
+        if times is not None and len(times) != len(lines):
+            raise ValueError("times must give one entry per line")
+        cleaned = [line.replace("\r", "").replace("\n", " ") for line in lines]
+        data = "\n".join(cleaned).encode("utf-8", errors="replace")
+        self.accumulator.count(node, source.value, origin, len(lines), len(data) + 1)
+        hits = self.compiled.scanners[source].scan(data)
+        if hits:
+            numbers, _ = _line_numbers(data, hits, first_line)
+            self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
+                              times=times, first_line=first_line, labels=labels)
+        return len(lines)
+
+    def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
+                     hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
+                     extractors: list[Extractor], last_time: datetime | None, *,
+                     times: list[datetime | None] | None = None, first_line: int = 1,
+                     labels: dict[str, str] | None = None) -> datetime | None:
+        """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
+        with."""
+        prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
+        for line_no, (start, end, ids) in zip(numbers, hits, strict=True):
+            raw = data[start:end]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            text = raw.decode("utf-8", errors="replace")
+            time = times[line_no - first_line] if times is not None else None
+            if time is None:
+                time = self.timestamps.parse(text)
+            inherited = time is None
+            if inherited:
+                found = self._last_time_of(data, start, stop=prev_end)
+                time = prev_time if found is _PREVIOUS else (found or last_time)
+            else:
+                if last_time is not None and (last_time - time).total_seconds() > self.params.clock_skew_s:
+                    self._time_went_back(origin, line_no, last_time, time)
+                last_time = time
+            offset = None if start_offset is None else start_offset + start
+            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
+                            inherited)
+            prev_end, prev_time = end, time
+        return last_time
+
+    def _time_went_back(self, origin: str, line_no: int, before: datetime, now: datetime) -> None:
+        """A stream is read as chronological (progress markers keep their first and last match only): a line
+        stamped well before an earlier one makes the result partial, said once per stream."""
+        with self._lock:
+            if origin in self._out_of_order or len(self._out_of_order) >= _MAX_OUT_OF_ORDER_STREAMS:
+                return
+            self._out_of_order.add(origin)
+        self.accumulator.issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
+                    "the stream is read as chronological, so the result may be affected")
+
+    def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1) -> datetime | None | object:
+        """Time of the nearest stamped line that ends before `before` (bounded look-back). Reaching the line
+        that ends at `stop` (the previous matching line, already timed) gives `_PREVIOUS` instead: a run of
+        unstamped matching lines is not looked back over again for each of its lines."""
+        end = before - 1 if before > 0 else -1
+        for _ in range(_TIME_LOOKBACK_LINES):
+            if end < 0:
+                return None
+            if end <= stop:
+                return _PREVIOUS
+            start = data.rfind(b"\n", 0, end) + 1
+            head = data[start:min(end, start + 96)].decode("utf-8", errors="replace")
+            found = self.timestamps.parse(head)
+            if found is not None:
+                return found
+            end = start - 1
+        return None
+
+    def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
+                   line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
+                   extractors: list[Extractor], inherited: bool = False) -> None:
+        max_chars = self.params.max_evidence_chars
+        shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+        # A line without its own stamp is only known to come after the previous stamped line (inherited time,
+        # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
+        time_inferred = inherited
+        if time is None and self.context.end_time is not None:
+            time, time_inferred = self.context.end_time, True
+        # Most matching lines only count towards an accumulator that already holds earlier evidence, so the
+        # Evidence model is built only when an accumulator keeps it; its sort key is computed from the fields.
+        evidence_key = (time is None, time.timestamp() if time else 0.0, origin, line_no or 0, offset or 0, shown)
+        built: list[Evidence] = []
+
+        def evidence() -> Evidence:
+            if not built:
+                provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
+                built.append(Evidence(source=source, node=node, time=time, time_inferred=time_inferred, text=shown,
+                                      provenance=provenance))
+            return built[0]
+
+        rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
+        for index in ids:
+            extractor = extractors[index]
+            groups = match_groups(extractor, text)
+            if groups is None:  # hyperscan and re disagree only on pathological input; re decides
+                continue
+            captures = {k: v for k, v in groups.items() if v is not None}
+            attributes: dict[str, Any] = {**extractor.attributes, **captures}
+            if rank_match and "rank" not in attributes:
+                attributes["rank"] = rank_match.group(1) or rank_match.group(2)
+            if extractor.emit_type == "context":
+                event_type = f"{EventType.CONTEXT}.{extractor.fact}"
+                symptom = None
+            else:
+                event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
+                symptom = extractor.render_symptom(groups)
+            discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
+            self.accumulator.add(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator,
+                                 evidence_key)
