@@ -155,3 +155,32 @@ line = "QQQ X"
     assert check_catalog(catalog) == []
     with pytest.raises(CatalogError, match="HugeRepeat.*does not compile"):
         check_catalog(load_verified_catalog([("zz_test.toml", text)]), strict=True)
+
+
+@pytest.mark.parametrize(("original", "misspelt", "where", "bad_key"), [
+    ('line = "widget failure 7"', 'line = "widget failure 7"\natributes = { code = "7" }', "case 1", "atributes"),
+    ('type = "bad_node"', 'type = "bad_node", symptm = "x"', "emit", "symptm"),
+    ('doc = "test rule"', 'doc = "test rule"\nmatch = "widget"', "extractor StrictRule", "match"),
+    ('sub_domain = "application"', 'sub_domain = "application"\nstrenght = 40', "symptom 'Test symptom'", "strenght"),
+])
+def test_an_unknown_key_is_an_error_naming_file_table_and_key(original: str, misspelt: str, where: str,
+                                                              bad_key: str) -> None:
+    """A typo must not silently delete a field: `atributes` in a case would otherwise drop its assertion."""
+    text = _extractor("StrictRule", r"widget failure (?P<code>\d+)", "widget failure 7", "all good").decode()
+    assert original in text
+    with pytest.raises(CatalogError) as err:
+        load_catalog(extra_files=[("zz_strict.toml", text.replace(original, misspelt, 1).encode())])
+    message = str(err.value)
+    assert "zz_strict.toml" in message and where in message and repr(bad_key) in message
+
+
+def test_rule_case_expectations_are_typed() -> None:
+    from firstfault.engine.rules_api import Expect, RuleCase
+
+    with pytest.raises(TypeError):
+        Expect(fierd=True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="sub_domain"):
+        Expect(sub_domain="gpu_hardware")
+    with pytest.raises(TypeError, match="Expect"):
+        RuleCase(evidence={}, expect={"fired": True})  # type: ignore[arg-type]
+    assert Expect(fired=True, demoted=["XID-45"]).as_dict() == {"fired": True, "demoted": ["XID-45"]}

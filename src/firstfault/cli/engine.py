@@ -175,7 +175,7 @@ def _rules_show(catalog: Catalog, name: str) -> int:
             console.print(f"[bold]{r.name}[/bold] ({r.kind}, phase {r.phase.name}, {r.module})")
             console.print(escape(r.doc))
             for case in r.cases:
-                console.print(f"  case {escape(case.title)}: expect {escape(json.dumps(case.expect))}")
+                console.print(f"  case {escape(case.title)}: expect {escape(json.dumps(case.expect.as_dict()))}")
             return 0
     if name in catalog.symptoms:
         s = catalog.symptoms[name]

@@ -169,6 +169,23 @@ def _optional(table: dict[str, Any], key: str, kind: type | tuple[type, ...], wh
     return value
 
 
+# The keys each table may have: a misspelt key is an error, never a silently ignored field (a typo in a case's
+# `attributes` table would otherwise delete an assertion).
+_SYMPTOM_KEYS = frozenset({"name", "sub_domain", "role", "blame", "strength", "outcome", "immediate",
+                           "investigatory", "action", "doc", "family"})
+_EXTRACTOR_KEYS = frozenset({"name", "match_re", "emit", "source", "key", "attributes", "sampled", "doc", "ref",
+                             "cases"})
+_EMIT_KEYS = frozenset({"type", "symptom", "fact"})
+_CASE_KEYS = frozenset({"expect", "line", "symptom", "attributes", "source"})
+
+
+def _known_keys(table: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise CatalogError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} "
+                           f"(allowed: {', '.join(sorted(allowed))})")
+
+
 def _tables(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     """An array of tables (`[[symptom]]`, `cases = [{...}]`); anything else is a CatalogError."""
     value = doc.get(key, [])
@@ -188,6 +205,7 @@ def _strings(value: Any, key: str, where: str) -> list[str]:
 def _parse_symptom(table: dict[str, Any], origin: str) -> SymptomDef:
     name = _require(table, "name", str, f"{origin}: symptom")
     where = f"{origin}: symptom {name!r}"
+    _known_keys(table, _SYMPTOM_KEYS, where)
     try:
         sub_domain = SubDomain(_require(table, "sub_domain", str, where))
     except ValueError as exc:
@@ -234,6 +252,7 @@ def check_pattern_subset(pattern: str) -> str | None:
 
 
 def _parse_case(table: dict[str, Any], where: str) -> ExtractorCase:
+    _known_keys(table, _CASE_KEYS, where)
     expect = _require(table, "expect", str, where)
     if expect not in ("bad", "interesting", "xid", "context", "none"):
         raise CatalogError(f"{where}: expect must be bad, interesting, xid, context or none")
@@ -253,11 +272,13 @@ def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
     where = f"{origin}: extractor {name}"
     if not _NAME_RE.match(name):
         raise CatalogError(f"{where}: names are CamelCase identifiers")
+    _known_keys(table, _EXTRACTOR_KEYS, where)
     match_re = _require(table, "match_re", str, where)
     problem = check_pattern_subset(match_re)
     if problem:
         raise CatalogError(f"{where}: match_re {problem}")
     emit = _require(table, "emit", dict, where)
+    _known_keys(emit, _EMIT_KEYS, f"{where}: emit")
     emit_type = EMIT_TYPES.get(_optional(emit, "type", str, f"{where}: emit", ""))
     if emit_type is None:
         raise CatalogError(f"{where}: emit.type must be one of {sorted(EMIT_TYPES)}")

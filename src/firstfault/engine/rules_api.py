@@ -16,10 +16,12 @@ in catalog order (file order, then name), which is fixed, so runs are determinis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal
+
+from firstfault.engine.model import SubDomain, TerminalState
 
 if TYPE_CHECKING:
     from firstfault.engine.model import MetricSample
@@ -56,22 +58,52 @@ KIND_PHASES: dict[str, tuple[Phase, ...]] = {
 
 
 @dataclass(frozen=True)
+class Expect:
+    """What must come out of a rule case; only the fields given are checked (a misspelt field is a TypeError).
+
+    `root_symptom` is a prefix of the root cause's symptom; `fired`: True when the rule must leave a trace
+    entry, False when it must not; `demoted`: symptom prefixes that must end up interesting; `active`: prefixes
+    that must stay bad.
+    """
+
+    sub_domain: str | None = None
+    culprits: Sequence[str] | None = None
+    root_symptom: str | None = None
+    terminal_state: str | None = None
+    fired: bool | None = None
+    demoted: Sequence[str] = ()
+    active: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if self.sub_domain is not None and self.sub_domain not in {d.value for d in SubDomain}:
+            raise ValueError(f"Expect: unknown sub_domain {self.sub_domain!r}")
+        if self.terminal_state is not None and self.terminal_state not in {t.value for t in TerminalState}:
+            raise ValueError(f"Expect: unknown terminal_state {self.terminal_state!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields given (for display)."""
+        return {k: (list(v) if isinstance(v, tuple | list) else v) for k, v in self.__dict__.items()
+                if v is not None and v != ()}
+
+
+@dataclass(frozen=True)
 class RuleCase:
     """An inline case for a Python rule: a tiny workload and what must come out of it.
 
     `evidence` maps "node/source" (e.g. "node-02/syslog") to log lines; `context` overrides fields of the
-    case's ExecutionContext. `expect` keys: `sub_domain`, `culprits` (list), `root_symptom` (prefix),
-    `terminal_state`, `fired` (True: the rule must leave a trace entry; False: it must not), `demoted`
-    (symptom prefixes that must end up interesting), `active` (prefixes that must stay bad). `metrics` adds
-    metric samples per node.
+    case's ExecutionContext; `metrics` adds metric samples per node.
     """
 
     evidence: dict[str, list[str]]
-    expect: dict[str, Any]
+    expect: Expect
     context: dict[str, Any] = field(default_factory=dict)
     title: str = ""
     # node -> [(metric name, labels, value, ISO time)], ingested as node_metrics observations
     metrics: dict[str, list[tuple[str, dict[str, str], float, str]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expect, Expect):
+            raise TypeError(f"RuleCase {self.title!r}: expect must be an Expect(...), not {type(self.expect).__name__}")
 
 
 @dataclass(frozen=True)

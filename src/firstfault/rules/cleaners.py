@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from firstfault.engine.rules_api import Phase, RuleCase, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MCE_UC_BIT = 61
@@ -26,10 +26,10 @@ context, not a cause. Records with UC set stay as uncorrected machine checks.
 """, cases=[
     RuleCase(title="corrected", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 7: 8c00004000010090"]},
-        expect={"fired": True, "demoted": ["Machine check"]}),
+        expect=Expect(fired=True, demoted=["Machine check"])),
     RuleCase(title="uncorrected", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 7: be00000000800400"]},
-        expect={"fired": False, "active": ["Machine check (uncorrected)"], "culprits": ["n1"]}),
+        expect=Expect(fired=False, active=["Machine check (uncorrected)"], culprits=["n1"])),
 ])
 def mce_corrected_is_context(ws: Workspace) -> None:
     for s in ws.active(prefix="Machine check (uncorrected)"):
@@ -44,10 +44,10 @@ PCIe AER corrected errors are context one at a time. {AER_STORM_MIN} or more on 
 """, cases=[
     RuleCase(title="storm", evidence={"n1/syslog": [
         f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"
-        for i in range(12)]}, expect={"fired": True, "active": ["PCIe AER corrected errors"], "culprits": ["n1"]}),
+        for i in range(12)]}, expect=Expect(fired=True, active=["PCIe AER corrected errors"], culprits=["n1"])),
     RuleCase(title="single", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"]},
-        expect={"fired": False, "sub_domain": "unknown"}),
+        expect=Expect(fired=False, sub_domain="unknown")),
 ])
 def aer_corrected_storm(ws: Workspace) -> None:
     for s in ws.select(prefix="PCIe AER corrected errors", status="interesting"):
@@ -65,10 +65,10 @@ Repeated errors with no recovery stay (a flapping or dead link).
     RuleCase(title="flap", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port error(10)",
         "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port active(9)"]},
-        expect={"fired": True, "demoted": ["IB port error"]}),
+        expect=Expect(fired=True, demoted=["IB port error"])),
     RuleCase(title="down", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error"]},
-        expect={"fired": False, "culprits": ["n1"], "sub_domain": "network"}),
+        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
 ])
 def recovered_link_flap(ws: Workspace) -> None:
     window = timedelta(seconds=FLAP_RECOVERY_S)
@@ -93,10 +93,10 @@ root cause.
         "n2/syslog": ["Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"],
         "n2/applog": ["2025-01-01T00:04:32Z [rank8]: RuntimeError: CUDA error: system not yet initialized"],
         "n1/applog": ["2025-01-01T00:04:35Z srun: error: n2: task 1: Exited with exit code 1"]},
-        expect={"fired": True, "root_symptom": "NVSwitch SXid", "culprits": ["n2"], "sub_domain": "nvlink"}),
+        expect=Expect(fired=True, root_symptom="NVSwitch SXid", culprits=["n2"], sub_domain="nvlink")),
     RuleCase(title="sxid alone", evidence={
         "n2/syslog": ["Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"]},
-        expect={"fired": False, "sub_domain": "unknown"}),
+        expect=Expect(fired=False, sub_domain="unknown")),
 ])
 def fabric_not_ready_after_sxid(ws: Workspace) -> None:
     for failure in ws.active(prefix="CUDA system not initialized"):
@@ -111,11 +111,11 @@ harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
-        context={"nodes": ["n1"]}, expect={"fired": True, "demoted": ["NCCL on a non-routable interface"]}),
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["NCCL on a non-routable interface"])),
     RuleCase(title="two nodes", evidence={
         "n1/applog": ["2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"],
         "n2/applog": ["2025-01-01T00:00:01Z n2:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
-        expect={"fired": False, "sub_domain": "configuration"}),
+        expect=Expect(fired=False, sub_domain="configuration")),
 ])
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
@@ -143,12 +143,12 @@ were stuck in the NFS client).
 """, cases=[
     RuleCase(title="recovered", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
-        "Jan  1 00:11:05 n1 kernel: nfs: server nfs01 OK"]}, expect={"fired": False, "sub_domain": "unknown"}),
+        "Jan  1 00:11:05 n1 kernel: nfs: server nfs01 OK"]}, expect=Expect(fired=False, sub_domain="unknown")),
     RuleCase(title="long stall with lockups", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
         "Jan  1 00:11:20 n1 kernel: watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python3:612802]",
         "Jan  1 00:40:00 n1 kernel: nfs: server nfs01 OK"]},
-        expect={"fired": True, "sub_domain": "storage", "culprits": [], "demoted": ["CPU soft or hard lockup"]}),
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["CPU soft or hard lockup"])),
 ])
 def nfs_stall_outcome(ws: Workspace) -> None:
     recovery = timedelta(seconds=NFS_RECOVERY_S)

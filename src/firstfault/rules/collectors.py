@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from firstfault.engine.rules_api import RuleCase, collector
+from firstfault.engine.rules_api import Expect, RuleCase, collector
 from firstfault.engine.workspace import Workspace
 
 
@@ -27,7 +27,7 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
                      "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
         "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"]},
-        expect={"fired": True, "culprits": ["c"], "sub_domain": "network"}),
+        expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
 ])
 def ip_to_node_map(ws: Workspace) -> None:
     claims: dict[str, set[str]] = {}

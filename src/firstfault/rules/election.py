@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import SubDomain, TerminalState, normalise_state
-from firstfault.engine.rules_api import Phase, RuleCase, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 # Two candidates whose strengths differ by less than this are peers: neither outranks the other.
@@ -98,18 +98,18 @@ unknown (or none for a completed job).
     RuleCase(title="two unrelated roots at once", evidence={
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
         "b/applog": ["2025-01-01T00:10:30Z [rank8]: OSError: [Errno 28] No space left on device"]},
-        expect={"sub_domain": "ambiguous", "culprits": []}),
+        expect=Expect(sub_domain="ambiguous", culprits=[])),
     RuleCase(title="first in time wins", evidence={
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
         "b/applog": ["2025-01-01T00:30:00Z [rank8]: OSError: [Errno 28] No space left on device"]},
-        expect={"sub_domain": "gpu_oom", "culprits": [], "root_symptom": "CUDA out of memory"}),
+        expect=Expect(sub_domain="gpu_oom", culprits=[], root_symptom="CUDA out of memory")),
     RuleCase(title="hardware outranks the application report", evidence={
         "a/syslog": ["Jan  1 00:10:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
         "a/applog": ["2025-01-01T00:10:01Z [rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"]},
-        expect={"sub_domain": "gpu", "culprits": ["a"], "root_symptom": "XID-79"}),
+        expect=Expect(sub_domain="gpu", culprits=["a"], root_symptom="XID-79")),
     RuleCase(title="only timeouts", evidence={"a/applog": [
         "2025-01-01T00:40:00Z [rank8]:[E0101 00:40:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
-        expect={"sub_domain": "unknown", "culprits": [], "root_symptom": "NCCL watchdog timeout"}),
+        expect=Expect(sub_domain="unknown", culprits=[], root_symptom="NCCL watchdog timeout")),
 ])
 def elect_root_cause(ws: Workspace) -> None:
     roots = ws.active(role="root")
@@ -137,7 +137,7 @@ blamed: draining most of a job's nodes on one signature would do more harm than 
     RuleCase(title="same xid everywhere", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
         for i in range(4)},
-        expect={"fired": True, "culprits": [], "sub_domain": "gpu"}),
+        expect=Expect(fired=True, culprits=[], sub_domain="gpu")),
 ])
 def systemic_guard(ws: Workspace) -> None:
     culprits = ws.decision.culprits
@@ -158,7 +158,7 @@ reports of the same sub_domain on the root's node corroborate the root and are c
     RuleCase(title="walkthrough cascade", evidence={
         "n2/syslog": ["Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
         "n1/applog": ["2025-01-01T00:20:01Z [rank0]:[E0101 00:20:01.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
-        expect={"fired": True, "demoted": ["NCCL watchdog timeout"], "active": ["XID-79"]}),
+        expect=Expect(fired=True, demoted=["NCCL watchdog timeout"], active=["XID-79"])),
 ])
 def demote_explained(ws: Workspace) -> None:
     decision = ws.decision

@@ -9,7 +9,7 @@ failure (docs/domain.md §4.1, §4.2).
 from __future__ import annotations
 
 from firstfault.engine.model import EventType, Evidence, MetricSample, Provenance, SourceKind
-from firstfault.engine.rules_api import Phase, RuleCase, metric_extractor, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, metric_extractor, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace
 
 COUNTERS = {
@@ -74,11 +74,11 @@ candidate on its node; a flat counter (errors from before the job) stays context
     RuleCase(title="DBE counter rises", evidence={}, metrics={"n1": [
         (_DBE, {"gpu": "3", "Hostname": "n1"}, 0.0, "2025-01-01T00:10:00+00:00"),
         (_DBE, {"gpu": "3", "Hostname": "n1"}, 2.0, "2025-01-01T00:11:00+00:00")]},
-        expect={"fired": True, "sub_domain": "gpu", "culprits": ["n1"]}),
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"])),
     RuleCase(title="flat counter", evidence={}, metrics={"n1": [
         (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:10:00+00:00"),
         (_DBE, {"gpu": "3", "Hostname": "n1"}, 5.0, "2025-01-01T00:11:00+00:00")]},
-        expect={"fired": False, "sub_domain": "unknown"}),
+        expect=Expect(fired=False, sub_domain="unknown")),
 ])
 def counter_increase(ws: Workspace) -> None:
     for name in sorted(set(COUNTERS.values())):

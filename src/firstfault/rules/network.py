@@ -9,7 +9,7 @@ them and no single node can be blamed.
 from __future__ import annotations
 
 from firstfault.engine.model import SubDomain
-from firstfault.engine.rules_api import Phase, RuleCase, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -36,7 +36,7 @@ each other, or a peer named by a single reporter, blame no node: the fault may b
                      "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
                      "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
-        expect={"fired": True, "culprits": [], "sub_domain": "network"}),
+        expect=Expect(fired=True, culprits=[], sub_domain="network")),
 ])
 def ib_peer_resolution(ws: Workspace) -> None:
     errors = [s for s in ws.active(role="root", sub_domain=SubDomain.NETWORK) if s.definition.blame == "peer"]

@@ -20,7 +20,7 @@ from firstfault.engine.model import (
     TerminalState,
     normalise_state,
 )
-from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
 
@@ -43,12 +43,12 @@ workload; it is demoted as survived.
         "a/syslog": ["Jan  1 00:05:00 a kernel: watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python:1]"],
         "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
                      for m in range(6, 50)] + ["2025-01-01T00:55:00Z [rank8]: KeyError: 'x'"]},
-        expect={"fired": True, "sub_domain": "application", "culprits": [], "demoted": ["CPU soft or hard lockup"]}),
+        expect=Expect(fired=True, sub_domain="application", culprits=[], demoted=["CPU soft or hard lockup"])),
     RuleCase(title="failure stops progress", evidence={
         "a/syslog": ["Jan  1 00:30:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."],
         "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
                      for m in range(6, 30)]},
-        expect={"fired": False, "sub_domain": "gpu", "culprits": ["a"]}),
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
 ])
 def survived_by_progress(ws: Workspace) -> None:
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
@@ -75,11 +75,11 @@ demoted and the hang, unexplained by the evidence, is what remains.
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect={"fired": True, "sub_domain": "unknown", "terminal_state": "TIMEOUT"}),
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
     RuleCase(title="working until the limit", evidence={"n1/applog": [
         f"2025-01-01T01:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 58)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect={"fired": False, "sub_domain": "scheduler"}),
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def hung_before_time_limit(ws: Workspace) -> None:
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
@@ -104,10 +104,10 @@ or hung, and the scheduler only ended it.
         "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got async event : port error"],
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"},
-        expect={"fired": True, "sub_domain": "network", "culprits": ["a"], "terminal_state": "TIMEOUT"}),
+        expect=Expect(fired=True, sub_domain="network", culprits=["a"], terminal_state="TIMEOUT")),
     RuleCase(title="time limit alone", evidence={
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect={"fired": False, "sub_domain": "scheduler"}),
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def scheduler_action_yields(ws: Workspace) -> None:
     actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
@@ -139,15 +139,15 @@ accounting is wrong (a step failed) and the terminal state becomes FAILED.
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
         "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
-        expect={"fired": True, "sub_domain": "none", "culprits": [], "terminal_state": "COMPLETED"}),
+        expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
-        expect={"fired": True, "sub_domain": "none", "terminal_state": "COMPLETED", "culprits": []}),
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
-        expect={"fired": True, "sub_domain": "application", "terminal_state": "FAILED"}),
+        expect=Expect(fired=True, sub_domain="application", terminal_state="FAILED")),
 ])
 def completed_workload(ws: Workspace) -> None:
     if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
@@ -170,7 +170,7 @@ root itself is the scheduler's or runtime's report of a more specific end (a pod
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
-        context={"scheduler": "none", "scheduler_state": ""}, expect={"fired": True, "terminal_state": "FAILED"}),
+        context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=True, terminal_state="FAILED")),
 ])
 def terminal_state_from_evidence(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
@@ -214,9 +214,9 @@ found in the logs wins over them.
 """, cases=[
     RuleCase(title="timeout without logs", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
              context={"scheduler_state": "TIMEOUT", "exit_code": "0:0"},
-             expect={"fired": True, "sub_domain": "scheduler", "terminal_state": "TIMEOUT"}),
+             expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="failed job", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
-             context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect={"fired": False, "sub_domain": "unknown"}),
+             context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect=Expect(fired=False, sub_domain="unknown")),
 ])
 def scheduler_state_evidence(ws: Workspace) -> None:
     ctx = ws.context

@@ -17,7 +17,7 @@ from datetime import timedelta
 from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType
-from firstfault.engine.rules_api import Phase, RuleCase, filter_rule, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
 NVLINK5_CODES = range(144, 151)
@@ -198,7 +198,7 @@ _WALKTHROUGH_CASE = RuleCase(
                            "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
                            "for 600010 milliseconds before timing out."],
     },
-    expect={"fired": True, "root_symptom": "XID-149.4", "sub_domain": "nvlink", "culprits": ["node-02"]},
+    expect=Expect(fired=True, root_symptom="XID-149.4", sub_domain="nvlink", culprits=["node-02"]),
 )
 
 
@@ -211,7 +211,7 @@ code informational. Each decode is also published as an XID_parser.info event fo
 """, cases=[
     _WALKTHROUGH_CASE,
     RuleCase(title="no xid", evidence={"node-01/applog": ["2025-01-01T00:00:00Z training step 10 loss 1.0"]},
-             expect={"fired": False}),
+             expect=Expect(fired=False)),
 ])
 def handle_xid_burst_events(ws: Workspace) -> None:
     bursts = ws.events_of(EventType.XID_BURST)
@@ -306,10 +306,10 @@ GPUs are kept: several GPUs can fail together.
     RuleCase(title="79 then 74", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
         "Jan  1 00:10:05 n1 kernel: NVRM: Xid (PCI:0000:92:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"]},
-        expect={"root_symptom": "XID-79", "demoted": ["XID-74"], "culprits": ["n1"]}),
+        expect=Expect(root_symptom="XID-79", demoted=["XID-74"], culprits=["n1"])),
     RuleCase(title="single xid", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]},
-        expect={"fired": False, "root_symptom": "XID-79"}),
+        expect=Expect(fired=False, root_symptom="XID-79")),
 ])
 def xid_burst_root(ws: Workspace) -> None:
     gap = timedelta(seconds=ws.params.burst_gap_s)
@@ -344,7 +344,7 @@ attached to that node's hardware Xids, so their next action says what the driver
         "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
         "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
         "Jan  1 00:10:01 n2 kernel: NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)"]},
-        expect={"fired": True, "root_symptom": "XID-149.4", "culprits": ["n2"]}),
+        expect=Expect(fired=True, root_symptom="XID-149.4", culprits=["n2"])),
 ])
 def xid154_linkage(ws: Workspace) -> None:
     for node in sorted({s.node or "" for s in ws.select(prefix="XID-154")}):

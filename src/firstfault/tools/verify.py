@@ -126,25 +126,25 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     expect = case.expect
     fired = any(t.rule == rule.name for t in result.trace)
     checks: list[tuple[bool, str]] = []
-    if "fired" in expect:
-        checks.append((fired == expect["fired"], f"rule {'did not fire' if expect['fired'] else 'fired'}"))
-    if "sub_domain" in expect:
-        checks.append((result.sub_domain.value == expect["sub_domain"],
-                       f"sub_domain {result.sub_domain.value}, expected {expect['sub_domain']}"))
-    if "culprits" in expect:
+    if expect.fired is not None:
+        checks.append((fired == expect.fired, f"rule {'did not fire' if expect.fired else 'fired'}"))
+    if expect.sub_domain is not None:
+        checks.append((result.sub_domain.value == expect.sub_domain,
+                       f"sub_domain {result.sub_domain.value}, expected {expect.sub_domain}"))
+    if expect.culprits is not None:
         got = sorted(c.node for c in result.culprit_nodes)
-        checks.append((got == sorted(expect["culprits"]), f"culprits {got}, expected {sorted(expect['culprits'])}"))
-    if "root_symptom" in expect:
+        checks.append((got == sorted(expect.culprits), f"culprits {got}, expected {sorted(expect.culprits)}"))
+    if expect.root_symptom is not None:
         got_root = result.root_cause.symptom if result.root_cause else None
-        checks.append((got_root is not None and got_root.startswith(expect["root_symptom"]),
-                       f"root symptom {got_root!r}, expected {expect['root_symptom']!r}"))
-    if "terminal_state" in expect:
-        checks.append((result.terminal_state.value == expect["terminal_state"],
-                       f"terminal_state {result.terminal_state.value}, expected {expect['terminal_state']}"))
-    for prefix in expect.get("demoted", []):
+        checks.append((got_root is not None and got_root.startswith(expect.root_symptom),
+                       f"root symptom {got_root!r}, expected {expect.root_symptom!r}"))
+    if expect.terminal_state is not None:
+        checks.append((result.terminal_state.value == expect.terminal_state,
+                       f"terminal_state {result.terminal_state.value}, expected {expect.terminal_state}"))
+    for prefix in expect.demoted:
         ok = any(s.symptom.startswith(prefix) and s.status == "interesting" for s in result.symptoms)
         checks.append((ok, f"no demoted symptom {prefix!r}"))
-    for prefix in expect.get("active", []):
+    for prefix in expect.active:
         ok = any(s.symptom.startswith(prefix) and s.status == "bad" for s in result.symptoms)
         checks.append((ok, f"no active symptom {prefix!r}"))
     for ok, message in checks:
