@@ -93,7 +93,8 @@ earliest one (or have no time of their own) are considered together; the stronge
 kernel facts first) win; if several sub_domains remain within STRENGTH_MARGIN the result is ambiguous with all
 of them as candidates and no node is blamed. Without any root candidate, the earliest remaining downstream
 symptom is cited with its own sub_domain and no node is blamed; with no failure evidence at all the result is
-unknown (or none for a completed job).
+none for a completed job - recorded COMPLETED by the scheduler or, when no scheduler state was recorded (a bare
+mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself - and unknown otherwise.
 """, cases=[
     RuleCase(title="two unrelated roots at once", evidence={
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
@@ -110,6 +111,14 @@ unknown (or none for a completed job).
     RuleCase(title="only timeouts", evidence={"a/applog": [
         "2025-01-01T00:40:00Z [rank8]:[E0101 00:40:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
         expect=Expect(sub_domain="unknown", culprits=[], root_symptom="NCCL watchdog timeout")),
+    RuleCase(title="no scheduler, the launcher reports success", evidence={"a/applog": [
+        "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 seconds for other agents to finish."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(sub_domain="none", culprits=[], terminal_state="COMPLETED")),
+    RuleCase(title="no scheduler and no success report", evidence={"a/applog": [
+        "2025-01-01T01:00:00Z [rank0]: step 100 loss 2.31"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(sub_domain="unknown", culprits=[])),
 ])
 def elect_root_cause(ws: Workspace) -> None:
     roots = ws.active(role="root")
@@ -122,8 +131,9 @@ def elect_root_cause(ws: Workspace) -> None:
         _decide(ws, [first], first.sub_domain,
                 f"no root candidate; {first.name} is the earliest failure signal and names no node", blame=False)
         return
-    completed = (ws.decision.terminal_state or normalise_state(ws.context.scheduler_state)) == TerminalState.COMPLETED
-    if completed:
+    recorded = ws.decision.terminal_state or normalise_state(ws.context.scheduler_state)
+    reported = recorded == TerminalState.UNKNOWN and bool(ws.select(prefix="Workload completed"))
+    if recorded == TerminalState.COMPLETED or reported:
         _decide(ws, [], SubDomain.NONE, "the workload completed and no failure evidence remains")
     else:
         _decide(ws, [], SubDomain.UNKNOWN, "no failure evidence in the available logs")
