@@ -34,6 +34,7 @@ RULE_MODULES = (
     "firstfault.rules.xid",
     "firstfault.rules.metrics",
     "firstfault.rules.network",
+    "firstfault.rules.pytorch",
     "firstfault.rules.cleaners",
     "firstfault.rules.collectors",
     "firstfault.rules.refiners",

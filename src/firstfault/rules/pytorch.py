@@ -1,0 +1,61 @@
+"""PyTorch and Python application rules (the Python side of catalog/pytorch.toml).
+
+Facts used (docs/domain.md §2.2-§2.4, §3.1): a Python traceback ends with `<type>: <message>`; the types that
+torch.distributed, torchelastic and launchers raise (DistBackendError, ChildFailedError, SignalException,
+CalledProcessError ...) report a failure elsewhere, as do the transport errors a process meets when its peer
+died (ConnectionResetError, BrokenPipeError, TimeoutError); RuntimeError and OSError are the wrapper types
+of C++/CUDA/NCCL and of errno failures, which the catalog reads by their message and errno instead.
+"""
+
+from __future__ import annotations
+
+from firstfault.engine.model import EventType
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule
+from firstfault.engine.workspace import Workspace
+
+GENERIC_EXCEPTION_RULE = "PythonUserException"
+
+# Exception types that do not say the program failed: wrappers of a failure elsewhere, transport errors of a
+# dead peer, and the generic wrapper types whose meaning is in the message (read by other rules).
+NOT_THE_PROGRAMS_FAULT = frozenset({
+    # torch.distributed / torchelastic / launchers: a failure of another process or rank
+    "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
+    "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
+    # OSError's connection family and timeouts: what a process sees when its peer is gone
+    "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
+    "BrokenPipeError", "TimeoutError",
+    # wrapper types read by their message or errno (CUDA, NCCL, storage, memory rules)
+    "RuntimeError", "OSError", "IOError", "EnvironmentError", "SystemError", "MemoryError", "OutOfMemoryError",
+    "AcceleratorError", "CudaError",
+})
+
+
+@filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
+Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
+types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT), and drop an
+exception whose line another extractor already explains (a CUDA error, an errno, a missing module), so that line
+keeps its specific meaning.
+""", cases=[
+    RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
+        expect=Expect(sub_domain="application", culprits=[], root_symptom="Python exception")),
+    RuleCase(title="a wrapper of a failure elsewhere", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a line another rule explains", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
+        expect=Expect(fired=True, sub_domain="configuration")),
+])
+def python_exception_family(ws: Workspace) -> None:
+    generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
+    if not generic:
+        return
+    explained = {(e.evidence.provenance.origin, e.evidence.provenance.line)
+                 for e in ws.events if e.rule != GENERIC_EXCEPTION_RULE and e.type in (EventType.NODE_BAD,
+                                                                                      EventType.NODE_INTERESTING)}
+    for event in generic:
+        name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
+        if name in NOT_THE_PROGRAMS_FAULT:
+            ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
+        elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
+            ws.drop(event, f"{name}: another rule explains this line")
