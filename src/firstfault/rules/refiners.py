@@ -164,13 +164,19 @@ def completed_workload(ws: Workspace) -> None:
 
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
 When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
-state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), FAILED for any other
-failure, COMPLETED when the workload reported success and nothing failed. A recorded FAILED is refined when the
-root itself is the scheduler's or runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY).
+state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), OUT_OF_MEMORY for a
+host out of memory, FAILED for any other failure, COMPLETED when the workload reported success and nothing
+failed. A recorded FAILED is refined when the root itself is the scheduler's or runtime's report of a more
+specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
+failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED.
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
         context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=True, terminal_state="FAILED")),
+    RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
 ])
 def terminal_state_from_evidence(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
@@ -181,12 +187,17 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         ws.decision.terminal_state = TerminalState(implied)
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
         return
+    out_of_memory = ws.decision.sub_domain == SubDomain.HOST_OOM
+    if recorded == TerminalState.COMPLETED and ws.decision.terminal_state == TerminalState.FAILED and out_of_memory:
+        ws.decision.terminal_state = TerminalState.OUT_OF_MEMORY
+        ws.note("state", "the scheduler says COMPLETED; the host ran out of memory and killed the workload")
+        return
     if ws.decision.terminal_state not in (None, TerminalState.UNKNOWN):
         return
     if implied:
         state = TerminalState(implied)
     elif root and ws.decision.sub_domain != SubDomain.NONE:
-        state = TerminalState.FAILED
+        state = TerminalState.OUT_OF_MEMORY if out_of_memory else TerminalState.FAILED
     elif ws.select(prefix="Workload completed"):
         state = TerminalState.COMPLETED
     else:
