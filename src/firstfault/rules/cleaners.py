@@ -148,7 +148,7 @@ were stuck in the NFS client).
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
         "Jan  1 00:11:20 n1 kernel: watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python3:612802]",
         "Jan  1 00:40:00 n1 kernel: nfs: server nfs01 OK"]},
-        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["CPU soft or hard lockup"])),
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["CPU soft lockup"])),
 ])
 def nfs_stall_outcome(ws: Workspace) -> None:
     recovery = timedelta(seconds=NFS_RECOVERY_S)
@@ -161,6 +161,6 @@ def nfs_stall_outcome(ws: Workspace) -> None:
             continue
         lasted = f"{(answered - stall.first_time).total_seconds() / 60:.0f} min" if answered else "until the end"
         ws.promote(stall, f"the NFS server did not answer for {lasted}")
-        for stuck in ws.active(node=stall.node, prefix="CPU soft or hard lockup") + ws.select(node=stall.node, prefix="Hung task"):
+        for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task"):
             if stuck.first_time and stuck.first_time >= stall.first_time and (answered is None or stuck.first_time <= answered):
                 ws.demote(stuck, f"stuck while the NFS server was not responding (since {stall.first_time:%H:%M:%S})")
