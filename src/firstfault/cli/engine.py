@@ -15,18 +15,20 @@ from rich.table import Table
 from firstfault.cli import error
 from firstfault.cli.report import render
 from firstfault.engine.catalog import Catalog, load_catalog
+from firstfault.engine.clock import parse_timezone_option
 from firstfault.engine.engine import Engine, default_cache_dir
+from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
-from firstfault.errors import CatalogError, EvidenceError
+from firstfault.errors import CatalogError, ConfigError, EvidenceError
 from firstfault.samples import sample_dirs
 from firstfault.tools.verify import load_verified_catalog, verified_engine
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
 
 
-def _engine() -> Engine | int:
+def _engine(params: Params | None = None) -> Engine | int:
     try:
-        return verified_engine(cache_dir=default_cache_dir())
+        return verified_engine(params=params, cache_dir=default_cache_dir())
     except CatalogError as exc:
         return error(f"the rule catalog does not load: {exc}")
 
@@ -41,7 +43,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         path = args.path
     else:
         return error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
-    engine = _engine()
+    try:
+        zones = tuple(parse_timezone_option(text) for text in args.timezone)
+    except ConfigError as exc:
+        return error(str(exc))
+    engine = _engine(Params(source_timezones=zones) if zones else None)
     if isinstance(engine, int):
         return engine
     timings = Timings()
@@ -262,6 +268,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=_workers, default=0, metavar="N|auto",
                    help="scan files in N worker processes (default auto: one per core, up to 8, when the evidence "
                         "is at least 64 MiB in several files; otherwise in-process). The result is the same")
+    p.add_argument("--timezone", action="append", default=[], metavar="NODE:SOURCE=ZONE",
+                   help="read the zone-less stamps of a node's source as local time of ZONE (an IANA name; NODE or "
+                        "SOURCE may be *), e.g. '*:syslog=Asia/Singapore'; repeatable. Without it, a stream that fits "
+                        "the workload's window only at one whole-hour offset is read at that offset")
     p.add_argument("--timings", type=Path, default=None, metavar="FILE",
                    help="write where the time went (seconds per phase, bytes, lines) as JSON to FILE ('-': stderr)")
     p.set_defaults(func=cmd_analyze)

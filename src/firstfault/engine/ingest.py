@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from firstfault.engine.model import Event, Evidence
@@ -61,6 +61,7 @@ class IngestState:
     issues: list[str]
     dropped_keys: int
     timings: Timings
+    notes: list[str] = field(default_factory=list)
 
 
 def evidence_key(ev: Evidence) -> tuple[Any, ...]:
@@ -78,6 +79,7 @@ class Accumulator:
         self._accs: dict[_AccKey, _Acc] = {}
         self._stats: dict[tuple[str, str], _StreamStats] = {}
         self._issues: dict[str, None] = {}
+        self._notes: dict[str, None] = {}
         self._dropped_keys = 0
         self.lock = threading.Lock()
 
@@ -135,6 +137,32 @@ class Accumulator:
             if len(self._issues) < MAX_ISSUES:
                 self._issues[message] = None
 
+    def note(self, message: str) -> None:
+        """Record how the evidence was read when that is not what it says by itself (a stream's time zone)."""
+        with self.lock:
+            if len(self._notes) < MAX_ISSUES:
+                self._notes[message] = None
+
+    def shift(self, delta: timedelta) -> None:
+        """Move every time held by `delta` (a stream found to be written in local time)."""
+        with self.lock:
+            for acc in self._accs.values():
+                acc.first = None if acc.first is None else acc.first + delta
+                acc.last = None if acc.last is None else acc.last + delta
+                if acc.evidence.time is not None:
+                    acc.evidence = acc.evidence.model_copy(update={"time": acc.evidence.time + delta})
+                    acc.evidence_key = evidence_key(acc.evidence)
+
+    def absorb(self, other: Accumulator) -> None:
+        """Merge another accumulator that holds later evidence (one stream's), as `merge` does; events it
+        dropped at its own key cap count as dropped here too."""
+        state = other.export(Timings())
+        dropped, state.dropped_keys = state.dropped_keys, 0
+        self.merge(state)
+        if dropped:
+            with self.lock:
+                self._dropped_keys += dropped
+
     # -- parallel ingest: export the state of a worker's session, merge it into the real one ----------------
     def export(self, timings: Timings) -> IngestState:
         """The accumulated state (picklable), for `merge()` on another session's accumulator."""
@@ -142,7 +170,8 @@ class Accumulator:
             return IngestState(
                 accs=list(self._accs.items()),
                 stats=[(k, v.observations, v.bytes, list(v.origins)) for k, v in self._stats.items()],
-                issues=list(self._issues), dropped_keys=self._dropped_keys, timings=timings)
+                issues=list(self._issues), dropped_keys=self._dropped_keys, timings=timings,
+                notes=list(self._notes))
 
     def merge(self, state: IngestState) -> None:
         """Merge the state another session accumulated from later evidence, as if this one had ingested that
@@ -191,6 +220,9 @@ class Accumulator:
             for message in state.issues:
                 if len(self._issues) < MAX_ISSUES:
                     self._issues[message] = None
+            for message in state.notes:
+                if len(self._notes) < MAX_ISSUES:
+                    self._notes[message] = None
 
     # -- what attribution reads ------------------------------------------------------------------------------
     def events(self) -> list[Event]:
@@ -213,6 +245,10 @@ class Accumulator:
     def stream_stats(self) -> dict[tuple[str, str], tuple[int, int, list[str]]]:
         with self.lock:
             return {k: (v.observations, v.bytes, sorted(v.origins)) for k, v in self._stats.items()}
+
+    def notes(self) -> list[str]:
+        with self.lock:
+            return list(self._notes)
 
     def issues(self) -> list[str]:
         with self.lock:

@@ -293,6 +293,9 @@ class Coverage(FrozenModel):
     missing_sources: list[str]
     partial: bool
     issues: list[str]
+    # How evidence was read when that differs from what it says by itself (a stream whose zone-less stamps were
+    # read as local time); not a gap, so it does not make the result partial.
+    adjustments: list[str] = []
 
 
 class WorkloadRef(FrozenModel):

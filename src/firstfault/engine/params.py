@@ -21,3 +21,6 @@ class Params:
     max_event_keys: int = 200_000
     max_values_per_attribute: int = 64
     max_evidence_chars: int = 4096
+    # Streams whose zone-less stamps are local time, as (node, source, IANA zone); "*" matches any node or
+    # source. Set by `analyze --timezone`; a stream without an entry is inferred (engine/clock.py).
+    source_timezones: tuple[tuple[str, str, str], ...] = ()

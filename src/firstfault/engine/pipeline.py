@@ -187,7 +187,7 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
     allocated = set(allocation)
     return Coverage(nodes_with_evidence=[n for n in with_evidence if not allocation or n in allocated],
                     nodes_without_evidence=without, nodes_outside_allocation=outside, sources=sources,
-                    missing_sources=missing, partial=partial, issues=issues)
+                    missing_sources=missing, partial=partial, issues=issues, adjustments=session.notes())
 
 
 def run_pipeline(session: Session) -> Attribution:

@@ -12,11 +12,18 @@ import re
 import threading
 import time as _time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, BinaryIO
 
 from firstfault.engine.captures import match_groups
 from firstfault.engine.catalog import Extractor
+from firstfault.engine.clock import (
+    StreamClock,
+    configured_zone,
+    describe_offset,
+    local_time_offset,
+    zone_offset,
+)
 from firstfault.engine.compiled import CompiledCatalog
 from firstfault.engine.ingest import Accumulator
 from firstfault.engine.model import EventType, Evidence, ExecutionContext, Provenance, SourceKind
@@ -75,7 +82,38 @@ class LineReader:
         self._lock = threading.Lock()
 
     def read_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> StreamCost:
-        """Scan one log stream (a file, a pod log) of one node."""
+        """Scan one log stream (a file, a pod log) of one node.
+
+        Its events gather in an accumulator of their own, merged into the session's at the end (as if ingested
+        there): a stream found to be written in local time (engine/clock.py) is put on UTC first."""
+        stream_state = Accumulator(self.params)
+        clock = StreamClock()
+        cost = self._scan_stream(node, source, stream, origin, stream_state, clock)
+        self._to_utc(node, source, origin, stream_state, clock)
+        self.accumulator.absorb(stream_state)
+        return cost
+
+    def _to_utc(self, node: str | None, source: SourceKind, origin: str, stream_state: Accumulator,
+                clock: StreamClock) -> None:
+        """Put a stream written in local time on UTC: the zone configured for it, else an unambiguous inference."""
+        zone = configured_zone(self.params.source_timezones, node, source.value)
+        if zone is not None:
+            if clock.zoned or clock.first is None:
+                return
+            offset = zone_offset(zone, clock.first)
+            if offset:
+                stream_state.shift(-offset)
+                self.accumulator.note(f"{origin}: stamps read as {zone} local time (configured; shifted by "
+                                      f"{-offset.total_seconds() / 3600:+g} h)")
+            return
+        hours = local_time_offset(clock, self.context.start_time, self.context.end_time)
+        if hours is not None:
+            stream_state.shift(-timedelta(hours=hours))
+            self.accumulator.note(f"{origin}: stamps carry no zone and fit the workload's window only as "
+                                  f"{describe_offset(hours)} local time; read as such (shifted {-hours:+d} h)")
+
+    def _scan_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str,
+                     acc: Accumulator, stream_clock: StreamClock) -> StreamCost:
         scanner = self.compiled.scanners[source]
         extractors = self.compiled.by_source[source]
         clock = _time.perf_counter
@@ -87,6 +125,7 @@ class LineReader:
         scan_s = lines_s = hits_s = 0.0
         scan_cpu = lines_cpu = hits_cpu = 0.0
         started, started_cpu = clock(), cpu_clock()
+        first_block = True
         for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
                                                                  max_line_bytes=self.max_line_bytes):
             nbytes += length + 1
@@ -102,7 +141,7 @@ class LineReader:
                 t2, c2 = clock(), cpu_clock()
                 hit_lines += len(hits)
                 last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, extractors,
-                                              last_time)
+                                              last_time, acc=acc, stream_clock=stream_clock)
                 t3, c3 = clock(), cpu_clock()
             else:
                 line_no += data.count(b"\n", 0, length) + 1
@@ -114,9 +153,14 @@ class LineReader:
             scan_cpu += c1 - c0
             lines_cpu += c2 - c1
             hits_cpu += c3 - c2
-            last_time = self._last_time_of(data, length) or last_time  # type: ignore[assignment]
+            if first_block:
+                self._first_time_of(data, length, stream_clock)
+                first_block = False
+            block_end = self._last_time_of(data, length, stream_clock=stream_clock)
+            if isinstance(block_end, datetime):
+                last_time = block_end
         lines = line_no - 1
-        self.accumulator.count(node, source.value, origin, lines, nbytes)
+        acc.count(node, source.value, origin, lines, nbytes)
         elapsed, elapsed_cpu = clock() - started, cpu_clock() - started_cpu
         return StreamCost(scan=(scan_s, scan_cpu), lines=(lines_s, lines_cpu), hits=(hits_s, hits_cpu),
                           read=(elapsed - scan_s - lines_s - hits_s, elapsed_cpu - scan_cpu - lines_cpu - hits_cpu),
@@ -139,14 +183,14 @@ class LineReader:
         if hits:
             numbers, _ = _line_numbers(data, hits, first_line)
             self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
-                              times=times, first_line=first_line, labels=labels)
+                              acc=self.accumulator, times=times, first_line=first_line, labels=labels)
         return len(lines)
 
     def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
-                     extractors: list[Extractor], last_time: datetime | None, *,
-                     times: list[datetime | None] | None = None, first_line: int = 1,
-                     labels: dict[str, str] | None = None) -> datetime | None:
+                     extractors: list[Extractor], last_time: datetime | None, *, acc: Accumulator,
+                     stream_clock: StreamClock | None = None, times: list[datetime | None] | None = None,
+                     first_line: int = 1, labels: dict[str, str] | None = None) -> datetime | None:
         """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
         with."""
         prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
@@ -157,7 +201,9 @@ class LineReader:
             text = raw.decode("utf-8", errors="replace")
             time = times[line_no - first_line] if times is not None else None
             if time is None:
-                time = self.timestamps.parse(text)
+                time, zoned = self.timestamps.parse_zoned(text)
+                if time is not None and stream_clock is not None:
+                    stream_clock.saw(time, zoned)
             inherited = time is None
             if inherited:
                 found = self._last_time_of(data, start, stop=prev_end)
@@ -168,7 +214,7 @@ class LineReader:
                 last_time = time
             offset = None if start_offset is None else start_offset + start
             self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
-                            inherited)
+                            inherited, acc)
             prev_end, prev_time = end, time
         return last_time
 
@@ -182,10 +228,26 @@ class LineReader:
         self.accumulator.issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
                     "the stream is read as chronological, so the result may be affected")
 
-    def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1) -> datetime | None | object:
+    def _first_time_of(self, data: bytes | bytearray, length: int, stream_clock: StreamClock) -> None:
+        """Let `stream_clock` see the first stamped line among the block's first lines (bounded look-ahead)."""
+        start = 0
+        for _ in range(_TIME_LOOKBACK_LINES):
+            if start >= length:
+                return
+            end = data.find(b"\n", start, length)
+            end = length if end < 0 else end
+            found, zoned = self.timestamps.parse_zoned(data[start:min(end, start + 96)].decode("utf-8", errors="replace"))
+            if found is not None:
+                stream_clock.saw(found, zoned)
+                return
+            start = end + 1
+
+    def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1, *,
+                      stream_clock: StreamClock | None = None) -> datetime | None | object:
         """Time of the nearest stamped line that ends before `before` (bounded look-back). Reaching the line
         that ends at `stop` (the previous matching line, already timed) gives `_PREVIOUS` instead: a run of
-        unstamped matching lines is not looked back over again for each of its lines."""
+        unstamped matching lines is not looked back over again for each of its lines. `stream_clock`, when
+        given, sees the stamp found."""
         end = before - 1 if before > 0 else -1
         for _ in range(_TIME_LOOKBACK_LINES):
             if end < 0:
@@ -194,15 +256,17 @@ class LineReader:
                 return _PREVIOUS
             start = data.rfind(b"\n", 0, end) + 1
             head = data[start:min(end, start + 96)].decode("utf-8", errors="replace")
-            found = self.timestamps.parse(head)
+            found, zoned = self.timestamps.parse_zoned(head)
             if found is not None:
+                if stream_clock is not None:
+                    stream_clock.saw(found, zoned)
                 return found
             end = start - 1
         return None
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
-                   extractors: list[Extractor], inherited: bool = False) -> None:
+                   extractors: list[Extractor], inherited: bool, acc: Accumulator) -> None:
         max_chars = self.params.max_evidence_chars
         shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
@@ -239,5 +303,4 @@ class LineReader:
                 event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
                 symptom = extractor.render_symptom(groups)
             discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
-            self.accumulator.add(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator,
-                                 evidence_key)
+            acc.add(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator, evidence_key)

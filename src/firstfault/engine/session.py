@@ -119,5 +119,8 @@ class Session:
     def issues(self) -> list[str]:
         return self.state.issues()
 
+    def notes(self) -> list[str]:
+        return self.state.notes()
+
     def attribute(self) -> Attribution:
         return run_pipeline(self)

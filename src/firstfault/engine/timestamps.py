@@ -61,41 +61,46 @@ class TimestampParser:
         self.reference = reference
 
     def parse(self, line: str) -> datetime | None:
+        return self.parse_zoned(line)[0]
+
+    def parse_zoned(self, line: str) -> tuple[datetime | None, bool]:
+        """The line's time, and whether its stamp carried a zone of its own (ISO 8601 `Z` or `+hh:mm`): a stamp
+        without one is read as UTC, which a stream written in local time contradicts (engine/clock.py)."""
         text = line[:_MAX_PREFIX_CHARS]
         for _ in range(3):
             found = self._parse_here(text)
-            if found is not None:
+            if found[0] is not None:
                 return found
             stripped = _NON_TIME_PREFIX.sub("", text, count=1)
             if stripped == text:
-                return None
+                break
             text = stripped
-        return None
+        return None, False
 
-    def _parse_here(self, text: str) -> datetime | None:
+    def _parse_here(self, text: str) -> tuple[datetime | None, bool]:
         try:
             if m := _ISO.match(text):
                 y, mo, d, h, mi, s, frac, zone = m.groups()
                 dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), _micro(frac), _zone(zone))
-                return dt.astimezone(timezone.utc)
+                return dt.astimezone(timezone.utc), zone is not None
             if m := _SYSLOG.match(text):
                 mon, d, h, mi, s, frac = m.groups()
                 if mon in _MONTHS:
-                    return self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac))
+                    return self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac)), False
             if m := _DMESG_T.match(text):
                 mon, d, h, mi, s, y = m.groups()
                 if mon in _MONTHS:
-                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False
             if m := _BRACKET_MDY.match(text):
                 mon, d, y, h, mi, s = m.groups()
                 if mon in _MONTHS:
-                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc)
+                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False
             if m := _GLOG.match(text):
                 mo, d, h, mi, s, frac = m.groups()
-                return self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac))
+                return self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), False
         except ValueError:  # out-of-range field values: not a timestamp after all
-            return None
-        return None
+            return None, False
+        return None, False
 
     def _with_year(self, month: int, day: int, hour: int, minute: int, second: int, micro: int) -> datetime | None:
         ref = self.reference

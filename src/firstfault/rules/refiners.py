@@ -31,6 +31,31 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
     return candidate.first_time <= action.first_time + timedelta(seconds=ws.params.clock_skew_s)
 
 
+@refiner("AfterTheEnd", phase=Phase.REFINE_EARLY, doc="""
+A fault that began after the workload ended (later than its end time by more than clock_skew_s, on the line's own
+time) cannot have ended it: on a shared or reused node it belongs to whatever ran next. It stays as evidence, never
+as the root cause.
+""", cases=[
+    RuleCase(title="an Xid of the next job", evidence={
+        "a/syslog": ["Jan  1 02:07:00 a kernel: NVRM: Xid (PCI:0000:91:00): 13, pid=1, name=python3, Graphics SM Warp Exception on (GPC 4, TPC 1, SM 0): Out Of Range Address"],
+        "b/applog": ["2025-01-01T01:59:58Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:58 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT", demoted=["XID-13"])),
+    RuleCase(title="a fault at the end, within the tolerance", evidence={
+        "a/syslog": ["Jan  1 02:01:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def after_the_end(ws: Workspace) -> None:
+    end = ws.context.end_time
+    if end is None:
+        return
+    limit = end + timedelta(seconds=ws.params.clock_skew_s)
+    for s in ws.active():
+        if s.first_time is not None and not ws.undated(s) and s.first_time > limit:
+            minutes = (s.first_time - end).total_seconds() / 60
+            ws.demote(s, f"began {minutes:.0f} min after the workload ended: it cannot have ended it")
+
+
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
 
 
