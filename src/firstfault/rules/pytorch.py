@@ -4,13 +4,14 @@ Facts used (docs/domain.md §2.2-§2.4, §3.1): a Python traceback ends with `<t
 torch.distributed, torchelastic and launchers raise (DistBackendError, ChildFailedError, SignalException,
 CalledProcessError ...) report a failure elsewhere, as do the transport errors a process meets when its peer
 died (ConnectionResetError, BrokenPipeError, TimeoutError); RuntimeError and OSError are the wrapper types
-of C++/CUDA/NCCL and of errno failures, which the catalog reads by their message and errno instead.
+of C++/CUDA/NCCL and of errno failures, and jaxlib's XlaRuntimeError of an XLA status, which the catalog reads by
+their message and errno instead.
 """
 
 from __future__ import annotations
 
 from firstfault.engine.model import EventType
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
@@ -24,9 +25,10 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # OSError's connection family and timeouts: what a process sees when its peer is gone
     "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
     "BrokenPipeError", "TimeoutError",
-    # wrapper types read by their message or errno (CUDA, NCCL, storage, memory rules)
+    # wrapper types read by their message or errno (CUDA, NCCL, storage, memory rules); JAX/XLA's runtime error
+    # carries a status (DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL ...) the way RuntimeError carries a C++ message
     "RuntimeError", "OSError", "IOError", "EnvironmentError", "SystemError", "MemoryError", "OutOfMemoryError",
-    "AcceleratorError", "CudaError",
+    "AcceleratorError", "CudaError", "XlaRuntimeError", "JaxRuntimeError",
 })
 
 
@@ -59,3 +61,26 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
+
+
+@refiner("CudaUnknownErrorOnOneGpu", phase=Phase.REFINE_EARLY, doc="""
+cudaErrorUnknown (999) is the driver's or device's own failure, so raised on one node while the others only wait
+on it, it is a GPU suspect on that node. Raised on several nodes it follows something shared (a fabric event, a
+driver update, the workload itself): not one GPU's fault, so it is demoted there.
+""", cases=[
+    RuleCase(title="one rank's GPU", evidence={
+        "n2/applog": ["2025-01-01T00:10:00Z [rank6]: RuntimeError: CUDA error: unknown error"],
+        "n1/applog": ["2025-01-01T00:20:00Z [rank0]:[E0101 00:20:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n2"], root_symptom="CUDA unknown error")),
+    RuleCase(title="on two nodes at once", evidence={
+        "n1/applog": ["2025-01-01T00:10:00Z [rank0]: RuntimeError: CUDA error: unknown error"],
+        "n2/applog": ["2025-01-01T00:10:01Z [rank8]: RuntimeError: CUDA error: unknown error"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=["CUDA unknown error"])),
+])
+def cuda_unknown_error_on_one_gpu(ws: Workspace) -> None:
+    raised = ws.active(prefix="CUDA unknown error")
+    nodes = sorted({s.node or "" for s in raised})
+    if len(nodes) < 2:
+        return
+    for s in raised:
+        ws.demote(s, f"CUDA unknown error on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")

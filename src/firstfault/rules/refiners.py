@@ -105,6 +105,10 @@ demoted and the hang, unexplained by the evidence, is what remains.
         f"2025-01-01T01:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 58)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
+    RuleCase(title="hang, then a limit line without a stamp of its own", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
 ])
 def hung_before_time_limit(ws: Workspace) -> None:
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
@@ -112,8 +116,11 @@ def hung_before_time_limit(ws: Workspace) -> None:
         return
     progress_end = max(ends)
     for limit in ws.active(prefix="Slurm time limit"):
-        when = limit.first_time
-        if when is None or ws.undated(limit):
+        # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
+        # line only inherits a lower bound from the line above it), else it struck at the end
+        stamped = [e.time for e in limit.evidence if e.time is not None and not e.time_inferred]
+        when = min(stamped) if stamped else ws.context.end_time
+        if when is None:
             continue
         idle = (when - progress_end).total_seconds()
         if idle > HUNG_BEFORE_LIMIT_S:
@@ -146,7 +153,10 @@ def scheduler_action_yields(ws: Workspace) -> None:
 
 
 def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
-    """The symptom happened while the workload ran (not in the collection margin around it)."""
+    """The symptom happened while the workload ran (not in the collection margin around it). A line of the
+    workload's own output (applog: its stdout and stderr) was written while it ran, stamped or not."""
+    if s.evidence and all(e.source == SourceKind.APPLOG for e in s.evidence):
+        return True
     start, end = ws.context.start_time, ws.context.end_time
     if ws.undated(s) or s.first_time is None or start is None or end is None:
         return False
@@ -173,6 +183,10 @@ accounting is wrong (a step failed) and the terminal state becomes FAILED.
         "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="FAILED")),
+    RuleCase(title="accounting says completed, the job's own output says a step was OOM-killed", evidence={
+        "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
 ])
 def completed_workload(ws: Workspace) -> None:
     if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
