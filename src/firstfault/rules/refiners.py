@@ -212,6 +212,11 @@ failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, o
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
         context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=True, terminal_state="FAILED")),
+    RuleCase(title="a kernel panic on the node Kubernetes then marked NotReady", evidence={
+        "n2/syslog": ["Jan  1 00:10:00 n2 kernel: [1000.1] Kernel panic - not syncing: softlockup: hung tasks"],
+        "n1/scheduler": ["2025-01-01T00:11:00Z   Normal   NodeNotReady   Node/n2   Node n2 status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="host", culprits=["n2"], terminal_state="NODE_FAIL")),
     RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -226,6 +231,12 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         ws.decision.terminal_state = TerminalState(implied)
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
         return
+    if ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED, TerminalState.UNKNOWN):
+        failed_node = _node_declared_failed(ws)
+        if failed_node:
+            ws.decision.terminal_state = TerminalState.NODE_FAIL
+            ws.note("state", f"the root cause is on {failed_node}, which the scheduler declared failed: NODE_FAIL")
+            return
     out_of_memory = ws.decision.sub_domain == SubDomain.HOST_OOM
     if recorded == TerminalState.COMPLETED and ws.decision.terminal_state == TerminalState.FAILED and out_of_memory:
         ws.decision.terminal_state = TerminalState.OUT_OF_MEMORY
@@ -243,6 +254,18 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         return
     ws.decision.terminal_state = state
     ws.note("state", f"no scheduler state recorded; the evidence says {state.value}")
+
+
+def _node_declared_failed(ws: Workspace) -> str | None:
+    """The root cause's node, when a scheduler's node-failure report (Slurm DOWN, Kubernetes NotReady) names it."""
+    root_nodes = {s.node for s in ws.decision.root if s.node}
+    for report in ws.select():
+        if report.attributes.get("terminal_state") != TerminalState.NODE_FAIL.value:
+            continue
+        named = {ws.canonical_node(n) for n in report.value_set("blamed_node")}
+        if named & root_nodes:
+            return sorted(named & root_nodes)[0]  # type: ignore[type-var]
+    return None
 
 
 # What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
