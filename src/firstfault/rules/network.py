@@ -8,11 +8,17 @@ them and no single node can be blamed.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from firstfault.engine.model import SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
+# A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the
+# clock-skew tolerance after it) is corroborated by its own kernel: the NIC that stopped answering is its NIC.
+OWN_LINK_WINDOW_S = 300.0
+_OWN_LINK_EVENTS = ("IB link down", "IB port error")
 
 
 def _resolve(ws: Workspace, peer: str) -> str | None:
@@ -28,8 +34,10 @@ def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
 @refiner("IbPeerResolution", phase=Phase.REFINE, doc=f"""
 Resolve the peers named by RDMA completion errors (IB Error-12 and other completion errors) to nodes (by the
 NCCL interface addresses, or by host name). A peer named by at least {MIN_REPORTERS} distinct reporting nodes,
-and by more reporters than any other peer, is blamed on those errors (`blamed_node`). Two nodes naming only
-each other, or a peer named by a single reporter, blame no node: the fault may be anywhere on the path.
+and by more reporters than any other peer, is blamed on those errors (`blamed_node`). Otherwise a peer is blamed
+only when its own kernel corroborates it: its port went down or reported an error in the {OWN_LINK_WINDOW_S / 60:.0f}
+minutes before the error (even a flap that recovered). Two nodes naming only each other, or a peer named by a single
+reporter, blame no node without that: the fault may be anywhere on the path.
 """, cases=[
     RuleCase(title="mutual", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
@@ -37,6 +45,13 @@ each other, or a peer named by a single reporter, blame no node: the fault may b
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
                      "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         expect=Expect(fired=True, culprits=[], sub_domain="network")),
+    RuleCase(title="one reporter, the peer's own port flapped just before", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 12, opcode 0, len 0, vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
+        "b/syslog": ["Jan  1 00:09:51 b kernel: [3813619.5] mlx5_core 0000:af:00.1 enp175s0f1np1: Link down",
+                     "Jan  1 00:09:56 b kernel: [3813624.8] mlx5_core 0000:af:00.1 enp175s0f1np1: Link up"]},
+        expect=Expect(fired=True, culprits=["b"], sub_domain="network")),
 ])
 def ib_peer_resolution(ws: Workspace) -> None:
     errors = [s for s in ws.active(role="root", sub_domain=SubDomain.NETWORK) if s.definition.blame == "peer"]
@@ -53,13 +68,35 @@ def ib_peer_resolution(ws: Workspace) -> None:
     best = max(len(r) for r in reporters.values())
     leaders = sorted(p for p, r in reporters.items() if len(r) == best)
     if best < MIN_REPORTERS or len(leaders) > 1:
+        corroborated = sorted(p for p in reporters if _own_link_event(ws, p, errors))
+        if len(corroborated) == 1:
+            _blame(ws, errors, corroborated[0])
+            ws.note("localise", f"{corroborated[0]} is named as the peer and its own port went down just before",
+                    node=corroborated[0])
+            return
         ws.note("localise", "no single peer is named by several nodes (" + "; ".join(
             f"{p} by {', '.join(sorted(r))}" for p, r in sorted(reporters.items())) + "): the path is at fault, "
             "no node is blamed")
         return
     peer = leaders[0]
+    _blame(ws, errors, peer)
+    ws.note("localise", f"{peer} is named as the peer by {best} nodes ({', '.join(sorted(reporters[peer]))})",
+            node=peer)
+
+
+def _blame(ws: Workspace, errors: list[WorkSymptom], peer: str) -> None:
     for s in errors:
         if peer in _named_peers(ws, s):
             s.values["blamed_node"] = [peer]
-    ws.note("localise", f"{peer} is named as the peer by {best} nodes ({', '.join(sorted(reporters[peer]))})",
-            node=peer)
+
+
+def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool:
+    """The peer's own kernel reported its port down or in error shortly before an error that names it."""
+    named_at = [s.first_time for s in errors if s.first_time and peer in _named_peers(ws, s)]
+    if not named_at:
+        return False
+    first = min(named_at)
+    before, after = timedelta(seconds=OWN_LINK_WINDOW_S), timedelta(seconds=ws.params.clock_skew_s)
+    return any(event.first_time is not None and not ws.undated(event)
+               and first - before <= (event.last_time or event.first_time) and event.first_time <= first + after
+               for name in _OWN_LINK_EVENTS for event in ws.select(node=peer, prefix=name))
