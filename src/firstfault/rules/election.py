@@ -70,10 +70,23 @@ def _decide(ws: Workspace, root: list[WorkSymptom], sub_domain: SubDomain, why: 
             symptom=root[0].name if root else None)
 
 
+def _concerns(ws: Workspace, s: WorkSymptom) -> set[str]:
+    """The nodes a candidate is about: where it was seen and whom it blames (empty: job-wide)."""
+    return ({s.node} if s.node else set()) | set(blamed_nodes(ws, s))
+
+
+def _outranked(ws: Workspace, s: WorkSymptom, concurrent: list[WorkSymptom]) -> bool:
+    """A stronger report of the same incident started together with `s`: one about the same nodes, or a job-wide
+    one. Strength ranks reports of one incident (the kernel's Xid over the application's CUDA error); it cannot
+    tell which of two faults on different nodes began the failure."""
+    mine = _concerns(ws, s)
+    rivals = [o for o in concurrent if o is not s and (not mine or not _concerns(ws, o) or mine & _concerns(ws, o))]
+    return any(o.definition.strength >= s.definition.strength + STRENGTH_MARGIN for o in rivals)
+
+
 def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
     concurrent = _concurrent(ws, roots)
-    top = max(s.definition.strength for s in concurrent)
-    leading = [s for s in concurrent if s.definition.strength > top - STRENGTH_MARGIN]
+    leading = [s for s in concurrent if not _outranked(ws, s, concurrent)]
     outranked = sorted({s.name for s in concurrent if s not in leading})
     if outranked:
         ws.note("rank", "outranked by a stronger candidate that started together: " + ", ".join(outranked))
@@ -89,9 +102,10 @@ def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
 
 @refiner("ElectRootCause", phase=Phase.FINAL, doc="""
 Elect the root cause among the active (bad) symptoms. Root candidates that started within clock_skew_s of the
-earliest one (or have no time of their own) are considered together; the strongest of them (hardware and
-kernel facts first) win; if several sub_domains remain within STRENGTH_MARGIN the result is ambiguous with all
-of them as candidates and no node is blamed. Without any root candidate, the earliest remaining downstream
+earliest one (or have no time of their own) are considered together. Among reports of one incident (about the
+same nodes, or job-wide) the strongest win (hardware and kernel facts first); faults on different nodes are
+independent and none outranks another. If several sub_domains remain, the result is ambiguous with all of them
+as candidates and no node is blamed. Without any root candidate, the earliest remaining downstream
 symptom is cited with its own sub_domain and no node is blamed; with no failure evidence at all the result is
 none for a completed job - recorded COMPLETED by the scheduler or, when no scheduler state was recorded (a bare
 mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself - and unknown otherwise.
@@ -111,6 +125,10 @@ mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself 
     RuleCase(title="only timeouts", evidence={"a/applog": [
         "2025-01-01T00:40:00Z [rank8]:[E0101 00:40:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 8] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
         expect=Expect(sub_domain="unknown", culprits=[], root_symptom="NCCL watchdog timeout")),
+    RuleCase(title="hardware faults on two nodes together", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."],
+        "b/syslog": ["Jan  1 00:10:20 b kernel: [5308538.6] mlx5_core 0000:9a:00.0: mlx5_port_module_event:1147:(pid 0): Port module event[error]: module 4, Cable error, High Temperature"]},
+        expect=Expect(sub_domain="ambiguous", culprits=[])),
     RuleCase(title="no scheduler, the launcher reports success", evidence={"a/applog": [
         "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 seconds for other agents to finish."]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
