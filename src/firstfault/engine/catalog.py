@@ -333,6 +333,34 @@ def _python_sources() -> list[bytes]:
     return blobs
 
 
+def order_rules(rules: list[PythonRule], *, reverse_ties: bool = False) -> list[PythonRule]:
+    """Rules in phase order; within a phase, each after the rules it names in `after`, ties by name.
+    `reverse_ties` breaks ties in reverse name order: another order the declarations allow, which tests use to
+    show that no undeclared dependency decides a result."""
+    by_name = {r.name: r for r in rules}
+    ordered: list[PythonRule] = []
+    for phase in sorted({r.phase for r in rules}):
+        members = sorted((r for r in rules if r.phase == phase), key=lambda r: r.name, reverse=reverse_ties)
+        waiting = {r.name: set(r.after) for r in members}
+        for r in members:
+            for name in r.after:
+                if name not in by_name:
+                    raise CatalogError(f"{r.module}: rule {r.name} runs after {name!r}, which is not a rule")
+                if by_name[name].phase != phase:
+                    raise CatalogError(f"{r.module}: rule {r.name} ({phase.name}) runs after {name}, which runs in "
+                                       f"{by_name[name].phase.name}: phases already order them")
+        while members:
+            ready = [r for r in members if not waiting[r.name]]
+            if not ready:
+                raise CatalogError("rules wait for each other in a circle: " + ", ".join(r.name for r in members))
+            first = ready[0]
+            ordered.append(first)
+            members.remove(first)
+            for deps in waiting.values():
+                deps.discard(first.name)
+    return ordered
+
+
 def load_catalog(*, extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
     """Parse the packaged catalog (`firstfault.tools.verify.verify_catalog` compiles it and runs every case).
 
@@ -370,8 +398,7 @@ def load_catalog(*, extra_files: list[tuple[str, bytes]] | None = None) -> Catal
         if rule.name in names:
             raise CatalogError(f"{rule.module}: rule {rule.name} is already defined")
         names.add(rule.name)
-    order = {m: i for i, m in enumerate(RULE_MODULES)}
-    python_rules.sort(key=lambda r: (r.phase, order.get(r.module, len(order))))
+    python_rules = order_rules(python_rules)
     digest = hashlib.sha256()
     for name, blob in files:
         digest.update(name.encode() + b"\0" + blob + b"\0")

@@ -10,8 +10,9 @@ state of one attribution run) and acts on it through its methods, so every chang
             ws.demote(s, "Xid 45 follows another Xid on the same node")
 
 Rule kinds (docs/architecture.md, "Pipeline"): extractors turn lines into events, filters rewrite the event stream, collectors
-gather job-wide facts, refiners demote symptoms and decide. Each rule states its phase; rules of one phase run
-in catalog order (file order, then name), which is fixed, so runs are deterministic.
+gather job-wide facts, refiners demote symptoms and decide. Each rule states its phase. Within a phase a rule runs
+after the rules it names in `after=` and otherwise in name order: where a rule sits in which module never changes
+the result, and a dependency between two rules is written where it is relied on.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class PythonRule:
     func: Callable[..., Any]
     cases: tuple[RuleCase, ...] = ()
     module: str = ""
+    after: tuple[str, ...] = ()  # rules of the same phase that must run before this one
 
 
 @dataclass(frozen=True)
@@ -132,35 +134,39 @@ _REGISTRY: list[PythonRule] = []
 _METRIC_EXTRACTORS: list[MetricExtractor] = []
 
 
-def _register(kind: RuleKind, name: str, phase: Phase, doc: str,
-              cases: list[RuleCase] | tuple[RuleCase, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+Cases = list[RuleCase] | tuple[RuleCase, ...]
+
+
+def _register(kind: RuleKind, name: str, phase: Phase, doc: str, cases: Cases,
+              after: tuple[str, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     if phase not in KIND_PHASES[kind]:
         raise ValueError(f"rule {name}: a {kind} cannot run in phase {phase.name}")
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         _REGISTRY.append(PythonRule(name=name, kind=kind, phase=phase, doc=doc.strip(), func=func,
-                                    cases=tuple(cases), module=func.__module__))
+                                    cases=tuple(cases), module=func.__module__, after=tuple(after)))
         return func
 
     return wrap
 
 
-def filter_rule(name: str, *, phase: Phase = Phase.FILTER, doc: str,
-                cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def filter_rule(name: str, *, phase: Phase = Phase.FILTER, doc: str, cases: Cases = (),
+                after: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a filter: reads and rewrites `ws.events` before symptoms are materialised."""
-    return _register("filter", name, phase, doc, cases)
+    return _register("filter", name, phase, doc, cases, after)
 
 
-def collector(name: str, *, doc: str,
-              cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def collector(name: str, *, doc: str, cases: Cases = (),
+              after: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a collector: gathers job-wide facts into `ws.facts` after per-node cleaning."""
-    return _register("collector", name, Phase.AGGREGATE, doc, cases)
+    return _register("collector", name, Phase.AGGREGATE, doc, cases, after)
 
 
-def refiner(name: str, *, phase: Phase, doc: str,
-            cases: list[RuleCase] | tuple[RuleCase, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a refiner: demotes symptoms, elects the root cause, adjusts the decision."""
-    return _register("refiner", name, phase, doc, cases)
+def refiner(name: str, *, phase: Phase, doc: str, cases: Cases = (),
+            after: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a refiner: demotes symptoms, elects the root cause, adjusts the decision. `after` names rules of
+    the same phase whose changes this one reads."""
+    return _register("refiner", name, phase, doc, cases, after)
 
 
 def metric_extractor(name: str, *, metrics: tuple[str, ...], doc: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

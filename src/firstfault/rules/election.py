@@ -157,7 +157,7 @@ def elect_root_cause(ws: Workspace) -> None:
         _decide(ws, [], SubDomain.UNKNOWN, "no failure evidence in the available logs")
 
 
-@refiner("SystemicGuard", phase=Phase.FINAL, doc="""
+@refiner("SystemicGuard", phase=Phase.FINAL, after=("ElectRootCause",), doc="""
 When the elected root is blamed on more than systemic_share of the job's nodes (and at least
 systemic_min_nodes), the cause is shared (fabric, filesystem, image, configuration) and no single node is
 blamed: draining most of a job's nodes on one signature would do more harm than good.
@@ -178,7 +178,7 @@ def systemic_guard(ws: Workspace) -> None:
         ws.decision.culprits = {}
 
 
-@refiner("DemoteExplained", phase=Phase.FINAL, doc="""
+@refiner("DemoteExplained", phase=Phase.FINAL, after=("SystemicGuard",), doc="""
 After the election, every other bad symptom is demoted to interesting evidence with the reason: downstream of
 the root, later than the root, or outranked by it. Provenance is kept, so the cascade stays inspectable. Later
 reports of the same sub_domain on the root's node corroborate the root and are cited with it.

@@ -63,7 +63,7 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: another rule explains this line")
 
 
-@refiner("CudaUnknownErrorOnOneGpu", phase=Phase.REFINE_EARLY, doc="""
+@refiner("CudaUnknownErrorOnOneGpu", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 cudaErrorUnknown (999) is the driver's or device's own failure, so raised on one node while the others only wait
 on it, it is a GPU suspect on that node. Raised on several nodes it follows something shared (a fabric event, a
 driver update, the workload itself): not one GPU's fault, so it is demoted there.

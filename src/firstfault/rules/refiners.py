@@ -59,7 +59,7 @@ def after_the_end(ws: Workspace) -> None:
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
 
 
-@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, doc=f"""
+@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc=f"""
 A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
 minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
 workload; it is demoted as survived.
@@ -127,7 +127,7 @@ def hung_before_time_limit(ws: Workspace) -> None:
             ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
 
 
-@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, doc="""
+@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit",), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it.
@@ -163,7 +163,7 @@ def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
     return start <= s.first_time <= end
 
 
-@refiner("CompletedWorkload", phase=Phase.REFINE_LATE, doc="""
+@refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
 WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every remaining bad symptom was
 survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
