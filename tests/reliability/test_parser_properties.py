@@ -38,7 +38,7 @@ from firstfault.engine import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.errors import CatalogError, CollectorError, ServiceError, SlurmError
-from firstfault.rules.xid import decode_nvlink5, decode_xid74
+from firstfault.rules.gpu_driver import decode_nvlink5, decode_xid74
 from firstfault.service.http import strict_validate
 from firstfault.service.v2 import BATCH
 from firstfault.tools.verify import default_engine, load_verified_catalog

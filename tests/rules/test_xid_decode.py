@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstfault.rules.xid import decode_nvlink5, decode_rows
+from firstfault.rules.gpu_driver import decode_nvlink5, decode_rows
 
 
 @pytest.mark.parametrize("xid,intrinfo,status,unit,symptom,immediate,investigatory", [
@@ -44,7 +44,7 @@ def test_table_covers_every_nvlink5_code() -> None:
 
 
 def test_xid74_register_decode() -> None:
-    from firstfault.rules.xid import decode_xid74
+    from firstfault.rules.gpu_driver import decode_xid74
 
     example = decode_xid74("0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0")  # 3rd register bit 16 (catalog example)
     assert example is not None and example.fatal and example.classes == {"hw_link"}

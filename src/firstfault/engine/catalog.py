@@ -31,13 +31,13 @@ from firstfault.errors import CatalogError
 
 # Python rule modules, in the order their rules run within a phase.
 RULE_MODULES = (
-    "firstfault.rules.xid",
+    "firstfault.rules.gpu_driver",
+    "firstfault.rules.host",
     "firstfault.rules.metrics",
-    "firstfault.rules.network",
+    "firstfault.rules.nccl",
     "firstfault.rules.pytorch",
-    "firstfault.rules.cleaners",
-    "firstfault.rules.collectors",
-    "firstfault.rules.refiners",
+    "firstfault.rules.scheduler",
+    "firstfault.rules.storage",
     "firstfault.rules.election",
 )
 

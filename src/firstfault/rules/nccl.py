@@ -1,17 +1,19 @@
-"""Network localisation (REFINE): which node do RDMA errors that name a peer point at?
+"""NCCL and fabric-path rules (the Python side of catalog/nccl.toml): node addresses from NCCL's own lines, the
+peer an RDMA error names, and interfaces that only break multi-node jobs.
 
-Facts used (NCCL issue #902, docs/domain.md §6.4): a retry-exceeded completion (error 12) means the NIC got no
-acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or
-switch port) is the common element; when two nodes only name each other, the fault is on the path between
-them and no single node can be blamed.
+Facts used (NCCL issue #902, docs/domain.md §2.1, §6.4): a retry-exceeded completion (error 12) means the NIC got
+no acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or switch
+port) is the common element; when two nodes only name each other, the fault is on the path between them and no
+single node can be blamed. NCCL on a loopback or bridge interface only breaks jobs that span nodes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 
 from firstfault.engine.model import SubDomain
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -100,3 +102,59 @@ def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool
     return any(event.first_time is not None and not ws.undated(event)
                and first - before <= (event.last_time or event.first_time) and event.first_time <= first + after
                for name in _OWN_LINK_EVENTS for event in ws.select(node=peer, prefix=name))
+
+
+def _routable(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_unspecified or ip.is_link_local)
+
+
+@collector("IpToNodeMap", doc="""
+Map the addresses NCCL uses (Bootstrap / OOB interface lines) to the node that printed them, so that peers
+named by IP in network errors can be resolved to nodes. An address printed by more than one node (127.0.0.1,
+a container bridge's 172.17.0.1) identifies no node and is left out; so are loopback and link-local ones.
+""", cases=[
+    RuleCase(title="peer named by two nodes", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"]},
+        expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+])
+def ip_to_node_map(ws: Workspace) -> None:
+    claims: dict[str, set[str]] = {}
+    for event in ws.facts_of("ip_map"):
+        if not event.node:
+            continue
+        for address in set(event.values.get("address", [])) | {str(event.attributes.get("address", ""))}:
+            if address and _routable(address):
+                claims.setdefault(address, set()).add(event.node)
+    mapping = {ip: next(iter(nodes)) for ip, nodes in claims.items() if len(nodes) == 1}
+    ws.facts["ip_to_node"] = mapping
+    shared = sorted(ip for ip, nodes in claims.items() if len(nodes) > 1)
+    if mapping or shared:
+        ws.note("collect", f"{len(mapping)} node addresses from NCCL interface lines"
+                + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
+
+
+@refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
+NCCL on a loopback or bridge interface only fails jobs that span several nodes; on a single-node job it is
+harmless and is demoted.
+""", cases=[
+    RuleCase(title="single node", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["NCCL on a non-routable interface"])),
+    RuleCase(title="two nodes", evidence={
+        "n1/applog": ["2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"],
+        "n2/applog": ["2025-01-01T00:00:01Z n2:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
+        expect=Expect(fired=False, sub_domain="configuration")),
+])
+def nccl_interface_needs_peers(ws: Workspace) -> None:
+    if len(ws.context.nodes) > 1:
+        return
+    for s in ws.active(prefix="NCCL on a non-routable interface"):
+        ws.demote(s, "single-node job: NCCL traffic stays on the host")

@@ -1,10 +1,12 @@
-"""GPU Xid rules: burst decoding (HandleXidBurstEvents), NVLink5 decode, and per-node Xid ordering.
+"""GPU driver rules (the Python side of catalog/gpu_driver.toml and xid_codes.toml): Xid burst decoding
+(HandleXidBurstEvents), the NVLink5 and Xid 74 decode tables, per-node Xid ordering, and Fabric Manager after an
+NVSwitch SXid.
 
-Facts used (docs/rules.md cites them): NVIDIA Xid catalog resolution buckets; the "XID 144-150 Decode"
-sheet (IntrInfo unit field by driver generation, reason sub-code in bits 25:20, errorStatus rows); NVIDIA
-Fleet Intelligence's burst definition (Xids of a node until 3 minutes of silence); the catalog's ordering
-guidance: within a burst the earliest hardware-class Xid is the root, and 45/43/154 and later
-application-class Xids are its symptoms.
+Facts used (docs/domain.md §1): NVIDIA Xid catalog resolution buckets; the "XID 144-150 Decode" sheet (IntrInfo
+unit field by driver generation, reason sub-code in bits 25:20, errorStatus rows); NVIDIA Fleet Intelligence's
+burst definition (Xids of a node until 3 minutes of silence); the catalog's ordering guidance: within a burst the
+earliest hardware-class Xid is the root, and 45/43/154 and later application-class Xids are its symptoms; Fabric
+Manager not ready makes CUDA fail with 'system not yet initialized' (CUDA error 802).
 """
 
 from __future__ import annotations
@@ -357,3 +359,24 @@ def xid154_linkage(ws: Workspace) -> None:
             if s.definition.family == "xid":
                 s.attributes["recovery_action"] = action
                 ws.note("link", f"driver recovery action for {s.name}: {action} (Xid 154)", node=s.node, symptom=s.name)
+
+
+@refiner("FabricNotReadyAfterSxid", phase=Phase.CLEAN, doc="""
+When CUDA on a node fails with 'system not yet initialized' (the NVLink fabric is not up) and the same node's
+NVSwitch reported SXids, the SXids are why the fabric is not ready: they become bad and, being earlier, the
+root cause.
+""", cases=[
+    RuleCase(title="sxid then 802", evidence={
+        "n2/syslog": ["Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"],
+        "n2/applog": ["2025-01-01T00:04:32Z [rank8]: RuntimeError: CUDA error: system not yet initialized"],
+        "n1/applog": ["2025-01-01T00:04:35Z srun: error: n2: task 1: Exited with exit code 1"]},
+        expect=Expect(fired=True, root_symptom="NVSwitch SXid", culprits=["n2"], sub_domain="nvlink")),
+    RuleCase(title="sxid alone", evidence={
+        "n2/syslog": ["Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def fabric_not_ready_after_sxid(ws: Workspace) -> None:
+    for failure in ws.active(prefix="CUDA system not initialized"):
+        for sxid in ws.select(node=failure.node, prefix="NVSwitch SXid", status="interesting"):
+            ws.promote(sxid, f"CUDA on {failure.node} cannot start (fabric not ready) and this node's NVSwitch "
+                       "reported these SXids")

@@ -1,9 +1,9 @@
-"""Job-wide rules: scheduler evidence, survived events, scheduler actions and completed workloads.
+"""Scheduler rules (the Python side of catalog/scheduler.toml): the recorded state as evidence, scheduler actions
+that only ended a workload already failed or hung, completed workloads, and the terminal state.
 
-Facts used: a scheduler cancellation (time limit, preemption, scancel, node failure) is the root only if
-nothing failed before it - a job hung by a fault runs into its time limit (docs/domain.md §6.2); Slurm's
-accounting can call a job COMPLETED while a step failed, and a completed job's scary lines are benign
-(corpus README, docs/domain.md §3.7).
+Facts used: a scheduler cancellation (time limit, preemption, scancel, node failure) is the root only if nothing
+failed before it - a job hung by a fault runs into its time limit (docs/domain.md §6.2); Slurm's accounting can
+call a job COMPLETED while a step failed, and a completed job's scary lines are benign (docs/domain.md §3.7).
 """
 
 from __future__ import annotations
@@ -29,64 +29,6 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
     if ws.undated(candidate) or candidate.first_time is None or action.first_time is None:
         return True
     return candidate.first_time <= action.first_time + timedelta(seconds=ws.params.clock_skew_s)
-
-
-@refiner("AfterTheEnd", phase=Phase.REFINE_EARLY, doc="""
-A fault that began after the workload ended (later than its end time by more than clock_skew_s, on the line's own
-time) cannot have ended it: on a shared or reused node it belongs to whatever ran next. It stays as evidence, never
-as the root cause.
-""", cases=[
-    RuleCase(title="an Xid of the next job", evidence={
-        "a/syslog": ["Jan  1 02:07:00 a kernel: NVRM: Xid (PCI:0000:91:00): 13, pid=1, name=python3, Graphics SM Warp Exception on (GPC 4, TPC 1, SM 0): Out Of Range Address"],
-        "b/applog": ["2025-01-01T01:59:58Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:58 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT", "exit_code": "0:0"},
-        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT", demoted=["XID-13"])),
-    RuleCase(title="a fault at the end, within the tolerance", evidence={
-        "a/syslog": ["Jan  1 02:01:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
-        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
-])
-def after_the_end(ws: Workspace) -> None:
-    end = ws.context.end_time
-    if end is None:
-        return
-    limit = end + timedelta(seconds=ws.params.clock_skew_s)
-    for s in ws.active():
-        if s.first_time is not None and not ws.undated(s) and s.first_time > limit:
-            minutes = (s.first_time - end).total_seconds() / 60
-            ws.demote(s, f"began {minutes:.0f} min after the workload ended: it cannot have ended it")
-
-
-SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
-
-
-@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc=f"""
-A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
-minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
-workload; it is demoted as survived.
-""", cases=[
-    RuleCase(title="early flap, late failure", evidence={
-        "a/syslog": ["Jan  1 00:05:00 a kernel: watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python:1]"],
-        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
-                     for m in range(6, 50)] + ["2025-01-01T00:55:00Z [rank8]: KeyError: 'x'"]},
-        expect=Expect(fired=True, sub_domain="application", culprits=[], demoted=["CPU soft lockup"])),
-    RuleCase(title="failure stops progress", evidence={
-        "a/syslog": ["Jan  1 00:30:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."],
-        "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
-                     for m in range(6, 30)]},
-        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
-])
-def survived_by_progress(ws: Workspace) -> None:
-    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
-    if not ends:
-        return
-    progress_end = max(ends)
-    margin = timedelta(seconds=SURVIVED_AFTER_S)
-    for s in ws.active(role="root"):
-        last = s.last_time or s.first_time
-        if last is None or ws.undated(s) or progress_end <= last + margin:
-            continue
-        minutes = (progress_end - last).total_seconds() / 60
-        ws.demote(s, f"the workload kept training for {minutes:.0f} min after it: survived")
 
 
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung

@@ -1,0 +1,82 @@
+"""Host rules (the Python side of catalog/host.toml): what a node's kernel reports mean on their own.
+
+Facts used (docs/domain.md §3.4, §3.5): MCi_STATUS bit 61 (UC) marks an uncorrected machine-check error (Intel SDM
+vol. 3B, MCi_STATUS); PCIe AER corrected-error storms on a root port precede devices falling off the bus (NVIDIA
+Xid 79 guidance); an IB port error or link down followed by the port coming back is a recovered flap (ibv async
+events 10 and 9).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
+from firstfault.engine.workspace import Workspace
+
+MCE_UC_BIT = 61
+AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
+FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
+
+
+@refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
+A machine-check record whose MCi_STATUS words all have bit 61 (UC) clear was corrected by the hardware: it is
+context, not a cause. Records with UC set stay as uncorrected machine checks.
+""", cases=[
+    RuleCase(title="corrected", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 7: 8c00004000010090"]},
+        expect=Expect(fired=True, demoted=["Machine check"])),
+    RuleCase(title="uncorrected", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 7: be00000000800400"]},
+        expect=Expect(fired=False, active=["Machine check (uncorrected)"], culprits=["n1"])),
+])
+def mce_corrected_is_context(ws: Workspace) -> None:
+    for s in ws.active(prefix="Machine check (uncorrected)"):
+        statuses = s.value_set("status")
+        if statuses and not any(int(v, 16) >> MCE_UC_BIT & 1 for v in statuses):
+            ws.demote(s, "MCi_STATUS UC bit (61) is clear in every record: corrected by the hardware")
+
+
+@refiner("AerCorrectedStorm", phase=Phase.CLEAN, doc=f"""
+PCIe AER corrected errors are context one at a time. {AER_STORM_MIN} or more on a node (counting the kernel's
+'N Corrected errors received' summaries) are a storm on that link: a root candidate that blames the node.
+""", cases=[
+    RuleCase(title="storm", evidence={"n1/syslog": [
+        f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"
+        for i in range(12)]}, expect=Expect(fired=True, active=["PCIe AER corrected errors"], culprits=["n1"])),
+    RuleCase(title="single", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def aer_corrected_storm(ws: Workspace) -> None:
+    for s in ws.select(prefix="PCIe AER corrected errors", status="interesting"):
+        total = s.count + sum(int(v) - 1 for v in s.value_set("batch"))
+        if total >= AER_STORM_MIN:
+            s.attributes["storm_events"] = total
+            ws.promote(s, f"{total} corrected AER errors: a storm on this node's PCIe link")
+
+
+@refiner("RecoveredLinkFlap", phase=Phase.CLEAN, doc=f"""
+An IB port error or link-down on a node that is followed, within {FLAP_RECOVERY_S:.0f} s of its last
+occurrence, by the port coming back (port active / Link ACTIVE) is a recovered flap: context, not a cause.
+Repeated errors with no recovery stay (a flapping or dead link).
+""", cases=[
+    RuleCase(title="flap", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port error(10)",
+        "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port active(9)"]},
+        expect=Expect(fired=True, demoted=["IB port error"])),
+    RuleCase(title="down", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error"]},
+        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+])
+def recovered_link_flap(ws: Workspace) -> None:
+    window = timedelta(seconds=FLAP_RECOVERY_S)
+    for down in ws.active(prefix="IB port error") + ws.active(prefix="IB link down"):
+        last = down.last_time or down.first_time
+        if last is None:
+            continue
+        for up in ws.select(node=down.node, prefix="IB port active") + ws.select(node=down.node, prefix="IB link up"):
+            up_last = up.last_time or up.first_time
+            if up_last is not None and last <= up_last <= last + window:
+                ws.demote(down, f"the port came back ({up.name}) {(up_last - last).total_seconds():.0f} s after "
+                          "its last error: a recovered flap")
+                break
