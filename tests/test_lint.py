@@ -39,3 +39,10 @@ def test_no_import_cycle_between_modules() -> None:
     cycles = [(a, b) for a in sorted(graph.modules) for b in sorted(graph.modules)
               if a < b and graph.chain_exists(importer=a, imported=b) and graph.chain_exists(importer=b, imported=a)]
     assert cycles == []
+
+
+def test_mypy_is_clean() -> None:
+    """pyproject.toml [tool.mypy]: strict on the engine, the rules, the errors and the wire formats; mypy's
+    defaults on the shells."""
+    result = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr

@@ -32,7 +32,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     parts = _PART_COMMANDS[:1] if command in _ENGINE_COMMANDS else _PART_COMMANDS
     for module_name in parts:
-        add: Callable[[argparse._SubParsersAction], None] = importlib.import_module(module_name).add_commands
+        add: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = importlib.import_module(module_name).add_commands
         add(sub)
     return parser
 

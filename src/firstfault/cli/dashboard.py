@@ -24,7 +24,7 @@ DEFAULT_PORT = 8080
 QUICKSTART_DB = Path(".firstfault") / "quickstart.db"
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("dashboard", help="the read-only web dashboard over a results database",
                        description="Serve the read-only dashboard over a SQLite results database written by "
                                    "`firstfault blueprint ... --connector output db sqlite path FILE`. The database "

@@ -180,8 +180,8 @@ def _rules_show(catalog: Catalog, name: str) -> int:
         if r.name == name:
             console.print(f"[bold]{r.name}[/bold] ({r.kind}, phase {r.phase.name}, {r.module})")
             console.print(escape(r.doc))
-            for case in r.cases:
-                console.print(f"  case {escape(case.title)}: expect {escape(json.dumps(case.expect.as_dict()))}")
+            for rule_case in r.cases:
+                console.print(f"  case {escape(rule_case.title)}: expect {escape(json.dumps(rule_case.expect.as_dict()))}")
             return 0
     if name in catalog.symptoms:
         s = catalog.symptoms[name]
@@ -259,7 +259,7 @@ def _print_eval(report: object) -> None:
                   f"{m['expected_culprit_nodes']} expected culprit nodes  passed {m['passed']}/{m['scenarios']}")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("analyze", help="analyse one workload directory (or a bundled sample)")
     p.add_argument("path", nargs="?", type=Path, help="directory with scenario.toml and <node>/<source>.log")
     p.add_argument("--sample", nargs="?", const=DEFAULT_SAMPLE, default=None, metavar="NAME",

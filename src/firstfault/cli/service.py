@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging.config
+import math
 import signal
 import sys
 from types import FrameType
@@ -16,7 +17,7 @@ from firstfault.service.settings import Settings
 from firstfault.tools.verify import verified_engine
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the Attribution Service (HTTP API over the engine)",
                        description="Run the Attribution Service. Every option also reads FIRSTFAULT_<OPTION> "
                                    "(e.g. FIRSTFAULT_PORT, FIRSTFAULT_API_TOKEN); see docs/service.md.")
@@ -46,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return error(str(exc))
     app = create_app(settings, engine, spans)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
-                            access_log=False, timeout_graceful_shutdown=settings.shutdown_timeout_s,
+                            access_log=False, timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
                             server_header=False)
     server = uvicorn.Server(config)
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal; exit 0 for that clean stop.

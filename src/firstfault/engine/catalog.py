@@ -19,7 +19,7 @@ from typing import Any
 
 import re2
 
-from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, SourceKind, SubDomain
+from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, Role, SourceKind, SubDomain
 from firstfault.engine.rules_api import (
     MetricExtractor,
     Phase,
@@ -64,7 +64,7 @@ class SymptomDef:
 
     name: str
     sub_domain: SubDomain
-    role: str
+    role: Role
     blame: str
     strength: int
     next_action: NextActionDef

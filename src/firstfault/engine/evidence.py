@@ -9,15 +9,14 @@ from __future__ import annotations
 import gzip
 import os
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from pydantic import ValidationError
 
-from firstfault.engine.model import ExecutionContext, SourceKind
+from firstfault.engine.model import SCHEDULERS, ExecutionContext, Scheduler, SourceKind
 from firstfault.errors import EvidenceError
 
 SCENARIO_FILE = "scenario.toml"
@@ -57,11 +56,13 @@ def read_context(directory: Path) -> ExecutionContext:
     if not isinstance(workload, dict):
         raise EvidenceError(f"{path}: missing [workload] table")
     scheduler = workload.get("scheduler", "none") or "none"
+    if scheduler not in SCHEDULERS:
+        raise EvidenceError(f"{path}: [workload] scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
     try:
         return ExecutionContext(
             workload_id=str(doc.get("id") or workload.get("job_id") or directory.name),
             attempt=int(workload.get("attempt", 0)),
-            scheduler=scheduler,
+            scheduler=cast(Scheduler, scheduler),
             job_id=str(workload.get("job_id", "")),
             name=str(workload.get("name", doc.get("title", ""))),
             nodes=[str(n) for n in workload.get("nodes", [])],
@@ -97,8 +98,8 @@ def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[str]]:
     return files, ignored
 
 
-def open_evidence(path: Path) -> Iterator[Any]:
-    """Open an evidence file for binary streaming (transparently gunzipping `.gz`)."""
+def open_evidence(path: Path) -> BinaryIO:
+    """Open an evidence file for binary streaming (transparently gunzipping `.gz`); the caller closes it."""
     if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.open(path, "rb"))
     return open(path, "rb")  # noqa: SIM115 - the caller closes it

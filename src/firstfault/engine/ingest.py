@@ -210,8 +210,8 @@ class Accumulator:
                         if len(bucket) >= limit:
                             break
                         bucket[v] = None
-            for k, observations, nbytes, origins in state.stats:
-                stats = self._stats.setdefault(k, _StreamStats())
+            for stream_key, observations, nbytes, origins in state.stats:
+                stats = self._stats.setdefault(stream_key, _StreamStats())
                 stats.observations += observations
                 stats.bytes += nbytes
                 for origin in origins:

@@ -106,6 +106,10 @@ class FrozenModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+Scheduler = Literal["slurm", "kubernetes", "none"]
+SCHEDULERS: tuple[Scheduler, ...] = ("slurm", "kubernetes", "none")
+
+
 class ExecutionContext(BaseModel):
     """One attempt of one workload: what ran where and when, and what the scheduler recorded."""
 
@@ -113,7 +117,7 @@ class ExecutionContext(BaseModel):
 
     workload_id: str = Field(min_length=1, max_length=512)
     attempt: int = Field(default=0, ge=0)
-    scheduler: Literal["slurm", "kubernetes", "none"] = "none"
+    scheduler: Scheduler = "none"
     job_id: str = Field(default="", max_length=512)
     name: str = Field(default="", max_length=512)
     nodes: list[str] = Field(default_factory=list, max_length=100_000)

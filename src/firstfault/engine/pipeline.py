@@ -17,6 +17,7 @@ from firstfault.engine.model import (
     RootCause,
     SourceCoverage,
     SourceKind,
+    Status,
     SubDomain,
     SymptomView,
     TerminalState,
@@ -71,7 +72,7 @@ def _materialise(ws: Workspace) -> list[str]:
             continue
         if event.type not in (EventType.NODE_BAD, EventType.NODE_INTERESTING) or not event.symptom:
             continue
-        status = "bad" if event.type == EventType.NODE_BAD else "interesting"
+        status: Status = "bad" if event.type == EventType.NODE_BAD else "interesting"
         key = (node, event.symptom)
         existing = by_key.get(key)
         if existing is None:
@@ -174,7 +175,7 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
     for s in sources:
         if s.observations > 0:
             have.setdefault(s.node, set()).add(s.source)
-    missing = []
+    missing: list[str] = []
     for node in allocation:
         node_has = have.get(node, set())
         missing.extend(f"{node}/{src.value}" for src in _LOG_SOURCES if src not in node_has)

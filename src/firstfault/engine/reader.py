@@ -207,8 +207,8 @@ class LineReader:
             inherited = time is None
             if inherited:
                 found = self._last_time_of(data, start, stop=prev_end)
-                time = prev_time if found is _PREVIOUS else (found or last_time)
-            else:
+                time = prev_time if found is _PREVIOUS else (found if isinstance(found, datetime) else last_time)
+            elif time is not None:
                 if last_time is not None and (last_time - time).total_seconds() > self.params.clock_skew_s:
                     self._time_went_back(origin, line_no, last_time, time)
                 last_time = time

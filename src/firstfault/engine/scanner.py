@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import hyperscan
 
@@ -219,7 +219,7 @@ class SourceScanner:
         dbs: dict[str, hyperscan.Database] = {}
         cache_files: dict[str, Path] = {}
         if cache_dir is not None and patterns:
-            key = hashlib.sha256(json.dumps([_CACHE_FORMAT, hyperscan.__version__, platform.machine(), patterns,
+            key = hashlib.sha256(json.dumps([_CACHE_FORMAT, getattr(hyperscan, "__version__", ""), platform.machine(), patterns,
                                              expressions, sampled_ids]).encode()).hexdigest()[:40]
             for name, ids, _flags in plan:
                 if ids:
@@ -257,10 +257,10 @@ class SourceScanner:
 
         scratch = self._scratch(name, db)
         if start == 0 and end == len(data):
-            db.scan(data, match_event_handler=on_match, scratch=scratch)
+            db.scan(cast(bytes, data), match_event_handler=on_match, scratch=scratch)
         else:
             with memoryview(data) as view, view[start:end] as part:
-                db.scan(part, match_event_handler=on_match, scratch=scratch)
+                db.scan(cast(bytes, part), match_event_handler=on_match, scratch=scratch)
         return found
 
     def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:

@@ -12,6 +12,8 @@ from firstfault.engine.model import (
     EventType,
     Evidence,
     ExecutionContext,
+    Role,
+    Status,
     SubDomain,
     TerminalState,
     TraceEntry,
@@ -40,7 +42,7 @@ class WorkSymptom:
     node: str | None
     name: str
     definition: SymptomDef
-    status: str  # bad | interesting
+    status: Status
     first_time: datetime | None
     last_time: datetime | None
     count: int
@@ -52,7 +54,7 @@ class WorkSymptom:
     reason: str | None = None
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         return self.definition.role
 
     @property

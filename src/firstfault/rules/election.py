@@ -37,10 +37,10 @@ def _start(ws: Workspace, s: WorkSymptom) -> datetime | None:
 
 
 def _concurrent(ws: Workspace, candidates: list[WorkSymptom]) -> list[WorkSymptom]:
-    dated = [s for s in candidates if _start(ws, s) is not None]
-    if not dated:
+    starts = [t for t in (_start(ws, s) for s in candidates) if t is not None]
+    if not starts:
         return candidates
-    t0 = min(_start(ws, s) for s in dated)  # type: ignore[type-var]
+    t0 = min(starts)
     window = t0 + timedelta(seconds=ws.params.clock_skew_s)
     return [s for s in candidates if (_start(ws, s) or t0) <= window]
 

@@ -15,7 +15,7 @@ import importlib.resources
 import re
 import tomllib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType
@@ -322,11 +322,12 @@ def xid_burst_root(ws: Workspace) -> None:
         if not hardware or hardware[0].first_time is None:
             continue
         root = hardware[0]
+        root_first: datetime = hardware[0].first_time
         for other in xids:
             if other is root or other.first_time is None:
                 continue
-            in_burst = other.first_time <= (root.last_time or root.first_time) + gap
-            if not in_burst or other.first_time < root.first_time:
+            in_burst = other.first_time <= (root.last_time or root_first) + gap
+            if not in_burst or other.first_time < root_first:
                 continue
             reason = _explained_by(root, other)
             if reason:

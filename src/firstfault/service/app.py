@@ -117,7 +117,7 @@ def _allowed_methods(request: Request) -> list[str]:
     methods: set[str] = set()
     for route in request.app.routes:
         if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods
+            methods |= route.methods or set()
     return sorted(methods)
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Request
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from firstfault.engine.model import Attribution, ExecutionContext
+from firstfault.engine.model import Attribution, ExecutionContext, Scheduler
 from firstfault.errors import ServiceError
 from firstfault.service.core import AttributionService
 from firstfault.service.errors import error_responses
@@ -28,7 +28,7 @@ from firstfault.service.http import (
 from firstfault.service.v2 import IdempotencyKey, SessionId
 from firstfault.wire import LokiBatch, PromBatch, bounded_utc
 
-_SCHEDULERS = {"slurm": "slurm", "kubernetes": "kubernetes", "k8s": "kubernetes", "kueue": "kubernetes"}
+_SCHEDULERS: dict[str, Scheduler] = {"slurm": "slurm", "kubernetes": "kubernetes", "k8s": "kubernetes", "kueue": "kubernetes"}
 _SOURCES = {"syslog": "syslog", "dmesg": "syslog", "kernel": "syslog", "applog": "applog", "app": "applog",
             "application": "applog", "scheduler": "scheduler", "slurm": "scheduler"}
 _METADATA_FIELDS = ("srun_cmd", "nranks", "username", "framework")

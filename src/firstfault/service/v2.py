@@ -32,18 +32,18 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_lengt
 
 def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     api = APIRouter(prefix="/v2", route_class=JsonRoute, tags=["v2"])
-    writes = {"dependencies": auth}
     unknown = error_responses(401, 404, 422) if auth else error_responses(404, 422)
 
     @api.post("/sessions", status_code=201, response_model=SessionCreated,
-              responses=error_responses(400, 401, 413, 415, 422, 429), **writes)
+              responses=error_responses(400, 401, 413, 415, 422, 429), dependencies=auth)
     async def create_session(context: Annotated[ContextBody, Body()], request: Request) -> SessionCreated:
         """Open a session for one workload attempt (body: an ExecutionContext)."""
-        record = service.create_session(await strict_body(request, CONTEXT))
+        body = await strict_body(request, CONTEXT)
+        record = service.create_session(body)
         return SessionCreated(session_id=record.id, revision=0)
 
     @api.post("/sessions/{session_id}/observations", status_code=202, response_model=IngestAck,
-              responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), **writes)
+              responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), dependencies=auth)
     async def add_observations(session_id: SessionId, batch: Annotated[ObservationBatch, Body()], request: Request,
                                idempotency_key: IdempotencyKey = None) -> IngestAck:
         """Add a batch of evidence in one of four formats (see `format`)."""
@@ -51,7 +51,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         fingerprint = await body_fingerprint(request) if idempotency_key else ""
         return await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
 
-    @api.post("/sessions/{session_id}/attribute", response_model=AttributeResponse, responses=unknown, **writes)
+    @api.post("/sessions/{session_id}/attribute", response_model=AttributeResponse, responses=unknown, dependencies=auth)
     async def attribute(session_id: SessionId) -> AttributeResponse:
         """Compute the result from everything ingested so far; may be called any number of times."""
         return await in_thread(service.attribute, session_id)
@@ -61,7 +61,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         """State, counters and the last result of a session."""
         return await in_thread(service.describe, session_id)
 
-    @api.delete("/sessions/{session_id}", status_code=204, response_class=Response, responses=unknown, **writes)
+    @api.delete("/sessions/{session_id}", status_code=204, response_class=Response, responses=unknown, dependencies=auth)
     async def delete_session(session_id: SessionId) -> Response:
         service.delete(session_id)
         return Response(status_code=204)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from re import _constants as C  # type: ignore[attr-defined]
 from re import _parser as P  # type: ignore[attr-defined]
+from typing import Any
 
 from firstfault.errors import EreError
 
@@ -46,35 +47,35 @@ def to_ere(pattern: str) -> str:
     return _seq(list(parsed), ignorecase)
 
 
-def _seq(items: list[tuple[object, object]], icase: bool) -> str:
+def _seq(items: list[tuple[Any, Any]], icase: bool) -> str:
     return "".join(_item(op, av, icase) for op, av in items)
 
 
-def _is_atom(items: list[tuple[object, object]]) -> bool:
+def _is_atom(items: list[tuple[Any, Any]]) -> bool:
     if len(items) != 1:
         return False
     op, av = items[0]
     if op is C.LITERAL:
-        return av < 128  # type: ignore[operator]  # a multibyte character is several bytes for grep -E in C
+        return bool(av < 128)  # a multibyte character is several bytes for grep -E in C
     return op in (C.NOT_LITERAL, C.ANY, C.IN, C.SUBPATTERN)
 
 
-def _item(op: object, av: object, icase: bool) -> str:
+def _item(op: Any, av: Any, icase: bool) -> str:
     if op is C.LITERAL:
-        return _literal(av, icase)  # type: ignore[arg-type]
+        return _literal(av, icase)
     if op is C.NOT_LITERAL:
         return _bracket([(C.LITERAL, av)], negate=True, icase=icase)
     if op is C.ANY:
         return "."
     if op is C.IN:
-        items = list(av)  # type: ignore[call-overload]
+        items = list(av)
         negate = bool(items) and items[0][0] is C.NEGATE
         return _bracket(items[1:] if negate else items, negate=negate, icase=icase)
     if op is C.BRANCH:
-        _, alternatives = av  # type: ignore[misc]
+        _, alternatives = av
         return _alternation([list(a) for a in alternatives], icase)
     if op is C.SUBPATTERN:
-        _group, add_flags, del_flags, sub = av  # type: ignore[misc]
+        _group, add_flags, del_flags, sub = av
         if (add_flags | del_flags) & ~(re.IGNORECASE | re.UNICODE):
             raise EreError("scoped flags other than (?i) have no ERE form")
         inner_icase = (icase or bool(add_flags & re.IGNORECASE)) and not del_flags & re.IGNORECASE
@@ -83,7 +84,7 @@ def _item(op: object, av: object, icase: bool) -> str:
             return _item(items[0][0], items[0][1], inner_icase)
         return f"({_seq(items, inner_icase)})"
     if op in (C.MAX_REPEAT, C.MIN_REPEAT):
-        low, high, sub = av  # type: ignore[misc]
+        low, high, sub = av
         items = list(sub)
         body = _seq(items, icase)
         if not _is_atom(items) or body.startswith("(") and not body.endswith(")"):
@@ -102,7 +103,7 @@ def _item(op: object, av: object, icase: bool) -> str:
     raise EreError(f"{str(op).lower()} has no ERE form (outside the catalog's hyperscan/RE2 subset)")
 
 
-def _alternation(alternatives: list[list[tuple[object, object]]], icase: bool) -> str:
+def _alternation(alternatives: list[list[tuple[Any, Any]]], icase: bool) -> str:
     parts = [_seq(a, icase) for a in alternatives]
     empty = any(p == "" for p in parts)
     parts = [p for p in parts if p != ""]
@@ -135,21 +136,21 @@ def _literal(code: int, icase: bool) -> str:
     return ch
 
 
-def _bracket(items: list[tuple[object, object]], *, negate: bool, icase: bool) -> str:
+def _bracket(items: list[tuple[Any, Any]], *, negate: bool, icase: bool) -> str:
     chars: set[int] = set()
     ranges: list[tuple[int, int]] = []
     classes: list[str] = []
     negated_classes: list[str] = []
     for op, av in items:
         if op is C.LITERAL:
-            chars.add(av)  # type: ignore[arg-type]
+            chars.add(av)
         elif op is C.RANGE:
-            lo, hi = av  # type: ignore[misc]
+            lo, hi = av
             if hi > 127:
                 raise EreError("a non-ASCII range has no byte-wise ERE form")
             ranges.append((lo, hi))
         elif op is C.CATEGORY:
-            text, neg = _CATEGORY.get(av, (None, False))  # type: ignore[call-overload]
+            text, neg = _CATEGORY.get(av, (None, False))
             if text is None:
                 raise EreError(f"category {av} has no ERE form")
             (negated_classes if neg else classes).append(text)

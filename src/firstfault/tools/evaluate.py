@@ -12,6 +12,7 @@ import tomllib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from firstfault.engine.engine import Engine
 from firstfault.engine.evidence import SCENARIO_FILE
@@ -69,7 +70,7 @@ def _cited(result: Attribution) -> str:
     return "\n".join(ev.text for ev in result.root_cause.evidence)
 
 
-def score(directory: Path, result: Attribution | None, expected: dict, error: str = "") -> ScenarioScore:
+def score(directory: Path, result: Attribution | None, expected: dict[str, Any], error: str = "") -> ScenarioScore:
     exp_sd = [str(x) for x in expected.get("sub_domain", [])]
     exp_c = sorted(str(x) for x in expected.get("culprit_nodes", []))
     exp_ts = str(expected.get("terminal_state", ""))

@@ -173,10 +173,10 @@ def check_catalog(catalog: Catalog, compiled: Any = None, *, strict: bool = Fals
         except CatalogError as exc:
             failures.append(CaseFailure("catalog", "symptoms", str(exc)))
     for rule in catalog.python_rules:
-        for i, case in enumerate(rule.cases, start=1):
-            label = f"case {i}" + (f" ({case.title})" if case.title else "")
+        for i, rule_case in enumerate(rule.cases, start=1):
+            label = f"case {i}" + (f" ({rule_case.title})" if rule_case.title else "")
             try:
-                failure = _python_case(compiled, rule, case, label)
+                failure = _python_case(compiled, rule, rule_case, label)
             except CatalogError as exc:
                 failure = CaseFailure(rule.name, label, str(exc))
             except Exception as exc:  # noqa: BLE001 - a rule that crashes on its case (with the other rules'

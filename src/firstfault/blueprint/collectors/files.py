@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 from firstfault.blueprint.base import LineBatch, Window
 from firstfault.blueprint.config import ConnectorSpec, parse_bool
@@ -52,7 +52,7 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
     A line without a timestamp keeps the fate of the last stamped line (continuations of multi-line
     messages). Files are chronological, so reading stops at the first stamped line past the window.
     """
-    with cast(BinaryIO, open_evidence(path)) as stream:
+    with open_evidence(path) as stream:
         if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
             raise CollectorError(f"{path}: binary content, not a log file")
         parser = TimestampParser(scope.window.start if scope.window else None)
