@@ -15,6 +15,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 LONG = False  # set by conftest.py: pytest runs with --long
 
+# The `record` fixture (conftest.py): record(**numbers) keeps a test's measured numbers for the report.
+Record = Callable[..., None]
+
 
 def examples(fast: int, long: int) -> int:
     """How many examples a property test tries: `fast` normally, `long` with --long."""

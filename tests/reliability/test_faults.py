@@ -36,7 +36,7 @@ from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.samples import samples_root
 from tests.blueprint.conftest import PROMETHEUS_URL, make_workload, run_blueprint
 from tests.blueprint.loki_server import LokiTestServer
-from tests.reliability.conftest import Record
+from tests.reliability.support import Record
 from tests.reliability.fault_proxy import FaultProxy
 from tests.service.live_server import free_port
 

@@ -24,8 +24,7 @@ from firstfault.engine.timestamps import TimestampParser
 from firstfault.samples import samples_root
 from tests.blueprint.conftest import make_workload as make_static_workload
 from tests.blueprint.conftest import run_blueprint
-from tests.reliability.conftest import Record
-from tests.reliability.support import measured
+from tests.reliability.support import Record, measured
 
 SAMPLES = samples_root()
 SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "scenario.toml").is_file())
