@@ -16,8 +16,7 @@ from firstfault.engine import Engine
 from firstfault.errors import EreError
 from firstfault.samples import samples_root
 from firstfault.tools.ere import to_ere
-
-from ..conftest import CORPUS
+from tests.support.workloads import CORPUS
 
 GREP = shutil.which("grep")
 needs_grep = pytest.mark.skipif(GREP is None, reason="grep is not installed")

@@ -13,8 +13,7 @@ from firstfault.engine import engine as engine_module
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
 from firstfault.samples import sample_dirs
-
-from ..conftest import CORPUS, WorkloadFactory
+from tests.support.workloads import CORPUS, WorkloadFactory
 
 XID = "2025-01-01T00:10:00Z {node} kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, name=x, GPU has fallen off the bus."
 TIMEOUT = ("2025-01-01T00:20:{s:02d}Z [rank{r}]: [Rank {r}] Watchdog caught collective operation timeout: "

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-_RECORDS: list[dict[str, Any]] = []
+from tests.reliability import support
+from tests.reliability.support import Record
+from tests.support.long_mode import long_mode
 
-Record = Callable[..., None]
+_RECORDS: list[dict[str, Any]] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from tests.conftest import long_mode
-    from tests.reliability import support
-
     support.LONG = long_mode(config)
 
 

@@ -36,8 +36,8 @@ from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.samples import samples_root
 from tests.blueprint.conftest import PROMETHEUS_URL, make_workload, run_blueprint
 from tests.blueprint.loki_server import LokiTestServer
-from tests.reliability.conftest import Record
 from tests.reliability.fault_proxy import FaultProxy
+from tests.reliability.support import Record
 from tests.service.live_server import free_port
 
 SAMPLES = samples_root()
@@ -275,23 +275,6 @@ def test_the_service_killed_mid_run(tmp_path: Path, record: Record) -> None:
 
 
 # -- the Blueprint killed with SIGKILL mid-write ---------------------------------------------------------------------
-# The Blueprint, with every SQLite write held open for 0.2 s between its first and its last statement; it says
-# when it is there (a line in MARKER), so the test can kill it inside a transaction.
-_SLOW_WRITES = """
-import os, sys, time
-from firstfault.blueprint.outputs import sqlite as out
-original = out._run_nodes
-marker = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-def slow(result):
-    os.write(marker, b"inside\\n")
-    time.sleep(0.2)
-    return original(result)
-out._run_nodes = slow
-from firstfault.cli import main
-sys.exit(main(["blueprint", "--no-progress", *sys.argv[2:]]))
-"""
-
-
 def check_consistent(db: Path) -> int:
     """The SQLite invariants a crash must not break; returns how many runs are committed."""
     with sqlite3.connect(db, timeout=10) as con:
@@ -328,7 +311,8 @@ def _sigkill_rounds(tmp_path: Path, record: Record, copies: int, rounds: int) ->
         if len(_runs(db)) == total:
             break
         marker.write_bytes(b"")
-        process = subprocess.Popen([sys.executable, "-c", _SLOW_WRITES, str(marker), *argv],
+        # the Blueprint with every SQLite write held open for 0.2 s, saying `inside` in MARKER each time
+        process = subprocess.Popen([sys.executable, "-m", "tests.reliability.scripts.slow_writes", str(marker), *argv],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         inside = 1 + rng.randrange(3)         # kill inside the 1st, 2nd or 3rd write of this round
         _wait("a write to begin", lambda inside=inside, process=process: marker.read_bytes().count(b"inside") >= inside

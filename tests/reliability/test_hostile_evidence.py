@@ -24,8 +24,7 @@ from firstfault.engine.timestamps import TimestampParser
 from firstfault.samples import samples_root
 from tests.blueprint.conftest import make_workload as make_static_workload
 from tests.blueprint.conftest import run_blueprint
-from tests.reliability.conftest import Record
-from tests.reliability.support import measured
+from tests.reliability.support import Record, measured
 
 SAMPLES = samples_root()
 SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "scenario.toml").is_file())
@@ -45,82 +44,12 @@ def copy_sample(name: str, tmp_path: Path) -> Path:
 
 
 # -- lines crafted against backtracking regex engines ------------------------------------------------------------
-# Each family pairs a hostile line with a benign one of the same length that matches the same extractor, so the
-# two sets cost the same per-line work and differ only in what a backtracking engine would make of them. Before
-# the capture step ran long lines through RE2 (engine/captures.py), the hostile lines cost time quadratic in
-# their length: a 16 kB line took seconds, a 1 MB one hours.
-_RATIO_SCRIPT = '''
-import io
-from firstfault.engine import ExecutionContext, SourceKind
-from firstfault.tools.verify import default_engine
-
-SIZES, TOTAL, REPEATS = {sizes!r}, {total!r}, {repeats!r}
-engine = default_engine()
-ctx = ExecutionContext(workload_id="w", nodes=["n1"], start_time="2026-03-02T08:00:00Z",
-                       end_time="2026-03-02T09:00:00Z")
-SYS = "Mar  2 08:10:01 n1 kernel: "
-APP = "2026-03-02T08:10:01.000Z [rank0]: "
-XID = "NVRM: Xid (PCI:0000:01:00): 79, "
-
-def pad(n):
-    return ("word " * (n // 5 + 1))[:n]
-
-FAMILIES = {{
-    # (?P<comm>\\S+) invoked oom-killer: - every start position inside a long token is tried
-    "long token before \\\\S+": ("syslog", lambda n: SYS + pad(n) + " x invoked oom-killer:",
-                                lambda n: SYS + "a" * n + " x invoked oom-killer:"),
-    # (?P<process>[\\w.-]+)\\[(?P<pid>\\d+)\\]: segfault at
-    "long word before [\\\\w.-]+": ("syslog", lambda n: SYS + pad(n) + " python[12]: segfault at 0 ip 0 sp 0 error 4",
-                                  lambda n: SYS + "a" * n + " python[12]: segfault at 0 ip 0 sp 0 error 4"),
-    # (?P<interface>ib\\d+|ibp\\S+): Link down
-    "repeated ibp prefix": ("syslog", lambda n: SYS + pad(n) + " ib0: Link down",
-                            lambda n: SYS + "ibp" * (n // 3) + " ib0: Link down"),
-    # Xid: (?:[^\\n]*?GPU recovery action changed from 0x.. \\([^)]*\\) to ...)? - unclosed parentheses
-    "Xid with unclosed recovery groups": ("syslog", lambda n: SYS + XID + pad(n),
-        lambda n: SYS + XID + "GPU recovery action changed from 0x1 (" * (n // 38)),
-    # RuntimeError: (?:...|shape .* is invalid for input of size|...)
-    "near-miss .* alternatives": ("applog", lambda n: APP + pad(n) + " RuntimeError: size mismatch",
-                                  lambda n: APP + "RuntimeError: shape " * (n // 20) + "RuntimeError: size mismatch"),
-    # LustreError: \\S+|Lustre: .*Request sent has failed ...|LNetError:
-    "many Lustre: prefixes": ("syslog", lambda n: SYS + pad(n) + " LNetError: x",
-                              lambda n: SYS + "Lustre: " * (n // 8) + "LNetError: x"),
-    # nvme (?P<nvme>nvme\\d+): I/O \\d+ .*timeout, ...|Buffer I/O error on dev (?P<device>\\S+),
-    "many nvme I/O prefixes": ("syslog", lambda n: SYS + pad(n) + " Buffer I/O error on dev sda1,",
-                               lambda n: SYS + "nvme nvme0: I/O 1 " * (n // 18) + "Buffer I/O error on dev sda1,"),
-    # the timestamp parser's launcher-prefix pattern \\[[A-Za-z_][\\w.-]*\\d...\\]:
-    "long bracketed prefix": ("syslog", lambda n: "[a1] " + pad(n) + " " + XID + "x",
-                              lambda n: "[a" + "1" * n + " " + XID + "x"),
-    # many 'NVRM: Xid (' prefixes without a closing parenthesis (no match at all)
-    "unclosed Xid prefixes": ("syslog", lambda n: SYS + pad(n), lambda n: SYS + "NVRM: Xid (" * (n // 11)),
-}}
-
-def seconds_per_mb(source, line, count):
-    data = ("\\n".join([line] * count) + "\\n").encode()
-    best = float("inf")
-    for _ in range(REPEATS):
-        session = engine.session(ctx)
-        started = time.perf_counter()
-        session.ingest_stream("n1", SourceKind(source), io.BytesIO(data), "x")
-        best = min(best, time.perf_counter() - started)
-    return best / (len(data) / 1e6)
-
-rows = []
-for name, (source, benign, hostile) in FAMILIES.items():
-    for size in SIZES:
-        count = max(16, TOTAL // size)
-        b = seconds_per_mb(source, benign(size), count)
-        h = seconds_per_mb(source, hostile(size), count)
-        rows.append([name, size, round(b * 1e3, 2), round(h * 1e3, 2), round(h / b, 2)])
-# linear in the length of one line: one 1 MB hostile line against sixteen 64 kB ones
-_, benign, hostile = FAMILIES["long token before \\\\S+"]
-short = seconds_per_mb("syslog", hostile(64 * 1024), 16)
-long = seconds_per_mb("syslog", hostile(1000 * 1024), 1)
-done(rows=rows, line_scaling=round(long / short, 2))
-'''
-
-
+# scripts/crafted_lines.py pairs, per extractor family, a hostile line with a benign one of the same length and
+# shape. Before the capture step ran long lines through RE2 (engine/captures.py), the hostile lines cost time
+# quadratic in their length: a 16 kB line took seconds, a 1 MB one hours.
 def _crafted_lines(record: Record, sizes: tuple[int, ...], total: int, repeats: int, timeout: float) -> None:
-    result = measured(_RATIO_SCRIPT.format(sizes=sizes, total=total, repeats=repeats), timeout=timeout)
+    result = measured("crafted_lines", "--sizes", *map(str, sizes), "--total", str(total), "--repeats", str(repeats),
+                      timeout=timeout)
     worst = max(result["rows"], key=lambda row: row[4])
     # Generous for a loaded 2-core machine: hyperscan's own speed varies with the text by a few times, while a
     # backtracking capture step made these ratios hundreds at 4 kB and unbounded at 64 kB.
@@ -144,33 +73,6 @@ def test_crafted_lines_scan_in_linear_time_long(record: Record) -> None:
 
 
 # -- one huge line, a million identical lines -------------------------------------------------------------------
-_HUGE_LINE_SCRIPT = '''
-from pathlib import Path
-from firstfault.blueprint.attribution import ingest_batch
-from firstfault.blueprint.collectors.files import FileScope, read_batches
-from firstfault.engine import SourceKind
-from firstfault.tools.verify import default_engine
-from firstfault.engine.evidence import read_context
-
-root = Path({root!r})
-engine = default_engine()
-before = peak_kib()
-result = engine.analyze_path(root)
-engine_kib = peak_kib() - before
-session = engine.session(read_context(root))
-before = peak_kib()
-lines = 0
-for batch in read_batches(root / "n1" / "syslog.log", FileScope("n1", SourceKind.SYSLOG, "syslog.log", None)):
-    lines += batch.count()
-    ingest_batch(session, batch)
-blueprint_kib = peak_kib() - before
-read = session.attribute()
-done(engine_kib=engine_kib, blueprint_kib=blueprint_kib, lines=lines,
-     culprits=[c.node for c in result.culprit_nodes], issues=result.coverage.issues,
-     blueprint_culprits=[c.node for c in read.culprit_nodes])
-'''
-
-
 def test_a_100_mb_line_costs_bounded_memory(make_workload, tmp_path: Path, record: Record) -> None:
     """A 100 MB line without a newline, then a Xid: the engine and the Blueprint's file reader keep a bounded
     piece of it, say so, and still find the Xid on the next line."""
@@ -181,7 +83,7 @@ def test_a_100_mb_line_costs_bounded_memory(make_workload, tmp_path: Path, recor
         for _ in range(100):
             out.write(chunk)
         out.write(b"\n" + XID79.encode() + b"\n")
-    result = measured(_HUGE_LINE_SCRIPT.format(root=str(root)), timeout=180)
+    result = measured("huge_line", str(root), timeout=180)
     assert result["culprits"] == ["n1"] and result["blueprint_culprits"] == ["n1"]
     assert any("longer than" in issue for issue in result["issues"])
     assert result["lines"] == 2
@@ -189,26 +91,6 @@ def test_a_100_mb_line_costs_bounded_memory(make_workload, tmp_path: Path, recor
     assert result["blueprint_kib"] < 64 * 1024, result
     record(line_mib=100, engine_peak_growth_mib=round(result["engine_kib"] / 1024, 1),
            blueprint_peak_growth_mib=round(result["blueprint_kib"] / 1024, 1))
-
-
-_BURST_SCRIPT = '''
-from pathlib import Path
-from firstfault.tools.verify import default_engine
-from firstfault.engine.evidence import evidence_files, read_context
-root = Path({root!r})
-engine = default_engine()
-before = peak_kib()
-started = time.perf_counter()
-session = engine.session(read_context(root), block_size={block_size!r})
-for item in evidence_files(root)[0]:
-    engine.ingest_file(session, item.node, item.source, item.path)
-result = session.attribute()
-seconds = time.perf_counter() - started
-xid = [s for s in result.symptoms if s.symptom == "XID-79"]
-done(growth_kib=peak_kib() - before, seconds=seconds, json_bytes=len(result.to_json()),
-     count=xid[0].count if xid else 0, evidence=len(xid[0].evidence) if xid else 0,
-     culprits=[c.node for c in result.culprit_nodes])
-'''
 
 
 def _burst(tmp_path: Path, count: int, block_size: int) -> dict:
@@ -225,7 +107,7 @@ def _burst(tmp_path: Path, count: int, block_size: int) -> dict:
         out.write(line * (count % 10_000))
     (root / "n2" / "applog.log").write_text(
         "2025-01-01T00:12:00Z [rank8]: RuntimeError: NCCL error: unhandled system error\n")
-    return measured(_BURST_SCRIPT.format(root=str(root), block_size=block_size), timeout=900)
+    return measured("burst", str(root), "--block-size", str(block_size), timeout=900)
 
 
 def _identical_lines(tmp_path: Path, record: Record, small: int, large: int, block_size: int) -> None:

@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability.conftest import Record
-from tests.reliability.support import percentile
+from tests.reliability.support import Record, percentile
 from tests.service.live_server import Server, raw_text_batch
 
 CONTEXT = {"workload_id": "load", "scheduler": "slurm", "nodes": ["n1", "n2", "n3", "n4"],

@@ -6,8 +6,7 @@ from __future__ import annotations
 from firstfault.cli import main
 from firstfault.engine import Engine
 from firstfault.tools.evaluate import evaluate
-
-from ..conftest import CORPUS
+from tests.support.workloads import CORPUS
 
 HOLDOUT = CORPUS.parent / "holdout"
 

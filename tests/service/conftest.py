@@ -6,15 +6,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.live_server import Server, sample_context
-
-# Limits small enough to cross in a test, large enough for the sample.
-TEST_LIMITS = {
-    "FIRSTFAULT_MAX_REQUEST_BYTES": str(4 * 1024 * 1024),
-    "FIRSTFAULT_MAX_LINE_BYTES": "2048",
-    "FIRSTFAULT_MAX_SESSION_OBSERVATIONS": "20000",
-    "FIRSTFAULT_MAX_SESSION_BYTES": str(1024 * 1024),
-}
+from tests.service.live_server import TEST_LIMITS, Server, sample_context
 
 
 @pytest.fixture(scope="session")

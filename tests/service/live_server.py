@@ -15,6 +15,14 @@ from tests.support.live_process import LiveProcess, free_port  # noqa: F401 - re
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "firstfault" / "samples" / "nvlink-walkthrough"
 
+# The `server` fixture's limits (conftest.py): small enough to cross in a test, large enough for the sample.
+TEST_LIMITS = {
+    "FIRSTFAULT_MAX_REQUEST_BYTES": str(4 * 1024 * 1024),
+    "FIRSTFAULT_MAX_LINE_BYTES": "2048",
+    "FIRSTFAULT_MAX_SESSION_OBSERVATIONS": "20000",
+    "FIRSTFAULT_MAX_SESSION_BYTES": str(1024 * 1024),
+}
+
 
 @dataclass
 class Server(LiveProcess):

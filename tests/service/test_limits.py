@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import TEST_LIMITS
-from tests.service.live_server import Server
+from tests.service.live_server import TEST_LIMITS, Server
 
 CONTEXT = {"workload_id": "limits", "nodes": ["gpu-1"], "end_time": "2026-03-02T09:00:00Z"}
 XID = "Mar  2 08:10:01 gpu-1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=python, GPU has fallen off the bus."

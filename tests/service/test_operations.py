@@ -16,6 +16,7 @@ import httpx
 
 from tests.service.live_server import Server, free_port, raw_text_batch, sample_files
 
+ROOT = Path(__file__).resolve().parents[2]  # the scripts run as tests.service.scripts.NAME from here
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 
@@ -100,14 +101,10 @@ def test_broken_catalog_stops_start_up(tmp_path: Path) -> None:
               b'emit = { type = "bad_node", symptom = "probe" }\n'
               b'[[extractor.cases]]\nexpect = "bad"\nline = "no match here"\nsymptom = "probe"\n'
               b'[[extractor.cases]]\nexpect = "none"\nline = "nothing"\n')
-    script = tmp_path / "serve_broken.py"
-    script.write_text(
-        "import functools, sys\n"
-        "import firstfault.engine.engine as engine\n"
-        f"engine.load_catalog = functools.partial(engine.load_catalog, extra_files=[('broken.toml', {broken!r})])\n"
-        "from firstfault.cli import main\n"
-        f"sys.exit(main(['serve', '--port', '{port}']))\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False)
+    rules = tmp_path / "broken.toml"
+    rules.write_bytes(broken)
+    result = subprocess.run([sys.executable, "-m", "tests.service.scripts.serve_broken", str(rules), "--port", str(port)],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert result.returncode != 0
     assert "BrokenServiceProbe" in result.stderr
     try:

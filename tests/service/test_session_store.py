@@ -23,10 +23,11 @@ class Clock:
         return self.now
 
 
-def store(clock: Clock, max_sessions: int = 2) -> SessionStore:
+def store(clock: Clock, max_sessions: int = 2, removed: list[str] | None = None) -> SessionStore:
+    """A store with a TTL of 100 s and an idle minimum of 10 s on `clock`; `removed` collects removal reasons."""
     limits = StoreLimits(max_sessions=max_sessions, ttl_s=100, min_idle_s=10, max_observations=10, max_bytes=100,
                          idempotency_keys=2)
-    return SessionStore(limits, clock=clock)
+    return SessionStore(limits, on_remove=None if removed is None else removed.append, clock=clock)
 
 
 def create(s: SessionStore) -> str:
@@ -61,6 +62,46 @@ def test_a_session_with_a_request_in_flight_is_never_evicted_nor_expired() -> No
     clock.now += 101
     assert s.expire() == 1
     create(s)
+
+
+def test_activity_keeps_a_session_alive_past_the_ttl() -> None:
+    """The TTL counts from a session's last use (over HTTP, with real sleeps: test_limits.py::test_session_ttl)."""
+    clock = Clock()
+    removed: list[str] = []
+    s = store(clock, removed=removed)
+    idle, kept = create(s), create(s)
+    for _ in range(6):  # 240 s in steps of 40: the unused session outlives the 100 s TTL, the used one never idles
+        clock.now += 40
+        with s.use(kept):
+            pass
+    with pytest.raises(SessionNotFound, match="expired"), s.use(idle):
+        pass
+    with s.use(kept):
+        pass
+    assert removed == ["expired"]
+
+
+def test_at_the_cap_creation_is_refused_until_a_session_has_idled_then_the_longest_idle_goes() -> None:
+    """The session cap with its idle minimum (over HTTP, with real sleeps:
+    test_limits.py::test_live_session_cap_evicts_the_oldest_idle_never_an_active_one)."""
+    clock = Clock()
+    removed: list[str] = []
+    s = store(clock, removed=removed)
+    first, second = create(s), create(s)
+    with pytest.raises(ServiceError) as refused:
+        create(s)
+    assert refused.value.error_code == "too_many_sessions" and refused.value.headers == {"Retry-After": "10"}
+    assert not s.has_room()  # readiness says so too
+    clock.now += 15
+    with s.use(second):
+        pass  # second is active again
+    assert s.has_room()
+    create(s)
+    with pytest.raises(SessionNotFound, match="evicted"), s.use(first):
+        pass
+    with s.use(second):
+        pass
+    assert removed == ["evicted"]
 
 
 def test_session_caps() -> None:
