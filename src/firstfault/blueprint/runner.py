@@ -70,11 +70,10 @@ class Runner:
         try:
             session = self.plan.attributor.open(ctx)
             try:
-                for collector in self.plan.collectors:
+                for collector, timeout in self.plan.collecting():
                     if collector.applies(ctx):
-                        timeout = getattr(collector, "collect_timeout", None) or \
-                            self.config.collect_timeout.total_seconds()
-                        reports.append(_run_collector(collector, ctx, session.add, timeout))
+                        reports.append(_run_collector(collector, ctx, session.add,
+                                                      timeout or self.config.collect_timeout.total_seconds()))
                 collect_s = time.monotonic() - started
                 diagnosis = session.attribute()
                 attribute_s = time.monotonic() - started - collect_s
