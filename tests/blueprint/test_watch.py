@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -237,3 +238,25 @@ def test_without_a_signal_the_watch_exits_as_before(tmp_path: Path, capsys: pyte
     code, _, err = run_blueprint(["--configs", str(tmp_path / "missing"), "--watch", "--interval", "0s",
                                   "--cycles", "1"], capsys)
     assert code == 1 and "problem context static" in err
+
+
+def test_sigterm_ends_the_wait_between_passes_at_once(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "firstfault", "blueprint", "--no-progress", "--quiet", "--configs",
+            str(samples_root() / "nvlink-walkthrough"), "--watch", "--interval", "1h",
+            "--connector", "output", "db", "sqlite", "path", str(tmp_path / "r.db")]
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stderr is not None
+        first = json.loads(process.stderr.readline())            # the first pass is over: waiting for an hour
+        assert (first["cycle"], first["attributed"]) == (1, 1)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert time.monotonic() - started < 10
+        assert json.loads(process.stderr.readline()) == {"event": "stopped", "signal": "SIGTERM", "cycles": 1}
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if process.stderr is not None:
+            process.stderr.close()
