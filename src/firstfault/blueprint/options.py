@@ -140,15 +140,12 @@ def parse_options(model: type[T], spec: ConnectorSpec, environ: Mapping[str, str
             variable = f"FIRSTFAULT_{env_name(spec.name)}_{env_name(f.name)}"
             if environ.get(variable):
                 raw, source = environ[variable], f"{variable} (option `{f.name}`)"
-        if raw is None:
-            if f.metadata.get("required"):
-                raise ConfigError(f"{where}: option `{f.name}` is required "
-                                  f"(or FIRSTFAULT_{env_name(spec.name)}_{env_name(f.name)})")
-            continue
-        values[f.name] = _convert(raw, hints[f.name], f, f"{where}: {source}")
-        if values[f.name] is None and f.metadata.get("required"):
+        value = None if raw is None else _convert(raw, hints[f.name], f, f"{where}: {source}")
+        if value is None and f.metadata.get("required"):   # missing, or given empty
             raise ConfigError(f"{where}: option `{f.name}` is required "
                               f"(or FIRSTFAULT_{env_name(spec.name)}_{env_name(f.name)})")
+        if raw is not None:
+            values[f.name] = value
     return model(**values)
 
 
