@@ -67,10 +67,19 @@ def _running(job: str) -> bool:
 
 
 def _resume(node: str) -> None:
-    """Bring a downed node back (ReturnToService=2 may already have, as soon as its slurmd answered)."""
-    if "down" in slurm("sinfo", "-h", "-n", node, "-o", "%T"):
-        slurm("scontrol", "update", f"nodename={node}", "state=resume")
-    wait_for(f"{node} to be usable", lambda: "down" not in slurm("sinfo", "-h", "-n", node, "-o", "%T"), 30)
+    """Bring a downed node back (ReturnToService=2 may already have, as soon as its slurmd answered). slurmctld
+    refuses `state=resume` ("Invalid node state specified") while the node still completes the killed job, so
+    it is asked again until the node is usable."""
+    def usable() -> bool:
+        if "down" not in slurm("sinfo", "-h", "-n", node, "-o", "%T"):
+            return True
+        try:
+            slurm("scontrol", "update", f"nodename={node}", "state=resume")
+        except AssertionError:   # not resumable yet: the next poll asks again
+            pass
+        return False
+
+    wait_for(f"{node} to be usable", usable, 60, every=1)
 
 
 def _accounted(jobs: list[str]) -> bool:

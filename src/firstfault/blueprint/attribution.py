@@ -6,6 +6,8 @@ Both take the same observation batches, so the same evidence gives the same diag
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
@@ -13,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from firstfault.blueprint.base import Batch, LineBatch, LokiBatch
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.http import RetryingClient, auth_headers
+from firstfault.blueprint.options import Options, option, parse_options
 from firstfault.blueprint.result import Mode
 from firstfault.engine import Attribution, ExecutionContext, Session
 from firstfault.errors import AttributionError, CollectorError, ConfigError, HttpError
@@ -148,15 +151,32 @@ def _call(client: RetryingClient, method: str, path: str, **kwargs: Any) -> dict
     return answer
 
 
-ATTRIBUTION_OPTIONS = ("service_url", "token", "timeout", "retries")
+@dataclass(frozen=True)
+class AttributionOptions(Options):
+    """The `attribution` connector (no `FIRSTFAULT_<NAME>_<KEY>` fallback: it has `FIRSTFAULT_SERVICE_URL` and
+    `FIRSTFAULT_API_TOKEN`, applied by `config.apply_environment`)."""
+
+    service_url: str | None = option(
+        None, "the service's base URL; the Blueprint opens one session per attempt (`POST /v2/sessions`), sends "
+              "every batch (`POST /v2/sessions/{id}/observations` with an `Idempotency-Key`), attributes "
+              "(`POST .../attribute`) and deletes the session", shown="(none: in-process)")
+    token: str | None = option(None, "bearer token", shown="`FIRSTFAULT_API_TOKEN`")
+    timeout: timedelta = option(timedelta(seconds=120), "per request")
+    retries: int = option(4, "retries on connection errors, timeouts, 429 and 5xx, with exponential backoff "
+                             "(honouring `Retry-After`); a retried batch keeps its idempotency key, so the service "
+                             "applies it once")
 
 
 def make_attributor(spec: ConnectorSpec | None) -> Attributor:
     """The service client when a `service_url` is configured, else the embedded engine."""
-    if spec is None or spec.name == "embedded":
+    if spec is None:
+        return EmbeddedAttributor()
+    options = parse_options(AttributionOptions, spec, env=False)
+    if spec.name == "embedded":
         return EmbeddedAttributor()
     if spec.name not in ("", "service"):
         raise ConfigError(f"attribution: unknown backend {spec.name!r} (embedded, or service_url URL)")
-    return ServiceAttributor(spec.require("service_url"), token=spec.get("token"),
-                             timeout=spec.get_duration("timeout", "120s").total_seconds(),
-                             retries=spec.get_int("retries", 4))
+    if not options.service_url:
+        raise ConfigError("attribution: option `service_url` is required (or FIRSTFAULT_SERVICE_URL)")
+    return ServiceAttributor(options.service_url, token=options.token, timeout=options.timeout.total_seconds(),
+                             retries=options.retries)

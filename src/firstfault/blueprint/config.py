@@ -8,6 +8,7 @@ number of words after KIND is odd), or as a table in the config file:
     --connector attribution service_url http://127.0.0.1:8000    [attribution] service_url = "..."
 
 A key given twice collects a list. An option missing from both is read from `FIRSTFAULT_<NAME>_<KEY>`.
+Each connector reads its options through its typed model (firstfault.blueprint.options), which checks them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def parse_bool(text: str) -> bool:
 
 @dataclass
 class ConnectorSpec:
-    """One declared connector: its kind, its name (the implementation) and its options."""
+    """One declared connector: its kind, its name (the implementation) and its options as given (text, or a
+    list of texts for a key given more than once). Connectors read them through `parse_options`."""
 
     kind: str
     name: str
@@ -54,49 +56,18 @@ class ConnectorSpec:
         return value if isinstance(value, str) and value else self.name
 
     def get(self, key: str, default: str | None = None) -> str | None:
+        """The raw value of `key` (the last one when given several times)."""
         value = self.options.get(key)
         if isinstance(value, list):
             return value[-1] if value else default
         return default if value is None else value
 
-    def require(self, key: str) -> str:
-        value = self.get(key)
-        if not value:
-            raise ConfigError(f"{self.kind} {self.name}: option `{key}` is required "
-                              f"(or FIRSTFAULT_{env_name(self.name)}_{env_name(key)})")
-        return value
-
-    def get_list(self, key: str) -> list[str]:
-        """All values of a repeatable option; a single value may also be comma-separated."""
-        value = self.options.get(key)
-        if value is None:
-            return []
-        if isinstance(value, list):
-            return list(value)
-        return [v.strip() for v in value.split(",") if v.strip()]
-
     def get_all(self, key: str) -> list[str]:
-        """All values of a repeatable option, each taken whole (for values that may hold commas)."""
+        """Every raw value of `key`, each taken whole."""
         value = self.options.get(key)
         if value is None:
             return []
         return list(value) if isinstance(value, list) else [value]
-
-    def get_duration(self, key: str, default: str) -> timedelta:
-        return parse_duration(self.get(key, default) or default)
-
-    def get_bool(self, key: str, default: bool) -> bool:
-        value = self.get(key)
-        return default if value is None else parse_bool(value)
-
-    def get_int(self, key: str, default: int) -> int:
-        value = self.get(key)
-        if value is None:
-            return default
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{self.kind} {self.name}: option `{key}` must be an integer, not {value!r}") from None
 
 
 @dataclass
@@ -201,11 +172,3 @@ def apply_environment(config: BlueprintConfig, environ: Mapping[str, str] | None
         if "token" not in spec.options and environ.get("FIRSTFAULT_API_TOKEN"):
             spec.options["token"] = environ["FIRSTFAULT_API_TOKEN"]
 
-
-def fill_from_environment(spec: ConnectorSpec, known: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
-    """Options of `spec` that are not set take `FIRSTFAULT_<NAME>_<KEY>` when that variable exists."""
-    environ = os.environ if environ is None else environ
-    for key in known:
-        variable = f"FIRSTFAULT_{env_name(spec.name)}_{env_name(key)}"
-        if key not in spec.options and environ.get(variable):
-            spec.options[key] = environ[variable]

@@ -1,24 +1,31 @@
 """The connector registry: which implementation each `KIND NAME` declares, and building them from the config.
 
-To add a connector, write a class with `kind`, `label`, `OPTIONS` and the method of its kind, and register it
-in one of the tables below (docs/connectors.md).
+To add a connector, write a class with `kind`, `label`, `Options` (a frozen dataclass of its typed options,
+firstfault.blueprint.options) and the method of its kind, and register it in one of the tables below
+(docs/connectors.md). A class that still declares only `OPTIONS = (names...)` gets text options of those names.
+The option tables of docs/blueprint.md are generated from the same models (`render_option_tables`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from firstfault.blueprint.attribution import ATTRIBUTION_OPTIONS, Attributor, make_attributor
+from firstfault.blueprint.attribution import AttributionOptions, Attributor, make_attributor
 from firstfault.blueprint.base import Collector, ContextConnector
 from firstfault.blueprint.collectors.files import FilesCollector
 from firstfault.blueprint.collectors.k8s import PodLogsCollector
 from firstfault.blueprint.collectors.loki import LokiCollector
 from firstfault.blueprint.collectors.promql import PromqlCollector
-from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, fill_from_environment
+from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec
 from firstfault.blueprint.contexts.kueue import KueueContexts
 from firstfault.blueprint.contexts.slurm import SlurmContexts
 from firstfault.blueprint.contexts.static import StaticContexts, StaticEvidence
+from firstfault.blueprint.options import CollectorOptions, LabelOptions, Options, legacy_model, parse_options, render_table
 from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.result import AttributionBlueprintResult
@@ -47,12 +54,19 @@ OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput}
 
 @dataclass
 class Plan:
-    """The connectors of one Blueprint run, built and validated."""
+    """The connectors of one Blueprint run, built and validated. `collect_timeouts[i]` is the longest
+    `collectors[i]` may take for one workload, in seconds (its `collect_timeout` option, else the run's)."""
 
     contexts: list[ContextConnector]
     collectors: list[Collector]
     outputs: list[Output]
     attributor: Attributor
+    collect_timeouts: list[float] = field(default_factory=list)
+
+    def collecting(self) -> Iterator[tuple[Collector, float | None]]:
+        """Every collector with its timeout (None: the run's `collect_timeout`)."""
+        for i, collector in enumerate(self.collectors):
+            yield collector, (self.collect_timeouts[i] if i < len(self.collect_timeouts) else None)
 
     def close(self) -> None:
         for output in self.outputs:
@@ -60,17 +74,13 @@ class Plan:
         self.attributor.close()
 
 
-# Options every collector takes, besides its own.
-COLLECTOR_OPTIONS = ("collect_timeout",)
-
-
-def _checked(spec: ConnectorSpec, cls: Any, common: tuple[str, ...] = ()) -> ConnectorSpec:
-    fill_from_environment(spec, (*cls.OPTIONS, *common))
-    unknown = sorted(set(spec.options) - set(cls.OPTIONS) - set(common))
-    if unknown:
-        raise ConfigError(f"{spec.kind} {spec.name}: unknown option(s) {', '.join(unknown)} "
-                          f"(known: {', '.join(cls.OPTIONS)})")
-    return spec
+def options_model(cls: Any) -> type[Options]:
+    """The typed options of a connector class (`Options`), or a text model of its legacy `OPTIONS` names."""
+    model = getattr(cls, "Options", None)
+    if isinstance(model, type) and issubclass(model, Options):
+        return model
+    base = CollectorOptions if getattr(cls, "kind", "") in ("logs", "metrics") else LabelOptions
+    return legacy_model(tuple(getattr(cls, "OPTIONS", ())), base)
 
 
 def _lookup(table: dict[Any, Any], key: Any, spec: ConnectorSpec) -> Any:
@@ -84,33 +94,66 @@ def build_plan(config: BlueprintConfig) -> Plan:
     contexts: list[ContextConnector] = []
     collectors: list[Collector] = []
     outputs: list[Output] = []
+    timeouts: list[float] = []
+    run_timeout = config.collect_timeout.total_seconds()
     for spec in config.of_kind("context"):
         cls = _lookup(CONTEXTS, spec.name, spec)
-        contexts.append(cls(_checked(spec, cls)))
+        parse_options(options_model(cls), spec)   # strict: the connector reads the same options
+        contexts.append(cls(spec))
     if any(isinstance(c, StaticContexts) for c in contexts):
         collectors.append(StaticEvidence())
+        timeouts.append(run_timeout)
     for spec in config.of_kind("logs") + config.of_kind("metrics"):
         cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)
-        _checked(spec, cls, COLLECTOR_OPTIONS)
-        timeout = spec.get_duration("collect_timeout", f"{config.collect_timeout.total_seconds()}s")
-        spec.options.pop("collect_timeout", None)
-        collector = cls(spec, config.margin)
-        collector.collect_timeout = timeout.total_seconds()
-        collectors.append(collector)
+        options = parse_options(options_model(cls), spec)
+        if not isinstance(options, CollectorOptions):   # a declaration mistake: every collector takes these
+            raise TypeError(f"{cls.__name__}.Options must extend CollectorOptions")
+        collectors.append(cls(spec, config.margin))
+        timeout = options.collect_timeout
+        timeouts.append(timeout.total_seconds() if timeout is not None else run_timeout)
     for spec in config.of_kind("output"):
         spec.name = spec.name or spec.get("db", "") or ""
         cls = _lookup(OUTPUTS, spec.name, spec)
-        outputs.append(cls(_checked(spec, cls)))
+        parse_options(options_model(cls), spec)
+        outputs.append(cls(spec))
     attribution = config.of_kind("attribution")
     if len(attribution) > 1:
         raise ConfigError("declare at most one attribution connector")
-    if attribution:
-        unknown = sorted(set(attribution[0].options) - set(ATTRIBUTION_OPTIONS))
-        if unknown:
-            raise ConfigError(f"attribution: unknown option(s) {', '.join(unknown)} "
-                              f"(known: {', '.join(ATTRIBUTION_OPTIONS)})")
     if not contexts:
         raise ConfigError("no workloads to attribute: give --configs DIR or a --connector context ...")
     if not outputs:
         outputs.append(StdoutOutput(ConnectorSpec("output", "stdout")))
-    return Plan(contexts, collectors, outputs, make_attributor(attribution[0] if attribution else None))
+    return Plan(contexts, collectors, outputs, make_attributor(attribution[0] if attribution else None), timeouts)
+
+
+# -- the option tables of docs/blueprint.md ---------------------------------------------------------------------
+def documented_models() -> dict[str, type[Options]]:
+    """`KIND NAME` -> options model, for every connector docs/blueprint.md documents."""
+    models: dict[str, type[Options]] = {"attribution": AttributionOptions}
+    models |= {f"context {name}": options_model(cls) for name, cls in CONTEXTS.items()}
+    models |= {f"{kind} {name}": options_model(cls) for (kind, name), cls in COLLECTORS.items()}
+    models |= {f"output {name}": options_model(cls) for name, cls in OUTPUTS.items()}
+    return models
+
+
+_TABLE = re.compile(r"(<!-- options: (?P<which>[a-z ]+) -->\n)(?P<table>.*?)(<!-- /options -->)", re.S)
+
+
+def render_option_tables(text: str) -> str:
+    """`text` (docs/blueprint.md) with every `<!-- options: KIND NAME -->` ... `<!-- /options -->` block
+    replaced by that connector's table, rendered from its options model."""
+    models = documented_models()
+
+    def table(m: re.Match[str]) -> str:
+        which = m.group("which").strip()
+        if which not in models:
+            raise ConfigError(f"docs: no connector {which!r} (one of {', '.join(sorted(models))})")
+        return m.group(1) + render_table(models[which], which.split()[-1]) + m.group(4)
+
+    return _TABLE.sub(table, text)
+
+
+if __name__ == "__main__":   # python -m firstfault.blueprint.connectors docs/blueprint.md: regenerate the tables
+    for name in sys.argv[1:]:
+        doc = Path(name)
+        doc.write_text(render_option_tables(doc.read_text(encoding="utf-8")), encoding="utf-8")

@@ -12,7 +12,7 @@ import httpx
 from firstfault.errors import HttpError
 
 if TYPE_CHECKING:
-    from firstfault.blueprint.config import ConnectorSpec
+    from firstfault.blueprint.options import HttpOptions
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -87,7 +87,8 @@ def auth_headers(token: str | None = None, tenant: str | None = None) -> dict[st
     return headers
 
 
-def client_for(spec: ConnectorSpec) -> RetryingClient:
+def client_for(options: HttpOptions) -> RetryingClient:
     """The HTTP client of a connector from its common options (url, timeout, retries, token, tenant)."""
-    return RetryingClient(spec.require("url"), timeout=spec.get_duration("timeout", "30s").total_seconds(),
-                          retries=spec.get_int("retries", 4), headers=auth_headers(spec.get("token"), spec.get("tenant")))
+    assert options.url, "HttpOptions.url is required"
+    return RetryingClient(options.url, timeout=options.timeout.total_seconds(), retries=options.retries,
+                          headers=auth_headers(options.token, options.tenant))

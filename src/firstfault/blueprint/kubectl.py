@@ -6,20 +6,18 @@ import json
 import subprocess
 from typing import Any
 
-from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import KubectlOptions
 from firstfault.errors import KubectlError
-
-KUBECTL_OPTIONS = ("kubectl", "kubeconfig", "context", "timeout")
 
 
 class Kubectl:
-    def __init__(self, spec: ConnectorSpec) -> None:
-        self.base = [spec.get("kubectl", "kubectl") or "kubectl"]
-        if spec.get("kubeconfig"):
-            self.base += ["--kubeconfig", str(spec.get("kubeconfig"))]
-        if spec.get("context"):
-            self.base += ["--context", str(spec.get("context"))]
-        self.timeout = spec.get_duration("timeout", "60s").total_seconds()
+    def __init__(self, options: KubectlOptions) -> None:
+        self.base = [options.kubectl]
+        if options.kubeconfig:
+            self.base += ["--kubeconfig", options.kubeconfig]
+        if options.context:
+            self.base += ["--context", options.context]
+        self.timeout = options.timeout.total_seconds()
 
     def run(self, *args: str) -> str:
         argv = [*self.base, *args]

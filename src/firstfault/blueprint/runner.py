@@ -1,13 +1,31 @@
-"""Orchestration: discover workloads, collect their evidence, attribute, write results; watch mode; summary."""
+"""Orchestration: discover workloads, collect their evidence, attribute, write results; watch mode; summary.
+
+Watch mode runs as a daemon: one JSON line per discovery pass on stderr (`cycle_record`), a stop request
+(SIGTERM or SIGINT through `stop_on_signals`) lets the workloads in progress finish and starts no other, and
+its memory stays bounded over any number of passes:
+
+- `Runner.done` (the attempts already attributed or skipped) keeps an attempt only while the context
+  connector that found it still reports it: after each successful discovery pass of a connector, the attempts
+  it no longer reports are forgotten (a Slurm watch pass only looks back `lookback` before the previous pass,
+  so an attempt leaves once its end is that far behind; a static directory keeps reporting its workloads, so
+  they stay). A connector whose pass failed forgets nothing. So `done` never holds more than the connectors'
+  latest discoveries.
+- `Summary.problems` keeps the last `PROBLEMS_KEPT` problems; `Summary.problem_count` counts them all.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import queue
+import resource
+import signal
+import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +43,10 @@ from firstfault.engine import Attribution, ExecutionContext
 from firstfault.errors import AttributionError, CollectorError, CollectorTimeout, NothingInScope
 
 
+# The problems a summary keeps (the most recent ones); a watch that meets a problem every pass stays bounded.
+PROBLEMS_KEPT = 100
+
+
 @dataclass
 class Summary:
     attributed: int = 0
@@ -32,7 +54,12 @@ class Summary:
     failed: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     collector_errors: Counter[str] = field(default_factory=Counter)
-    problems: list[str] = field(default_factory=list)
+    problems: deque[str] = field(default_factory=lambda: deque(maxlen=PROBLEMS_KEPT))
+    problem_count: int = 0
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        self.problem_count += 1
 
     def add(self, result: AttributionBlueprintResult) -> None:
         if result.diagnosis is None:
@@ -48,15 +75,24 @@ def _key(ctx: ExecutionContext) -> tuple[str, int]:
     return ctx.workload_id, ctx.attempt
 
 
+Found = list[tuple[ExecutionContext, ContextConnector]]
+
+
 class Runner:
     def __init__(self, plan: Plan, config: BlueprintConfig, console: Console | None = None,
-                 progress: bool = False) -> None:
+                 progress: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.config = config
         self.console = console or Console(stderr=True)
         self.show_progress = progress
         self.summary = Summary()
-        self.done: set[tuple[str, int]] = set()
+        # attempt -> the index (in plan.contexts) of the connector that reported it; see the module docstring
+        self.done: dict[tuple[str, int], int] = {}
+        self.stop = threading.Event()          # set: finish the workloads in progress, start no other
+        self.stopped_by: str | None = None     # the signal's name when a signal asked to stop
+        self.cycles = 0
+        self.discovered = 0                    # attempts reported by discovery passes, in all
+        self._log = log
 
     # -- one workload -----------------------------------------------------------------------------------
     def attribute(self, ctx: ExecutionContext, found_by: ContextConnector) -> AttributionBlueprintResult:
@@ -70,11 +106,10 @@ class Runner:
         try:
             session = self.plan.attributor.open(ctx)
             try:
-                for collector in self.plan.collectors:
+                for collector, timeout in self.plan.collecting():
                     if collector.applies(ctx):
-                        timeout = getattr(collector, "collect_timeout", None) or \
-                            self.config.collect_timeout.total_seconds()
-                        reports.append(_run_collector(collector, ctx, session.add, timeout))
+                        reports.append(_run_collector(collector, ctx, session.add,
+                                                      timeout or self.config.collect_timeout.total_seconds()))
                 collect_s = time.monotonic() - started
                 diagnosis = session.attribute()
                 attribute_s = time.monotonic() - started - collect_s
@@ -92,56 +127,121 @@ class Runner:
             attributed_at=datetime.now(timezone.utc))
 
     # -- batches ----------------------------------------------------------------------------------------
-    def discover(self) -> list[tuple[ExecutionContext, ContextConnector]]:
+    def discover(self) -> Found:
         """New finished attempts from every context connector (a failing connector is reported, not fatal)."""
-        found: list[tuple[ExecutionContext, ContextConnector]] = []
-        for connector in self.plan.contexts:
+        return self._discover()[0]
+
+    def _discover(self) -> tuple[Found, dict[int, set[tuple[str, int]]]]:
+        """What every connector found, and per connector whose pass succeeded, the attempts it reported."""
+        found: Found = []
+        reported: dict[int, set[tuple[str, int]]] = {}
+        for index, connector in enumerate(self.plan.contexts):
             try:
                 discovery = connector.discover()
             except Exception as exc:  # noqa: BLE001 - one connector failing must not stop the others
-                self.summary.problems.append(f"context {connector.label}: {_describe(exc)}")
+                self.summary.problem(f"context {connector.label}: {_describe(exc)}")
                 continue
-            self.summary.problems += [f"context {connector.label}: {p}" for p in discovery.problems]
+            for problem in discovery.problems:
+                self.summary.problem(f"context {connector.label}: {problem}")
             found += [(ctx, connector) for ctx in discovery.contexts]
-        return found
+            reported[index] = {_key(ctx) for ctx in discovery.contexts}
+        self.discovered += len(found)
+        return found, reported
 
-    def _todo(self, found: list[tuple[ExecutionContext, ContextConnector]]) -> list[tuple[ExecutionContext, ContextConnector]]:
+    def _forget(self, reported: dict[int, set[tuple[str, int]]]) -> None:
+        """Forget the attempts a connector found before and no longer reports (it will not report them again)."""
+        self.done = {key: index for key, index in self.done.items()
+                     if index not in reported or key in reported[index]}
+
+    def _todo(self, found: Found) -> Found:
         todo = []
+        index = {id(c): i for i, c in enumerate(self.plan.contexts)}
         for ctx, connector in found:
             if _key(ctx) in self.done:
                 continue
             if not self.config.force and any(o.already_attributed(ctx) for o in self.plan.outputs):
                 self.summary.skipped += 1
-                self.done.add(_key(ctx))
+                self.done[_key(ctx)] = index.get(id(connector), -1)
                 continue
             todo.append((ctx, connector))
         return todo
 
     def run_once(self) -> int:
-        """One discovery pass: attribute every new attempt; returns how many were processed."""
-        todo = self._todo(self.discover())
-        with self._progress(len(todo)) as advance, ThreadPoolExecutor(max(1, self.config.workers)) as pool:
-            futures: dict[Future[AttributionBlueprintResult], ExecutionContext] = {
-                pool.submit(self.attribute, ctx, connector): ctx for ctx, connector in todo}
-            for future in as_completed(futures):
-                result = future.result()
-                self._write(result)
-                if result.diagnosis is not None:
-                    self.done.add(_key(result.context))
-                advance(result.context.workload_id)
-        return len(todo)
+        """One discovery pass: attribute every new attempt; returns how many were processed. Once `stop` is
+        set, no further attempt is started; those in progress are finished and written."""
+        found, reported = self._discover()
+        self._forget(reported)
+        if self.stop.is_set():
+            return 0
+        todo = self._todo(found)
+        index = {id(c): i for i, c in enumerate(self.plan.contexts)}
+        workers = max(1, self.config.workers)
+        processed = 0
+        with self._progress(len(todo)) as advance, ThreadPoolExecutor(workers) as pool:
+            waiting = iter(todo)
+            running: dict[Future[AttributionBlueprintResult], ContextConnector] = {}
 
-    def watch(self, cycles: int | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Keep discovering newly finished workloads every `interval` (for `cycles` passes, or until Ctrl-C)."""
+            def start_more() -> None:
+                while len(running) < workers and not self.stop.is_set():
+                    item = next(waiting, None)
+                    if item is None:
+                        return
+                    running[pool.submit(self.attribute, *item)] = item[1]
+
+            start_more()
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    connector = running.pop(future)
+                    result = future.result()
+                    self._write(result)
+                    processed += 1
+                    if result.diagnosis is not None:
+                        self.done[_key(result.context)] = index.get(id(connector), -1)
+                    advance(result.context.workload_id)
+                start_more()
+        return processed
+
+    def watch(self, cycles: int | None = None, sleep: Callable[[float], None] | None = None) -> None:
+        """Keep discovering newly finished workloads every `interval` (for `cycles` passes, or until `stop` is
+        set or Ctrl-C), with one `cycle_record` line per pass."""
         done_cycles = 0
         try:
-            while cycles is None or done_cycles < cycles:
-                self.run_once()
+            while (cycles is None or done_cycles < cycles) and not self.stop.is_set():
+                self.run_cycle()
                 done_cycles += 1
-                if cycles is None or done_cycles < cycles:
-                    sleep(self.config.interval.total_seconds())
+                if (cycles is None or done_cycles < cycles) and not self.stop.is_set():
+                    if sleep is None:
+                        self.stop.wait(self.config.interval.total_seconds())
+                    else:
+                        sleep(self.config.interval.total_seconds())
         except KeyboardInterrupt:
             self.console.print("interrupted: stopping the watch")
+        if self.stopped_by:
+            self._emit({"event": "stopped", "signal": self.stopped_by, "cycles": self.cycles})
+
+    def run_cycle(self) -> dict[str, Any]:
+        """One pass of the watch (`run_once`) and its log record, which is written and returned."""
+        before = (self.summary.attributed, self.summary.failed, self.summary.skipped, self.summary.problem_count)
+        started = time.monotonic()
+        found_before = self.discovered
+        self.run_once()
+        s = self.summary
+        self.cycles += 1
+        record = cycle_record(
+            cycle=self.cycles, discovered=self.discovered - found_before, attributed=s.attributed - before[0],
+            failed=s.failed - before[1], skipped=s.skipped - before[2], problems=s.problem_count - before[3],
+            seconds=time.monotonic() - started, known=len(self.done), problems_kept=len(s.problems))
+        self._emit(record)
+        return record
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"))
+        if self._log is not None:
+            self._log(line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
     def _write(self, result: AttributionBlueprintResult) -> None:
         self.summary.add(result)
@@ -149,7 +249,7 @@ class Runner:
             try:
                 output.write(result)
             except Exception as exc:  # noqa: BLE001 - an output failing must not lose the other outputs
-                self.summary.problems.append(f"output {output.label}: {_describe(exc)}")
+                self.summary.problem(f"output {output.label}: {_describe(exc)}")
 
     @contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[str], None]]:
@@ -176,6 +276,54 @@ class Runner:
             self.console.print(f"[yellow]collector error[/yellow] {name}: {count} workload(s)")
         for problem in s.problems:
             self.console.print(f"[red]problem[/red] {problem}", markup=True, highlight=False)
+        if s.problem_count > len(s.problems):
+            self.console.print(f"{s.problem_count} problems in all; the last {len(s.problems)} are shown")
+
+
+def rss_mb() -> float:
+    """The process's resident memory now (Linux), else its peak."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cycle_record(*, cycle: int, discovered: int, attributed: int, failed: int, skipped: int, problems: int,
+                 seconds: float, known: int, problems_kept: int) -> dict[str, Any]:
+    """The watch's log line for one pass: what it discovered (every attempt the connectors reported, including
+    those attributed before), attributed, failed to attribute, skipped (an output already held them) and the
+    problems it met; how long it took; how many attempts `done` remembers and how many problems the summary
+    keeps (both bounded); the resident memory."""
+    return {"event": "cycle", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cycle": cycle,
+            "discovered": discovered, "attributed": attributed, "failed": failed, "skipped": skipped,
+            "problems": problems, "seconds": round(seconds, 3), "known": known, "problems_kept": problems_kept,
+            "rss_mb": round(rss_mb(), 1)}
+
+
+@contextmanager
+def stop_on_signals(runner: Runner, signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """While inside: the first SIGTERM or SIGINT sets `runner.stop` (the workloads in progress finish and are
+    written, none other starts); a second one acts as before (SIGINT raises KeyboardInterrupt, SIGTERM ends
+    the process). Handlers can only be installed from the main thread; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) or signal.SIG_DFL for sig in signals}
+
+    def handle(signum: int, _frame: Any) -> None:
+        runner.stopped_by = signal.Signals(signum).name
+        runner.stop.set()
+        for sig, handler in previous.items():   # a second signal is not ignored
+            signal.signal(sig, handler)
+
+    for sig in signals:
+        signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 _DONE = object()

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, apply_environment, load_toml, spec_from_words
 from firstfault.blueprint.connectors import build_plan
-from firstfault.blueprint.runner import Runner
+from firstfault.blueprint.runner import Runner, stop_on_signals
 from firstfault.cli import error
 from firstfault.errors import AttributionError, ConfigError, SchemaError
 from firstfault.timeinput import parse_duration
@@ -47,7 +47,8 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
     runner = Runner(plan, config, console=console, progress=progress)
     try:
         if config.watch:
-            runner.watch(cycles=args.cycles)
+            with stop_on_signals(runner):
+                runner.watch(cycles=args.cycles)
         else:
             runner.run_once()
     except AttributionError as exc:
@@ -56,6 +57,8 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
         plan.close()
     if not args.quiet:
         runner.print_summary()
+    if runner.stopped_by:   # a watch asked to stop (systemctl stop, Ctrl-C): its passes were logged as they ran
+        return 0
     return 1 if runner.summary.failed or runner.summary.problems else 0
 
 
@@ -76,7 +79,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--collect-timeout", metavar="DURATION",
                    help="the longest one collector may take for one workload (default 10m)")
     p.add_argument("--force", action="store_true", help="attribute again what an output already holds")
-    p.add_argument("--watch", action="store_true", help="keep discovering newly finished workloads")
+    p.add_argument("--watch", action="store_true",
+                   help="keep discovering newly finished workloads (one JSON line per pass on stderr; SIGTERM or "
+                        "SIGINT finishes the workloads in progress, then exits 0)")
     p.add_argument("--interval", metavar="DURATION", help="time between discovery passes in watch mode (60s)")
     p.add_argument("--cycles", type=int, metavar="N", help="stop watching after N discovery passes")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

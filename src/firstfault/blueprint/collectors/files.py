@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from firstfault.blueprint.base import LineBatch, Window
-from firstfault.blueprint.config import ConnectorSpec, parse_bool
+from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import CollectorOptions, MarginOptions, option, parse_options
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.engine import looks_binary
 from firstfault.engine.evidence import open_evidence
@@ -153,21 +154,34 @@ def context_fields(ctx: ExecutionContext) -> dict[str, str]:
     return fields
 
 
+@dataclass(frozen=True)
+class FilesOptions(CollectorOptions, MarginOptions):
+    applog: tuple[str, ...] = option((), "path templates of application logs (the job's own: read whole unless "
+                                         "`window on`)")
+    syslog: tuple[str, ...] = option((), "path templates of syslogs")
+    scheduler: tuple[str, ...] = option((), "path templates of scheduler logs")
+    node: str | None = option(None, "the node of job-wide files (may be a template)", shown="batch host")
+    window: bool | None = option(None, "drop lines outside the window",
+                                 shown="`on` for syslog and scheduler, `off` for applog")
+    rotated: bool = option(True, "read the rotated siblings")
+
+
 class FilesCollector:
     kind = "logs"
-    OPTIONS = ("applog", "syslog", "scheduler", "node", "window", "rotated", "margin", "label")
+    Options = FilesOptions
 
     def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
-        self.label = spec.label
-        self.templates = [(SourceKind(s), t) for s in _SOURCES for t in spec.get_all(s)]
+        options = parse_options(FilesOptions, spec)
+        self.label = options.label or spec.name
+        self.templates = [(SourceKind.APPLOG, t) for t in options.applog] + \
+            [(SourceKind.SYSLOG, t) for t in options.syslog] + [(SourceKind.SCHEDULER, t) for t in options.scheduler]
         if not self.templates:
             raise ConfigError(f"logs files: give at least one path template ({', '.join(_SOURCES)} TEMPLATE)")
-        self.node_template = spec.get("node")
-        window = spec.get("window")
-        self.filter_window = {s: parse_bool(window) if window is not None else s != SourceKind.APPLOG
+        self.node_template = options.node
+        self.filter_window = {s: options.window if options.window is not None else s != SourceKind.APPLOG
                               for s in SourceKind}
-        self.rotated = spec.get_bool("rotated", True)
-        self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
+        self.rotated = options.rotated
+        self.margin = options.margin if options.margin is not None else margin
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True

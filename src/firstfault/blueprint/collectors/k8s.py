@@ -10,12 +10,14 @@ its RFC 3339 time, which the engine reads.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from firstfault.blueprint.base import LineBatch
 from firstfault.blueprint.config import ConnectorSpec
-from firstfault.blueprint.kubectl import KUBECTL_OPTIONS, Kubectl
+from firstfault.blueprint.kubectl import Kubectl
+from firstfault.blueprint.options import CollectorOptions, KubectlOptions, option, parse_options
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.errors import CollectorError, KubectlError, NothingInScope
 
@@ -31,15 +33,22 @@ def containers(pod: dict[str, Any]) -> list[tuple[str, bool]]:
     return [(name, restarts.get(name, 0) > 0) for name in names]
 
 
+@dataclass(frozen=True)
+class PodLogsOptions(CollectorOptions, KubectlOptions):
+    previous: bool = option(True, "also read the previous instance of restarted containers")
+    timestamps: bool = option(True, "ask kubectl for RFC 3339 line stamps")
+
+
 class PodLogsCollector:
     kind = "logs"
-    OPTIONS = ("previous", "timestamps", "label", *KUBECTL_OPTIONS)
+    Options = PodLogsOptions
 
     def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
-        self.label = spec.label
-        self.kubectl = Kubectl(spec)
-        self.previous = spec.get_bool("previous", True)
-        self.timestamps = spec.get_bool("timestamps", True)
+        options = parse_options(PodLogsOptions, spec)
+        self.label = options.label or spec.name
+        self.kubectl = Kubectl(options)
+        self.previous = options.previous
+        self.timestamps = options.timestamps
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return ctx.scheduler == "kubernetes"

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from firstfault.blueprint.base import LokiBatch, Window
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.http import client_for
+from firstfault.blueprint.options import CollectorOptions, HttpOptions, MarginOptions, option, parse_options
 from firstfault.engine import ExecutionContext, SourceKind
-from firstfault.errors import CollectorError, ConfigError, HttpError, NothingInScope
+from firstfault.errors import CollectorError, HttpError, NothingInScope
 
 _EntryKey = tuple[tuple[tuple[str, str], ...], int, str]
 
@@ -42,25 +44,36 @@ def slices(start: int, end: int, step: int) -> Iterator[tuple[int, int]]:
         start += step
 
 
+@dataclass(frozen=True)
+class LokiOptions(CollectorOptions, HttpOptions, MarginOptions):
+    url: str | None = option(None, "Loki's base URL", required=True)
+    node_label: str = option("hostname", "the stream label holding the node name")
+    selector: str | None = option(None, 'extra matchers, e.g. `job="syslog"`')
+    query: str | None = option(None, "a whole LogQL query instead, with `$nodes` (the node alternation) and "
+                                     "`$node_label`")
+    source: str = option("syslog", "which extractors see the lines", choices=[s.value for s in SourceKind])
+    tenant: str | None = option(None, "sent as `X-Scope-OrgID` (multi-tenant Loki)")
+    limit: int = option(5000, "entries per request (Loki's `max_entries_limit_per_query` is commonly 5000)")
+    split: timedelta = option(timedelta(hours=1), "window slice per query")
+    nodes_per_query: int = option(50, "nodes per query (long allocations are queried in groups)")
+
+
 class LokiCollector:
     kind = "logs"
-    OPTIONS = ("url", "query", "selector", "node_label", "source", "tenant", "token", "limit", "split",
-               "timeout", "retries", "nodes_per_query", "margin", "label")
+    Options = LokiOptions
 
     def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
-        self.label = spec.label
-        self.node_label = spec.get("node_label", "hostname") or "hostname"
-        selector = spec.get("selector")
-        self.query = spec.get("query") or ('{$node_label=~"$nodes"' + (f", {selector}" if selector else "") + "}")
-        try:
-            self.source = SourceKind(spec.get("source") or "syslog")
-        except ValueError:
-            raise ConfigError(f"logs loki: source must be one of {', '.join(s.value for s in SourceKind)}") from None
-        self.limit = spec.get_int("limit", 5000)
-        self.split = spec.get_duration("split", "1h")
-        self.nodes_per_query = spec.get_int("nodes_per_query", 50)
-        self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = client_for(spec)
+        options = parse_options(LokiOptions, spec)
+        self.label = options.label or spec.name
+        self.node_label = options.node_label
+        selector = options.selector
+        self.query = options.query or ('{$node_label=~"$nodes"' + (f", {selector}" if selector else "") + "}")
+        self.source = SourceKind(options.source)
+        self.limit = options.limit
+        self.split = options.split
+        self.nodes_per_query = options.nodes_per_query
+        self.margin = options.margin if options.margin is not None else margin
+        self.client = client_for(options)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True

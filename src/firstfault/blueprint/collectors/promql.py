@@ -24,6 +24,7 @@ from firstfault.blueprint.base import MetricBatch, Window, node_of
 from firstfault.blueprint.collectors.loki import logql_regex
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.http import client_for
+from firstfault.blueprint.options import CollectorOptions, HttpOptions, MarginOptions, option, parse_options
 from firstfault.engine import ExecutionContext
 from firstfault.errors import CollectorError, ConfigError, HttpError, NothingInScope
 
@@ -76,23 +77,35 @@ def changes_only(values: list[list[Any]]) -> list[list[Any]]:
     return [v for i, v in enumerate(values) if i in (0, len(values) - 1) or v[1] != values[i - 1][1]]
 
 
+@dataclass(frozen=True)
+class PromqlOptions(CollectorOptions, HttpOptions, MarginOptions):
+    url: str | None = option(None, "Prometheus (or Mimir/Thanos/VictoriaMetrics Prometheus API) base URL",
+                             required=True)
+    query: tuple[str, ...] = option((), "`NAME=PROMQL`, repeatable; `$nodes`, `$node_label`, `$ib_node_label` are "
+                                        "substituted")
+    defaults: bool = option(True, "keep the default queries next to yours")
+    node_label: str = option("Hostname", "dcgm-exporter's node label")
+    ib_node_label: str = option("instance", "node_exporter's node label")
+    step: str | None = option(None, "query resolution", shown="window / 1000, at least `15s`")
+    changes_only: bool = option(True, "keep a series' first and last samples and every change only")
+
+
 class PromqlCollector:
     kind = "metrics"
-    OPTIONS = ("url", "query", "defaults", "node_label", "ib_node_label", "step", "changes_only", "tenant",
-               "token", "timeout", "retries", "margin", "label")
+    Options = PromqlOptions
 
     def __init__(self, spec: ConnectorSpec, margin: timedelta) -> None:
-        self.label = spec.label
-        self.labels = {"$node_label": spec.get("node_label", "Hostname") or "Hostname",
-                       "$ib_node_label": spec.get("ib_node_label", "instance") or "instance"}
-        custom = [parse_query(q) for q in spec.get_all("query")]
-        self.queries = (list(DEFAULT_QUERIES) if spec.get_bool("defaults", True) else []) + custom
+        options = parse_options(PromqlOptions, spec)
+        self.label = options.label or spec.name
+        self.labels = {"$node_label": options.node_label, "$ib_node_label": options.ib_node_label}
+        custom = [parse_query(q) for q in options.query]
+        self.queries = (list(DEFAULT_QUERIES) if options.defaults else []) + custom
         if not self.queries:
             raise ConfigError("metrics promql: `defaults off` needs at least one `query NAME=PROMQL`")
-        self.step = spec.get("step")
-        self.dedupe = spec.get_bool("changes_only", True)
-        self.margin = spec.get_duration("margin", f"{margin.total_seconds()}s")
-        self.client = client_for(spec)
+        self.step = options.step
+        self.dedupe = options.changes_only
+        self.margin = options.margin if options.margin is not None else margin
+        self.client = client_for(options)
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True

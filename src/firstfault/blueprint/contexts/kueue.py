@@ -10,12 +10,14 @@ their `spec.nodeName`s are the allocation. The attempt number is `status.requeue
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from firstfault.blueprint.base import Discovery
 from firstfault.blueprint.config import ConnectorSpec
-from firstfault.blueprint.kubectl import KUBECTL_OPTIONS, Kubectl, namespace_args
+from firstfault.blueprint.kubectl import Kubectl, namespace_args
+from firstfault.blueprint.options import KubectlOptions, LabelOptions, option, parse_options
 from firstfault.engine import ExecutionContext
 from firstfault.timeinput import parse_time
 
@@ -103,15 +105,22 @@ def to_context(workload: dict[str, Any], pods: list[dict[str, Any]]) -> Executio
         metadata={k: v for k, v in metadata.items() if v and v != "/"})
 
 
+@dataclass(frozen=True)
+class KueueOptions(LabelOptions, KubectlOptions):
+    namespace: str | None = option(None, "the namespace of the Workloads and pods", shown="all namespaces")
+    since: str | None = option(None, "only Workloads that finished after this time", kind="time")
+
+
 class KueueContexts:
     kind = "context"
-    OPTIONS = ("namespace", "since", "label", *KUBECTL_OPTIONS)
+    Options = KueueOptions
 
     def __init__(self, spec: ConnectorSpec) -> None:
-        self.label = spec.label
-        self.kubectl = Kubectl(spec)
-        self.namespace = spec.get("namespace")
-        self.since = spec.get("since")
+        options = parse_options(KueueOptions, spec)
+        self.label = options.label or spec.name
+        self.kubectl = Kubectl(options)
+        self.namespace = options.namespace
+        self.since = options.since
 
     def discover(self) -> Discovery:
         scope = namespace_args(self.namespace)

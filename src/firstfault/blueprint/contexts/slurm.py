@@ -27,8 +27,9 @@ import hostlist
 
 from firstfault.blueprint.base import Discovery
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.engine import ExecutionContext
-from firstfault.errors import ConfigError, SlurmError
+from firstfault.errors import SlurmError
 from firstfault.timeinput import parse_time
 
 FINISHED = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -264,28 +265,43 @@ def to_context(record: JobRecord, attempt: int, extra: dict[str, str]) -> Execut
         metadata={k: v for k, v in metadata.items() if v})
 
 
+@dataclass(frozen=True)
+class SlurmOptions(LabelOptions):
+    jobs: tuple[str, ...] = option((), "job ids; when given, the time options are ignored", split=True)
+    since: str = option("1d", "finished after this time (ISO 8601 or a duration ago)", kind="time")
+    until: str | None = option(None, "and before this one", shown="`now`", kind="time")
+    users: tuple[str, ...] = option((), "restrict to these users", shown="every user", split=True)
+    partitions: tuple[str, ...] = option((), "restrict to these partitions", shown="all", split=True)
+    states: tuple[str, ...] = option((), "e.g. `FAILED,NODE_FAIL,TIMEOUT,OUT_OF_MEMORY`",
+                                     shown="every finished state", split=True)
+    format: str = option("json", "`json` (`sacct --json`, exit codes fixed up on 22.05) or `text` (`sacct -P` only)",
+                         choices=["json", "text"])
+    lookback: timedelta = option(timedelta(minutes=15), "in watch mode each pass starts this long before the "
+                                                        "previous one (accounting lags)")
+    sacct: str = option("sacct", "the command to run (e.g. a wrapper that adds `-M cluster`)")
+    scontrol: str = option("scontrol", "the command to run")
+    timeout: timedelta = option(timedelta(seconds=120), "per command")
+
+
 class SlurmContexts:
     kind = "context"
-    OPTIONS = ("jobs", "since", "until", "users", "partitions", "states", "format", "lookback", "sacct",
-               "scontrol", "timeout", "label")
+    Options = SlurmOptions
 
     def __init__(self, spec: ConnectorSpec) -> None:
-        self.label = spec.label
-        self.jobs = spec.get_list("jobs")
-        self.since = spec.get("since", "1d") or "1d"
-        self.until = spec.get("until")
-        self.users = spec.get_list("users")
-        self.partitions = spec.get_list("partitions")
-        self.states = {s.upper() for s in spec.get_list("states")}
-        self.format = spec.get("format", "json")
-        if self.format not in ("json", "text"):
-            raise ConfigError(f"context slurm: format must be json or text, not {self.format!r}")
-        self.lookback = spec.get_duration("lookback", "15m")
-        self.sacct = spec.get("sacct", "sacct") or "sacct"
-        self.scontrol = spec.get("scontrol", "scontrol") or "scontrol"
-        self.timeout = spec.get_duration("timeout", "120s").total_seconds()
+        options = parse_options(SlurmOptions, spec)
+        self.label = options.label or spec.name
+        self.jobs = list(options.jobs)
+        self.since = options.since
+        self.until = options.until
+        self.users = list(options.users)
+        self.partitions = list(options.partitions)
+        self.states = {s.upper() for s in options.states}
+        self.format = options.format
+        self.lookback = options.lookback
+        self.sacct = options.sacct
+        self.scontrol = options.scontrol
+        self.timeout = options.timeout.total_seconds()
         self._last_pass: datetime | None = None
-        parse_time(self.since)  # reject a bad value now rather than at the first pass
 
     # -- commands ---------------------------------------------------------------------------------------
     def _run(self, argv: list[str]) -> str:

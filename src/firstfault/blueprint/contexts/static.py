@@ -10,11 +10,13 @@ DIR is one workload directory or a directory of them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from firstfault.blueprint.base import Discovery, LineBatch
 from firstfault.blueprint.collectors.files import FileScope, read_files
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.engine import ExecutionContext
 from firstfault.engine.evidence import SCENARIO_FILE, evidence_files, read_context
 from firstfault.errors import ConfigError, EvidenceError, NothingInScope
@@ -28,13 +30,19 @@ def workload_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / SCENARIO_FILE).is_file())
 
 
+@dataclass(frozen=True)
+class StaticOptions(LabelOptions):
+    path: tuple[str, ...] = option((), "a workload directory or a directory of them", split=True)
+
+
 class StaticContexts:
     kind = "context"
-    OPTIONS = ("path", "label")
+    Options = StaticOptions
 
     def __init__(self, spec: ConnectorSpec) -> None:
-        self.label = spec.label
-        self.roots = [Path(p).expanduser() for p in spec.get_list("path")]
+        options = parse_options(StaticOptions, spec)
+        self.label = options.label or spec.name
+        self.roots = [Path(p).expanduser() for p in options.path]
         if not self.roots:
             raise ConfigError("context static: give `path DIR` (or --configs DIR)")
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.blueprint.result import MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
-from firstfault.errors import ConfigError, SchemaError
+from firstfault.errors import SchemaError
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -123,16 +125,21 @@ def store(db: sqlite3.Connection, result: AttributionBlueprintResult) -> int:
     return run_id
 
 
+@dataclass(frozen=True)
+class SqliteOptions(LabelOptions):
+    path: str | None = option(None, "the results database (created and migrated on open)", required=True)
+    db: str = option("sqlite", "the database kind (`output db sqlite` declares it)", choices=["sqlite"])
+
+
 class SqliteOutput:
     kind = "output"
-    OPTIONS = ("path", "db", "label")
+    Options = SqliteOptions
 
     def __init__(self, spec: ConnectorSpec) -> None:
-        self.label = spec.label
-        db_kind = spec.get("db", "sqlite")
-        if db_kind != "sqlite":
-            raise ConfigError(f"output db: unknown database {db_kind!r} (sqlite)")
-        self.path = Path(spec.require("path")).expanduser()
+        options = parse_options(SqliteOptions, spec)
+        self.label = options.label or spec.name
+        assert options.path is not None   # required
+        self.path = Path(options.path).expanduser()
         self.db = connect(self.path)
 
     def already_attributed(self, ctx: ExecutionContext) -> bool:

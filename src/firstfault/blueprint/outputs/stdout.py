@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import TextIO
 
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.options import LabelOptions, parse_options
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
 
 
+@dataclass(frozen=True)
+class StdoutOptions(LabelOptions):
+    pass
+
+
 class StdoutOutput:
     kind = "output"
-    OPTIONS = ("label",)
+    Options = StdoutOptions
 
     def __init__(self, spec: ConnectorSpec, stream: TextIO | None = None) -> None:
-        self.label = spec.label
+        options = parse_options(StdoutOptions, spec)
+        self.label = options.label or spec.name
         self.stream = stream or sys.stdout
 
     def already_attributed(self, ctx: ExecutionContext) -> bool:
