@@ -14,7 +14,13 @@ from firstfault.blueprint.collectors.files import FilesOptions
 from firstfault.blueprint.collectors.loki import LokiCollector, LokiOptions
 from firstfault.blueprint.collectors.promql import PromqlOptions
 from firstfault.blueprint.config import BlueprintConfig, spec_from_words
-from firstfault.blueprint.connectors import COLLECTORS, build_plan, documented_models, options_model, render_option_tables
+from firstfault.blueprint.connectors import (
+    COLLECTORS,
+    build_plan,
+    documented_models,
+    options_model,
+    render_option_tables,
+)
 from firstfault.blueprint.contexts.slurm import SlurmOptions
 from firstfault.blueprint.contexts.static import StaticContexts
 from firstfault.blueprint.options import CollectorOptions, parse_options

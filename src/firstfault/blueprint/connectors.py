@@ -25,7 +25,14 @@ from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec
 from firstfault.blueprint.contexts.kueue import KueueContexts
 from firstfault.blueprint.contexts.slurm import SlurmContexts
 from firstfault.blueprint.contexts.static import StaticContexts, StaticEvidence
-from firstfault.blueprint.options import CollectorOptions, LabelOptions, Options, legacy_model, parse_options, render_table
+from firstfault.blueprint.options import (
+    CollectorOptions,
+    LabelOptions,
+    Options,
+    legacy_model,
+    parse_options,
+    render_table,
+)
 from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.result import AttributionBlueprintResult

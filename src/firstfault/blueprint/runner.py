@@ -42,7 +42,6 @@ from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorRep
 from firstfault.engine import Attribution, ExecutionContext
 from firstfault.errors import AttributionError, CollectorError, CollectorTimeout, NothingInScope
 
-
 # The problems a summary keeps (the most recent ones); a watch that meets a problem every pass stays bounded.
 PROBLEMS_KEPT = 100
 

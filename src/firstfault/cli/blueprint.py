@@ -62,7 +62,7 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
     return 1 if runner.summary.failed or runner.summary.problems else 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "blueprint", help="discover finished workloads, collect their evidence, attribute them, store the results",
         description="Discover finished workloads (Slurm, Kueue, static directories), collect their logs and "
