@@ -257,6 +257,10 @@ def _print_eval(report: object) -> None:
                   f"terminal_state {m['terminal_state_accuracy']:.1%}  root evidence {m['root_evidence_accuracy']:.1%}")
     console.print(f"false infra blame {m['false_infra_blame']}  missed hardware {m['missed_hardware']} of "
                   f"{m['expected_culprit_nodes']} expected culprit nodes  passed {m['passed']}/{m['scenarios']}")
+    console.print(f"committed answers {m['committed_share']:.1%} (not unknown/ambiguous), their sub_domain precision "
+                  f"{m['committed_precision']:.1%}; by the answer's confidence: " + ", ".join(
+                      f"{level} {c['sub_domain_accuracy']:.0%} of {c['answers']:.0f}"
+                      for level, c in report.calibration.items()))
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -315,6 +315,9 @@ class WorkloadRef(FrozenModel):
     exit_code: str
 
 
+Confidence = Literal["high", "medium", "low"]
+
+
 class Attribution(FrozenModel):
     """The diagnosis of one workload attempt (the result JSON)."""
 
@@ -323,6 +326,11 @@ class Attribution(FrozenModel):
     terminal_state: TerminalState
     outcome: Outcome
     sub_domain: SubDomain
+    # How far an operator can act on the answer (docs/accuracy.md reports its calibration): high - a kernel,
+    # hardware or scheduler fact, stamped, with the evidence complete; medium - an application's or launcher's own
+    # report, or a strong fact read with gaps; low - the earliest downstream symptom, or nothing committed
+    # (unknown, ambiguous).
+    confidence: Confidence
     root_cause: RootCause | None
     culprit_nodes: list[CulpritNode]
     symptoms: list[SymptomView]

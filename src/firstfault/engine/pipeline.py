@@ -8,6 +8,7 @@ from firstfault.engine.model import (
     SUBDOMAIN_OUTCOME,
     Attribution,
     Candidate,
+    Confidence,
     Coverage,
     CulpritNode,
     EventType,
@@ -246,10 +247,35 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
                                         nodes=sorted({s.node for s in group if s.node}),
                                         first_time=min((s.first_time for s in group if s.first_time), default=None),
                                         evidence=group[0].evidence[:2]))
+    coverage = _coverage(ws, session, outside)
     return Attribution(
         workload=WorkloadRef(workload_id=ctx.workload_id, attempt=ctx.attempt, scheduler=ctx.scheduler,
                              job_id=ctx.job_id, name=ctx.name, nodes=ctx.nodes, start_time=ctx.start_time,
                              end_time=ctx.end_time, scheduler_state=ctx.scheduler_state, exit_code=ctx.exit_code),
-        terminal_state=terminal, outcome=outcome, sub_domain=sub_domain, root_cause=root_cause,
+        terminal_state=terminal, outcome=outcome, sub_domain=sub_domain,
+        confidence=_confidence(ws, sub_domain, terminal, coverage), root_cause=root_cause,
         culprit_nodes=culprits, symptoms=[_symptom_view(s) for s in ws.symptoms], trace=ws.trace,
-        coverage=_coverage(ws, session, outside), candidates=candidates, catalog_hash=ws.catalog.content_hash)
+        coverage=coverage, candidates=candidates, catalog_hash=ws.catalog.content_hash)
+
+
+STRONG_FACT = 70  # root strength from which a report is a kernel, hardware or runtime fact (catalog strengths)
+
+
+def _confidence(ws: Workspace, sub_domain: SubDomain, terminal: TerminalState, coverage: Coverage) -> Confidence:
+    """How far the answer can be acted on, from what it rests on (Attribution.confidence)."""
+    if sub_domain in (SubDomain.UNKNOWN, SubDomain.AMBIGUOUS):
+        return "low"
+    levels: tuple[Confidence, ...] = ("low", "medium", "high")
+    if sub_domain == SubDomain.NONE:
+        recorded = normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED
+        level = 2 if recorded and not coverage.partial else 1
+        return levels[level]
+    lead = ws.decision.root[0] if ws.decision.root else None
+    if lead is None or lead.role != "root":
+        return "low"
+    # what a scheduler did is certain; that nothing else ended the workload is not: at most medium
+    strong = lead.definition.strength >= STRONG_FACT and sub_domain != SubDomain.SCHEDULER
+    level = 2 if strong else 1
+    if coverage.partial or ws.undated(lead):
+        level -= 1
+    return levels[max(level, 0)]

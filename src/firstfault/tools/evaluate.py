@@ -38,6 +38,12 @@ class ScenarioScore:
     terminal_ok: bool
     evidence_ok: bool
     error: str = ""
+    answer_confidence: str = ""  # the tool's own Attribution.confidence
+
+    @property
+    def committed(self) -> bool:
+        """The tool committed to a cause (not unknown or ambiguous, no error)."""
+        return not self.error and self.got_sub_domain not in ("unknown", "ambiguous")
 
     @property
     def passed(self) -> bool:
@@ -58,10 +64,11 @@ class EvalReport:
     metrics: dict[str, float] = field(default_factory=dict)
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
     by_confidence: dict[str, dict[str, float]] = field(default_factory=dict)
+    calibration: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        return {"metrics": self.metrics, "by_confidence": self.by_confidence, "confusion": self.confusion,
-                "scenarios": [asdict(s) | {"passed": s.passed} for s in self.scores]}
+        return {"metrics": self.metrics, "by_confidence": self.by_confidence, "calibration": self.calibration,
+                "confusion": self.confusion, "scenarios": [asdict(s) | {"passed": s.passed} for s in self.scores]}
 
 
 def _cited(result: Attribution) -> str:
@@ -86,7 +93,7 @@ def score(directory: Path, result: Attribution | None, expected: dict[str, Any],
         expected_terminal_state=exp_ts, got_terminal_state=result.terminal_state.value, root_evidence=root_evidence,
         cited=cited[:300], sub_domain_ok=result.sub_domain.value in exp_sd, culprits_ok=got_c == exp_c,
         terminal_ok=(not exp_ts) or result.terminal_state.value == exp_ts,
-        evidence_ok=(not root_evidence) or root_evidence in cited)
+        evidence_ok=(not root_evidence) or root_evidence in cited, answer_confidence=result.confidence)
 
 
 def _rate(scores: list[ScenarioScore], attr: str) -> float:
@@ -123,7 +130,15 @@ def evaluate(corpus: Path, engine: Engine | None = None) -> EvalReport:
         "false_infra_blame": blamed_when_none,
         "missed_hardware": sum(len(s.missed) for s in scores),
         "expected_culprit_nodes": expected_culprit_nodes,
+        "committed_share": _rate(scores, "committed"),
+        "committed_precision": _rate([s for s in scores if s.committed], "sub_domain_ok"),
     }
+    # Calibration: how often an answer given with each confidence is right (sub_domain and culprits).
+    for level in ("high", "medium", "low"):
+        given = [s for s in scores if s.answer_confidence == level]
+        if given:
+            report.calibration[level] = {"answers": len(given), "sub_domain_accuracy": _rate(given, "sub_domain_ok"),
+                                         "culprit_exact_match": _rate(given, "culprits_ok")}
     for conf in sorted({s.confidence for s in scores}):
         subset = [s for s in scores if s.confidence == conf]
         report.by_confidence[conf] = {"scenarios": len(subset), "sub_domain_accuracy": _rate(subset, "sub_domain_ok"),
