@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Json, field_validator, model_validator
@@ -90,6 +90,10 @@ class RawTextBatch(BaseModel):
     origin: Origin | None = Field(default=None, description="Where the text came from (default raw:<node>/<source>)")
     first_line: int = Field(default=1, ge=1, le=2**40)
     text: str
+    utc_offset_minutes: int | None = Field(
+        default=None, ge=-14 * 60, le=14 * 60,
+        description="The stream is written in local time at this UTC offset: its stamps without a zone of their own "
+                    "are read at that offset (a collector that found or was told the node's time zone)")
 
 
 def _loki_ns(value: str | int) -> int:
@@ -196,6 +200,7 @@ class LineChunk:
     times: list[datetime | None] | None = None
     first_line: int = 1
     labels: dict[str, str] | None = None
+    utc_offset: timedelta | None = None
 
 
 @dataclass
@@ -212,7 +217,7 @@ class PreparedBatch:
     def apply(self, session: Session) -> None:
         for chunk in self.chunks:
             session.ingest_lines(chunk.node, chunk.source, chunk.lines, chunk.origin, times=chunk.times,
-                                 first_line=chunk.first_line, labels=chunk.labels)
+                                 first_line=chunk.first_line, labels=chunk.labels, utc_offset=chunk.utc_offset)
         if self.observations:
             session.ingest(self.observations)
 
@@ -276,7 +281,9 @@ def _prepare_raw_text(batch: RawTextBatch, cleaner: LineCleaner) -> PreparedBatc
     source = SourceKind(batch.source)
     lines = [cleaner.clean(line) for line in split_text(batch.text)]
     origin = batch.origin or f"raw:{batch.node or '-'}/{source.value}"
-    chunk = LineChunk(node=batch.node, source=source, origin=origin, lines=lines, first_line=batch.first_line)
+    offset = None if batch.utc_offset_minutes is None else timedelta(minutes=batch.utc_offset_minutes)
+    chunk = LineChunk(node=batch.node, source=source, origin=origin, lines=lines, first_line=batch.first_line,
+                      utc_offset=offset)
     return PreparedBatch(format=batch.format, chunks=[chunk] if lines else [], count=len(lines))
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_blueprint, slurm, wait_for
+from conftest import SLURM_CONF, run_blueprint, slurm, wait_for
 
 # The Xid job writes what the nodes' kernels would log into per-node "syslog" files, the way a log shipper
 # would leave them; the Blueprint's files collector reads them back by node name.
@@ -39,6 +39,36 @@ Traceback (most recent call last):
     loss = model(batch).loss
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free. Process 2611 has 78.03 GiB memory in use.
 EOF
+exit 1
+"""
+# The same fault on a cluster whose node syslogs are written in local time (Asia/Singapore, UTC+8) with no zone in
+# the stamp, the way traditional syslog writes them: read as UTC the Xid would be 8 hours after the job.
+LOCAL_TIME_XID_JOB = """\
+#!/bin/bash
+srun -N2 -n2 bash -c '
+  log="$SYSLOG_DIR-local/$SLURMD_NODENAME.log"
+  echo "$(TZ=Asia/Singapore date "+%b %e %H:%M:%S") $SLURMD_NODENAME systemd[1]: Started Session 13 of User root." >>"$log"
+  if [ "$SLURMD_NODENAME" = node2 ]; then
+    echo "$(TZ=Asia/Singapore date "+%b %e %H:%M:%S") $SLURMD_NODENAME kernel: [794301.112000] NVRM: Xid (PCI:0000:9a:00): 79, pid='"'"'<unknown>'"'"', name=<unknown>, GPU has fallen off the bus." >>"$log"
+    echo "[rank1]: RuntimeError: CUDA error: unspecified launch failure"
+    exit 1
+  fi
+  sleep 1
+  exit 1'
+"""
+# A job that fails on its own (a bug on rank 0) on node1; the next job on node1 meets an Xid minutes after the first
+# one ended (past the clock-skew tolerance of 120 s). The Xid is that next job's fault, never the first one's. (They
+# run on node1 once the TIMEOUT job has left it, and node1's syslog has no earlier Xid in their windows.)
+BUGGY_JOB = """\
+#!/bin/bash
+echo "$(date -u +%FT%TZ) [rank0]: KeyError: 'lr_schedule'"
+exit 1
+"""
+NEXT_JOB_XID = """\
+#!/bin/bash
+sleep 130
+echo "$(date "+%b %e %H:%M:%S") node1 kernel: [795001.001000] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." >>"$SYSLOG_DIR/node1.log"
+echo "$(date -u +%FT%TZ) [rank0]: RuntimeError: CUDA error: unspecified launch failure"
 exit 1
 """
 OK_JOB = """\
@@ -94,12 +124,14 @@ def slurm_jobs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """Submit the test jobs once (about 90 s, bounded by the TIMEOUT job) and wait until sacct has them all."""
     out = tmp_path_factory.mktemp("slurm-out")
     (out / "syslog").mkdir()
+    (out / "syslog-local").mkdir()
     out.chmod(0o777)
     jobs: dict[str, str] = {}
     jobs["timeout"] = _submit(out, "ff-timeout", "-w", "node1", "-t", "1",
                               wrap="echo 'epoch 0 step 1 loss 9.1'; sleep 600")
     jobs["ok"] = _submit(out, "ff-ok", "-N2", script=OK_JOB)
     jobs["xid"] = _submit(out, "ff-xid79", "-N2", script=XID_JOB)
+    jobs["xid_local_time"] = _submit(out, "ff-xid79-local-time", "-N2", script=LOCAL_TIME_XID_JOB)
     jobs["oom"] = _submit(out, "ff-cuda-oom", "-N1", script=OOM_JOB)
     jobs["array"] = _submit(out, "ff-array", "--array=1-2", wrap="echo task $SLURM_ARRAY_TASK_ID; exit $SLURM_ARRAY_TASK_ID")
     jobs["het"] = _submit(out, "ff-het", "-n1", ":", "-n1", wrap="echo het component $SLURM_HET_SIZE")
@@ -110,7 +142,7 @@ def slurm_jobs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) ->
     wait_for("the requeued job to be pending", lambda: _state(jobs["requeue"]) == "PENDING", 30)
     time.sleep(1)   # let slurmd finish the first run, or the next launch finds the credential revoked
     slurm("scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now")   # skip the requeue hold-off
-    quick = ["ok", "xid", "oom", "array", "requeue"]
+    quick = ["ok", "xid", "xid_local_time", "oom", "array", "requeue"]
     wait_for("the quick jobs", lambda: all(_state(jobs[k]) == "" for k in quick), 90)
 
     jobs["cancelled"] = _submit(out, "ff-cancelled", "-w", "node1", wrap="echo started; sleep 600")
@@ -125,18 +157,24 @@ def slurm_jobs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) ->
     finally:
         _resume("node2")
     wait_for("the TIMEOUT job (Slurm checks time limits about every 30 s)", lambda: _state(jobs["timeout"]) == "", 240, 2)
+    jobs["buggy"] = _submit(out, "ff-buggy", "-w", "node1", script=BUGGY_JOB)
+    jobs["next_on_node1"] = _submit(out, "ff-next-xid", "-w", "node1", f"--dependency=afterany:{jobs['buggy']}",
+                                    script=NEXT_JOB_XID)
+    wait_for("the job after the buggy one", lambda: _state(jobs["next_on_node1"]) == "", 240, 2)
     wait_for("sacct to record every job", lambda: _accounted(list(jobs.values())), 60, 1)
     time.sleep(1)  # sacct can briefly lag on the node list of a just-finished job
     jobs["out"] = str(out)
     return jobs
 
 
-def _blueprint(jobs: dict[str, str], db: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
-    ids = ",".join(v for k, v in jobs.items() if k != "out")
+def _blueprint(jobs: dict[str, str], db: Path, capsys: pytest.CaptureFixture[str], *extra: str,
+               syslog: str = "syslog", ids: list[str] | None = None) -> list[dict]:
+    wanted = ",".join(ids or [v for k, v in jobs.items() if k != "out"])
     code, results, err = run_blueprint([
-        "--connector", "context", "slurm", "jobs", ids, *extra,
+        "--connector", "context", "slurm", "jobs", wanted, *extra,
         "--connector", "logs", "files", "label", "stdout", "applog", "{stdout}",
-        "--connector", "logs", "files", "label", "syslog", "syslog", f"{jobs['out']}/syslog/{{node}}.log",
+        "--connector", "logs", "files", "label", "syslog", "syslog", f"{jobs['out']}/{syslog}/{{node}}.log",
+        "--connector", "logs", "files", "label", "slurmctld", "scheduler", str(SLURM_CONF.parent / "log" / "slurmctld.log"),
         "--connector", "output", "db", "sqlite", "path", str(db),
         "--connector", "output", "stdout"], capsys)
     assert code == 0, err
@@ -193,6 +231,19 @@ def test_slurm_jobs_are_discovered_collected_and_stored(slurm_jobs: dict[str, st
     assert node_fail["context"]["scheduler_state"] == "NODE_FAIL"
     assert node_fail["context"]["nodes"] == ["node1", "node2"]
     assert node_fail["context"]["metadata"]["stdout"].endswith(f"/ff-node-fail-{j['node_fail']}.out")
+    # slurmctld's log names the node it killed this job on (other jobs' lines in the same log are dropped)
+    assert node_fail["diagnosis"]["terminal_state"] == "NODE_FAIL"
+    assert [c["node"] for c in node_fail["diagnosis"]["culprit_nodes"]] == ["node2"]
+    cited = [e["text"] for s in node_fail["diagnosis"]["symptoms"] for e in s["evidence"]]
+    assert any(f"Killing JobId={j['node_fail']} on failed node node2" in text for text in cited)
+    assert not any("Killing JobId=" in text and f"JobId={j['node_fail']} " not in text for text in cited)
+
+    # an Xid logged minutes after the buggy job ended belongs to the next job on that node
+    buggy, following = got[(j["buggy"], 0)], got[(j["next_on_node1"], 0)]
+    assert buggy["diagnosis"]["sub_domain"] == "application" and buggy["diagnosis"]["culprit_nodes"] == []
+    assert any(s["symptom"] == "XID-79" and s["status"] == "interesting" for s in buggy["diagnosis"]["symptoms"])
+    assert following["diagnosis"]["sub_domain"] == "gpu"
+    assert [c["node"] for c in following["diagnosis"]["culprit_nodes"]] == ["node1"]
 
     array_id = j["array"]
     assert got[(f"{array_id}_1", 0)]["context"]["exit_code"] == "1:0"
@@ -216,7 +267,7 @@ def test_slurm_jobs_are_discovered_collected_and_stored(slurm_jobs: dict[str, st
         reports = json.loads(con.execute(
             "SELECT r.connector_reports_json FROM attribution_runs r JOIN workload_attempts a ON a.id = r.attempt_id "
             "WHERE a.job_id = ?", (j["xid"],)).fetchone()[0])
-        assert {r["connector"] for r in reports} == {"slurm", "stdout", "syslog"}
+        assert {r["connector"] for r in reports} == {"slurm", "stdout", "syslog", "slurmctld"}
 
 
 def test_text_and_json_accounting_agree(slurm_jobs: dict[str, str], tmp_path: Path,
@@ -239,3 +290,17 @@ def test_time_window_discovery_finds_recent_failures(slurm_jobs: dict[str, str],
     found = {r["context"]["job_id"] for r in results}
     assert {slurm_jobs["node_fail"], slurm_jobs["timeout"]} <= found
     assert all(r["context"]["scheduler_state"] in ("NODE_FAIL", "TIMEOUT") for r in results)
+
+
+def test_a_node_logging_in_local_time_keeps_its_fault(slurm_jobs: dict[str, str], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Both nodes' syslogs are in UTC+8 without a zone: the files collector finds the one whole-hour offset at which
+    they fit the job (nothing is dropped as out of the window), the engine reads the stamps at it, and coverage
+    says so; the Xid on node2 is the root cause."""
+    results = _by_job(_blueprint(slurm_jobs, tmp_path / "tz.db", capsys, syslog="syslog-local",
+                                 ids=[slurm_jobs["xid_local_time"]]))
+    diagnosis = results[(slurm_jobs["xid_local_time"], 0)]["diagnosis"]
+    assert diagnosis["sub_domain"] == "gpu"
+    assert [c["node"] for c in diagnosis["culprit_nodes"]] == ["node2"]
+    assert "Xid" in diagnosis["root_cause"]["evidence"][0]["text"]
+    assert any("UTC+8" in note and "syslog-local/node2.log" in note for note in diagnosis["coverage"]["adjustments"])

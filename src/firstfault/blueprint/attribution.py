@@ -51,8 +51,11 @@ def ingest_batch(session: Session, batch: Batch) -> None:
 def wire_payload(batch: Batch) -> dict[str, Any]:
     """The body of `POST /v2/sessions/{id}/observations` for one batch (the service path)."""
     if isinstance(batch, LineBatch):
-        return {"format": "raw_text", "node": batch.node, "source": batch.source.value, "origin": batch.origin,
-                "first_line": batch.first_line, "text": "\n".join(batch.lines)}
+        payload = {"format": "raw_text", "node": batch.node, "source": batch.source.value, "origin": batch.origin,
+                   "first_line": batch.first_line, "text": "\n".join(batch.lines)}
+        if batch.utc_offset_minutes is not None:
+            payload["utc_offset_minutes"] = batch.utc_offset_minutes
+        return payload
     if isinstance(batch, LokiBatch):
         return {"format": "raw_loki_streams", "source": batch.source.value, "node_label": batch.node_label,
                 "origin": batch.origin, "streams": batch.streams}

@@ -43,6 +43,8 @@ class LineBatch:
     origin: str
     lines: list[str]
     first_line: int = 1
+    # the stream is in local time at this UTC offset: its zone-less stamps are read at it (wire: raw_text)
+    utc_offset_minutes: int | None = None
 
     def nodes(self) -> set[str]:
         return {self.node} if self.node else set()

@@ -168,11 +168,12 @@ class LineReader:
 
     def read_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
                    times: list[datetime | None] | None = None, first_line: int = 1,
-                   labels: dict[str, str] | None = None) -> int:
+                   labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
         """Scan a batch of lines of one stream (service path: raw text blocks, Loki streams).
 
         `times` gives each line's time when the transport carries one (Loki's nanosecond stamps); lines
         without one are timed from their own prefix like file lines. Line numbers continue from `first_line`.
+        `utc_offset`: the stream is in local time at that offset (its sender said so), which zone-less stamps take.
         """
         if times is not None and len(times) != len(lines):
             raise ValueError("times must give one entry per line")
@@ -183,14 +184,19 @@ class LineReader:
         if hits:
             numbers, _ = _line_numbers(data, hits, first_line)
             self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
-                              acc=self.accumulator, times=times, first_line=first_line, labels=labels)
+                              acc=self.accumulator, times=times, first_line=first_line, labels=labels,
+                              utc_offset=utc_offset)
+        if utc_offset:
+            hours = utc_offset.total_seconds() / 3600
+            self.accumulator.note(f"{origin}: stamps read as local time at UTC{hours:+g} h (as its collector said)")
         return len(lines)
 
     def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
                      extractors: list[Extractor], last_time: datetime | None, *, acc: Accumulator,
                      stream_clock: StreamClock | None = None, times: list[datetime | None] | None = None,
-                     first_line: int = 1, labels: dict[str, str] | None = None) -> datetime | None:
+                     first_line: int = 1, labels: dict[str, str] | None = None,
+                     utc_offset: timedelta | None = None) -> datetime | None:
         """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
         with."""
         prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
@@ -204,9 +210,11 @@ class LineReader:
                 time, zoned = self.timestamps.parse_zoned(text)
                 if time is not None and stream_clock is not None:
                     stream_clock.saw(time, zoned)
+                if time is not None and utc_offset and not zoned:
+                    time -= utc_offset
             inherited = time is None
             if inherited:
-                found = self._last_time_of(data, start, stop=prev_end)
+                found = self._last_time_of(data, start, stop=prev_end, utc_offset=utc_offset)
                 time = prev_time if found is _PREVIOUS else (found if isinstance(found, datetime) else last_time)
             elif time is not None:
                 if last_time is not None and (last_time - time).total_seconds() > self.params.clock_skew_s:
@@ -243,7 +251,8 @@ class LineReader:
             start = end + 1
 
     def _last_time_of(self, data: bytes | bytearray, before: int, stop: int = -1, *,
-                      stream_clock: StreamClock | None = None) -> datetime | None | object:
+                      stream_clock: StreamClock | None = None,
+                      utc_offset: timedelta | None = None) -> datetime | None | object:
         """Time of the nearest stamped line that ends before `before` (bounded look-back). Reaching the line
         that ends at `stop` (the previous matching line, already timed) gives `_PREVIOUS` instead: a run of
         unstamped matching lines is not looked back over again for each of its lines. `stream_clock`, when
@@ -260,7 +269,7 @@ class LineReader:
             if found is not None:
                 if stream_clock is not None:
                     stream_clock.saw(found, zoned)
-                return found
+                return found - utc_offset if utc_offset and not zoned else found
             end = start - 1
         return None
 

@@ -9,7 +9,7 @@ matching lines; reading and dating lines is the `LineReader`'s work (engine/read
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import BinaryIO
 
 from firstfault.engine.compiled import CompiledCatalog
@@ -56,10 +56,10 @@ class Session:
 
     def ingest_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
                      times: list[datetime | None] | None = None, first_line: int = 1,
-                     labels: dict[str, str] | None = None) -> int:
+                     labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
         """Scan a batch of lines of one stream (see `LineReader.read_lines`)."""
         return self.reader.read_lines(node, source, lines, origin, times=times, first_line=first_line,
-                                      labels=labels)
+                                      labels=labels, utc_offset=utc_offset)
 
     def ingest(self, observations: Iterable[Observation]) -> int:
         """Ingest normalised observations one by one (metric samples and single lines)."""

@@ -14,6 +14,7 @@ from datetime import timedelta
 from firstfault.engine.model import (
     EventType,
     Evidence,
+    ExecutionContext,
     Provenance,
     SourceKind,
     SubDomain,
@@ -252,3 +253,36 @@ def scheduler_state_evidence(ws: Workspace) -> None:
     if signal:
         attributes["signal"] = signal.group("signal")
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes))
+
+
+def _job_numbers(ctx: ExecutionContext) -> set[str]:
+    """The job numbers this workload goes by: its id's leading number (123 of 123_4 or 123+0) and the scheduler's
+    raw id when the context names one (an array task's own JobId)."""
+    ids = {ctx.job_id, ctx.metadata.get("job_id_raw", "")}
+    return {m.group(0) for m in (_JOB_NUMBER.match(i) for i in ids if i) if m}
+
+
+_JOB_NUMBER = re.compile(r"\d+")
+
+
+@filter_rule("OtherJobsRecords", phase=Phase.FILTER_EARLY, doc="""
+A scheduler log (slurmctld's) records every job: a line that names another job by its JobId is about that job,
+not this workload, and is dropped - a node that failed under another job, another job's time limit or kill
+request. Lines that name no job (a node not responding) stay: they are about the node.
+""", cases=[
+    RuleCase(title="another job's node failure", evidence={"n1/scheduler": [
+        "[2025-01-01T00:30:00.058] Killing JobId=999 on failed node n2"]},
+        context={"job_id": "1234", "scheduler_state": "FAILED"}, expect=Expect(fired=True, culprits=[])),
+    RuleCase(title="this job's node failure", evidence={"n1/scheduler": [
+        "[2025-01-01T00:30:00.058] Killing JobId=1234 on failed node n2"]},
+        context={"job_id": "1234", "scheduler_state": "NODE_FAIL", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, culprits=["n2"], terminal_state="NODE_FAIL")),
+])
+def other_jobs_records(ws: Workspace) -> None:
+    mine = _job_numbers(ws.context)
+    if not mine:
+        return
+    for event in list(ws.events):
+        named = event.attributes.get("job_id")
+        if named and str(named) not in mine:
+            ws.drop(event, f"about JobId={named}, another job")

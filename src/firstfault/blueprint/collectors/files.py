@@ -12,6 +12,7 @@ job, attributed to the node given by the `node` option (default: the batch host,
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 import re
 import string
@@ -21,11 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.blueprint.base import LineBatch, Window
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import CollectorOptions, MarginOptions, option, parse_options
 from firstfault.engine import ExecutionContext, SourceKind
+from firstfault.engine.clock import StreamClock, local_time_offset, zone_offset
 from firstfault.engine.engine import looks_binary
 from firstfault.engine.evidence import open_evidence
 from firstfault.engine.scanner import DEFAULT_MAX_LINE_BYTES
@@ -35,6 +38,8 @@ from firstfault.errors import CollectorError, ConfigError, NothingInScope
 BATCH_BYTES = 4 * 1024 * 1024
 _ROTATED = re.compile(r"^(?:\.(\d+)|-(\d{8,10}))(?:\.gz)?$|^\.gz$")
 _SOURCES = ("applog", "syslog", "scheduler")
+_HEAD_LINES = 64  # lines looked at for a file's first stamp
+_TAIL_BYTES = 64 * 1024  # bytes looked at for its last stamp
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class FileScope:
     source: SourceKind
     origin: str
     window: Window | None
+    utc_offset: timedelta | None = None  # the file is in local time at this offset (configured or inferred)
 
 
 def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> Iterator[LineBatch]:
@@ -57,20 +63,24 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
         if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
             raise CollectorError(f"{path}: binary content, not a log file")
         parser = TimestampParser(scope.window.start if scope.window else None)
+        offset = scope.utc_offset
+        minutes = None if offset is None else int(offset.total_seconds() // 60)
         lines: list[str] = []
         first = size = 0
         keep = True
         for number, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES), start=1):
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if scope.window is not None:
-                stamp = parser.parse(text)
+                stamp, zoned = parser.parse_zoned(text)
                 if stamp is not None:
+                    if offset and not zoned:
+                        stamp -= offset
                     if stamp > scope.window.end:
                         break
                     keep = stamp >= scope.window.start
             if not keep or size >= max_bytes:
                 if lines:
-                    yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+                    yield LineBatch(scope.node, scope.source, scope.origin, lines, first, minutes)
                 lines, size = [], 0
                 if not keep:
                     continue
@@ -79,7 +89,42 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
             lines.append(text)
             size += len(text) + 1
         if lines:
-            yield LineBatch(scope.node, scope.source, scope.origin, lines, first)
+            yield LineBatch(scope.node, scope.source, scope.origin, lines, first, minutes)
+
+
+def stamp_range(path: Path, reference: datetime | None) -> StreamClock:
+    """What the file's own stamps say: its first and last stamped lines (head and tail only, so a large file
+    costs two short reads) and whether any carries a zone."""
+    parser = TimestampParser(reference)
+    clock = StreamClock()
+    with open_evidence(path) as stream:
+        for count, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES)):
+            stamp, zoned = parser.parse_zoned(raw.decode("utf-8", errors="replace"))
+            if stamp is not None:
+                clock.saw(stamp, zoned)
+                break
+            if count >= _HEAD_LINES:
+                break
+        tail = _tail(stream)
+    for raw in reversed(tail.splitlines()):
+        stamp, zoned = parser.parse_zoned(raw.decode("utf-8", errors="replace"))
+        if stamp is not None:
+            clock.saw(stamp, zoned)
+            break
+    return clock
+
+
+def _tail(stream: BinaryIO) -> bytes:
+    """The last bytes of a stream already read from (seekable files: a seek; gzip: what is left, bounded)."""
+    if stream.seekable() and not isinstance(stream, gzip.GzipFile):
+        stream.seek(0, os.SEEK_END)
+        size = stream.tell()
+        stream.seek(max(0, size - _TAIL_BYTES))
+        return stream.read(_TAIL_BYTES)
+    last = b""
+    while chunk := stream.read(_TAIL_BYTES):
+        last = (last + chunk)[-_TAIL_BYTES:]
+    return last
 
 
 def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
@@ -163,6 +208,9 @@ class FilesOptions(CollectorOptions, MarginOptions):
     node: str | None = option(None, "the node of job-wide files (may be a template)", shown="batch host")
     window: bool | None = option(None, "drop lines outside the window",
                                  shown="`on` for syslog and scheduler, `off` for applog")
+    timezone: str | None = option(None, "the IANA zone the files' stamps without a zone are written in (e.g. "
+                                        "`Asia/Singapore`)", shown="inferred: a file that fits the window only at "
+                                                                   "one whole-hour offset is read at it")
     rotated: bool = option(True, "read the rotated siblings")
 
 
@@ -182,6 +230,13 @@ class FilesCollector:
                               for s in SourceKind}
         self.rotated = options.rotated
         self.margin = options.margin if options.margin is not None else margin
+        self.zone = options.timezone
+        if self.zone is not None:
+            try:
+                ZoneInfo(self.zone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ConfigError(f"logs files: unknown time zone {self.zone!r} (an IANA name such as "
+                                  "Europe/Paris)") from None
 
     def applies(self, ctx: ExecutionContext) -> bool:
         return True
@@ -206,7 +261,7 @@ class FilesCollector:
                     if path in seen:
                         continue
                     seen.add(path)
-                    yield path, FileScope(node, source, str(path), window)
+                    yield path, FileScope(node, source, str(path), window, self._utc_offset(ctx, path))
 
     def _patterns(self, ctx: ExecutionContext, template: str,
                   missing: list[str]) -> Iterator[tuple[str | None, str]]:
@@ -222,6 +277,19 @@ class FilesCollector:
             missing.append(f"{template} (a field it needs is not known for this workload)")
             return
         yield self._job_node(ctx, fields), pattern
+
+    def _utc_offset(self, ctx: ExecutionContext, path: Path) -> timedelta | None:
+        """The local time a file is written in: the configured zone, else inferred from its own stamps against
+        the workload's window (engine/clock.py); None when it reads as UTC or cannot be decided."""
+        reference = ctx.start_time or ctx.end_time
+        if self.zone is not None:
+            return zone_offset(self.zone, reference) if reference is not None else None
+        try:
+            clock = stamp_range(path, reference)
+        except (OSError, EOFError, zlib.error):
+            return None   # read_batches reports the file
+        hours = local_time_offset(clock, ctx.start_time, ctx.end_time)
+        return None if hours is None else timedelta(hours=hours)
 
     def _job_node(self, ctx: ExecutionContext, fields: dict[str, str]) -> str | None:
         if self.node_template:

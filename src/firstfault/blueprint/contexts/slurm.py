@@ -254,7 +254,7 @@ def merge_het(components: list[JobRecord]) -> JobRecord:
 
 
 def to_context(record: JobRecord, attempt: int, extra: dict[str, str]) -> ExecutionContext:
-    metadata = {"cluster": record.cluster, "user": record.user, "partition": record.partition,
+    metadata = {"cluster": record.cluster, "user": record.user, "partition": record.partition, "job_id_raw": record.raw_id,
                 "state_raw": record.state_raw, "reason": record.reason, "work_dir": record.work_dir,
                 "stdout": record.stdout, "stderr": record.stderr, "derived_exit_code": record.derived_exit_code,
                 **extra}
