@@ -20,6 +20,7 @@ _NON_TIME_PREFIX = re.compile(
       | \[\d+,\d+\]<std(?:out|err)>:      # Open MPI --tag-output
       | \[[A-Za-z_][\w.-]*\d(?:\|\d+)?\]:  # torchelastic [trainer0]: / [trainer0|0]: (linear: no lazy run before \d+)
       | \d{1,6}:\s                        # srun --label
+      | \([\w.-]*\s?pid=\d+(?:,\s?ip=[\d.]+)?\)\s  # Ray worker output: (ActorName pid=N) / (pid=N, ip=A)
       | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
       | \d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}\s(?=\S)  # minute-resolution platform stamp (often local time)
     )""",

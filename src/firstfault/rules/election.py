@@ -72,7 +72,10 @@ def _decide(ws: Workspace, root: list[WorkSymptom], sub_domain: SubDomain, why: 
 
 
 def _concerns(ws: Workspace, s: WorkSymptom) -> set[str]:
-    """The nodes a candidate is about: where it was seen and whom it blames (empty: job-wide)."""
+    """The nodes a candidate is about: where it was seen and whom it blames (empty: job-wide). A scheduler's record
+    is about the job, wherever it was printed (a batch host's 'DUE TO NODE FAILURE'): only a node it names counts."""
+    if s.sub_domain == SubDomain.SCHEDULER:
+        return set(blamed_nodes(ws, s))
     return ({s.node} if s.node else set()) | set(blamed_nodes(ws, s))
 
 

@@ -22,6 +22,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
+    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions)
+    "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+    "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
     # OSError's connection family and timeouts: what a process sees when its peer is gone
     "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
     "BrokenPipeError", "TimeoutError",
