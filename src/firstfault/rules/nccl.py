@@ -28,7 +28,8 @@ def _resolve(ws: Workspace, peer: str) -> str | None:
     return node or ws.canonical_node(peer)
 
 
-def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
+def named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
+    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface lines, or name)."""
     peers = {_resolve(ws, p) for p in s.value_set("peer")}
     return {p for p in peers if p and p != s.node}
 
@@ -61,7 +62,7 @@ def ib_peer_resolution(ws: Workspace) -> None:
         return
     reporters: dict[str, set[str]] = {}
     for s in errors:
-        for peer in _named_peers(ws, s):
+        for peer in named_peers(ws, s):
             if s.node:
                 reporters.setdefault(peer, set()).add(s.node)
     if not reporters:
@@ -88,13 +89,13 @@ def ib_peer_resolution(ws: Workspace) -> None:
 
 def _blame(ws: Workspace, errors: list[WorkSymptom], peer: str) -> None:
     for s in errors:
-        if peer in _named_peers(ws, s):
+        if peer in named_peers(ws, s):
             s.values["blamed_node"] = [peer]
 
 
 def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool:
     """The peer's own kernel reported its port down or in error shortly before an error that names it."""
-    named_at = [s.first_time for s in errors if s.first_time and peer in _named_peers(ws, s)]
+    named_at = [s.first_time for s in errors if s.first_time and peer in named_peers(ws, s)]
     if not named_at:
         return False
     first = min(named_at)
@@ -158,3 +159,25 @@ def nccl_interface_needs_peers(ws: Workspace) -> None:
         return
     for s in ws.active(prefix="NCCL on a non-routable interface"):
         ws.demote(s, "single-node job: NCCL traffic stays on the host")
+
+
+
+@refiner("ConnectToABridgeAddress", phase=Phase.REFINE_EARLY, doc="""
+A socket connect failure to an address that a node of the job advertised on a loopback or bridge interface
+(NCCL 'Bootstrap : Using docker0:172.17.0.1') is what that misconfiguration does to its peers: the failure is
+demoted as downstream of it, and the interface is the cause.
+""", cases=[
+    RuleCase(title="peer dials a docker bridge address", evidence={
+        "a/applog": ["2025-01-01T00:00:05Z a:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.21.0.1<57093> failed : Software caused connection abort"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using docker0:172.21.0.1<0>"]},
+        expect=Expect(fired=True, sub_domain="configuration", demoted=["NCCL socket connect failure"])),
+])
+def connect_to_a_bridge_address(ws: Workspace) -> None:
+    advertised = {address for s in ws.active(prefix="NCCL on a non-routable interface")
+                  for address in s.value_set("address")}
+    if not advertised:
+        return
+    for failure in ws.active(prefix="NCCL socket connect failure"):
+        dialled = sorted(failure.value_set("peer") & advertised)
+        if dialled:
+            ws.demote(failure, f"dialled {dialled[0]}, an address a node advertised on a loopback or bridge interface")

@@ -10,6 +10,8 @@ their message and errno instead.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from firstfault.engine.model import EventType
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace
@@ -87,3 +89,34 @@ def cuda_unknown_error_on_one_gpu(ws: Workspace) -> None:
         return
     for s in raised:
         ws.demote(s, f"CUDA unknown error on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")
+
+
+
+SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's
+
+
+@refiner("SemaphoreBeforeEnospc", phase=Phase.REFINE_EARLY, doc=f"""
+A multiprocessing semaphore-creation frame followed on the same node, within {SEMAPHORE_ENOSPC_S:.0f} s, by an
+ENOSPC is /dev/shm full (configuration): the ENOSPC is demoted as its report. A semaphore frame without an ENOSPC
+after it is part of some other traceback and is demoted.
+""", cases=[
+    RuleCase(title="semaphore, then ENOSPC", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z     sl = self._semlock = _multiprocessing.SemLock(",
+        "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device"]},
+        expect=Expect(fired=True, sub_domain="configuration", demoted=["No space left on device"])),
+    RuleCase(title="a semaphore frame in another traceback", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z     sl = self._semlock = _multiprocessing.SemLock(",
+        "2025-01-01T00:10:00Z KeyError: 'x'"]},
+        expect=Expect(fired=True, sub_domain="application", demoted=["Semaphore in /dev/shm refused"])),
+])
+def semaphore_before_enospc(ws: Workspace) -> None:
+    window = timedelta(seconds=SEMAPHORE_ENOSPC_S)
+    for frame in ws.active(prefix="Semaphore in /dev/shm refused"):
+        start = frame.first_time
+        enospc = [s for s in ws.active(node=frame.node, prefix="No space left on device")
+                  if start is not None and s.first_time is not None and start <= s.first_time <= start + window]
+        if not enospc:
+            ws.demote(frame, "no ENOSPC follows this semaphore frame: part of another traceback")
+            continue
+        for s in enospc:
+            ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
