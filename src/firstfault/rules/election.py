@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
-from firstfault.rules.nccl import named_peers
 
 # Two candidates whose strengths differ by less than this are peers: neither outranks the other.
 STRENGTH_MARGIN = 10
@@ -73,12 +72,11 @@ def _decide(ws: Workspace, root: list[WorkSymptom], sub_domain: SubDomain, why: 
 
 
 def _concerns(ws: Workspace, s: WorkSymptom) -> set[str]:
-    """The nodes a candidate is about: where it was seen, whom it blames and the peer it names (a connect failure to
-    the address another node advertised is about that node too) - empty: job-wide. A scheduler's record
+    """The nodes a candidate is about: where it was seen and whom it blames (empty: job-wide). A scheduler's record
     is about the job, wherever it was printed (a batch host's 'DUE TO NODE FAILURE'): only a node it names counts."""
     if s.sub_domain == SubDomain.SCHEDULER:
         return set(blamed_nodes(ws, s))
-    return ({s.node} if s.node else set()) | set(blamed_nodes(ws, s)) | named_peers(ws, s)
+    return ({s.node} if s.node else set()) | set(blamed_nodes(ws, s))
 
 
 def _outranked(ws: Workspace, s: WorkSymptom, concurrent: list[WorkSymptom]) -> bool:

@@ -28,7 +28,7 @@ def _resolve(ws: Workspace, peer: str) -> str | None:
     return node or ws.canonical_node(peer)
 
 
-def named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
+def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
     """The allocated nodes a symptom names as its peer (by address, through the NCCL interface lines, or name)."""
     peers = {_resolve(ws, p) for p in s.value_set("peer")}
     return {p for p in peers if p and p != s.node}
@@ -62,7 +62,7 @@ def ib_peer_resolution(ws: Workspace) -> None:
         return
     reporters: dict[str, set[str]] = {}
     for s in errors:
-        for peer in named_peers(ws, s):
+        for peer in _named_peers(ws, s):
             if s.node:
                 reporters.setdefault(peer, set()).add(s.node)
     if not reporters:
@@ -89,13 +89,13 @@ def ib_peer_resolution(ws: Workspace) -> None:
 
 def _blame(ws: Workspace, errors: list[WorkSymptom], peer: str) -> None:
     for s in errors:
-        if peer in named_peers(ws, s):
+        if peer in _named_peers(ws, s):
             s.values["blamed_node"] = [peer]
 
 
 def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool:
     """The peer's own kernel reported its port down or in error shortly before an error that names it."""
-    named_at = [s.first_time for s in errors if s.first_time and peer in named_peers(ws, s)]
+    named_at = [s.first_time for s in errors if s.first_time and peer in _named_peers(ws, s)]
     if not named_at:
         return False
     first = min(named_at)
