@@ -204,7 +204,7 @@ _WALKTHROUGH_CASE = RuleCase(
 )
 
 
-@filter_rule("HandleXidBurstEvents", phase=Phase.FILTER_EARLY, doc="""
+@filter_rule("HandleXidBurstEvents", phase=Phase.FILTER_EARLY, after=("DcgmXidGaugeChanges",), doc="""
 Decode raw Xid burst events into node symptoms. Xid 144-150 (NVLink5) are decoded from IntrInfo and
 errorStatus (decode sheet): a fatal row becomes a bad symptom named XID-<code>.<reason sub-code> (link-down
 rows) or XID-<code>.<unit>, a non-fatal row an interesting one; the decoded immediate and investigatory

@@ -8,8 +8,8 @@ failure (docs/domain.md §4.1, §4.2).
 
 from __future__ import annotations
 
-from firstfault.engine.model import EventType, Evidence, MetricSample, Provenance, SourceKind
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, metric_extractor, refiner
+from firstfault.engine.model import Event, EventType, Evidence, MetricSample, Provenance, SourceKind
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, metric_extractor, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace
 
 COUNTERS = {
@@ -37,15 +37,56 @@ def _gpu_attributes(sample: MetricSample) -> dict[str, object]:
     return attrs
 
 
+GAUGE_FACT = f"{EventType.CONTEXT}.dcgm_xid_gauge"
+
+
 @metric_extractor("DcgmXidGauge", metrics=("DCGM_FI_DEV_XID_ERRORS",), doc="""
-A non-zero DCGM_FI_DEV_XID_ERRORS sample is the code of the last Xid on that GPU: it becomes an Xid burst event
-(decoded like a kernel Xid line, without NVLink5 registers).""")
+DCGM_FI_DEV_XID_ERRORS is a gauge holding the code of the last Xid on a GPU until the exporter restarts: every
+sample (0 included) is kept as a fact, one per GPU and value; DcgmXidGaugeChanges turns a value into an Xid only
+when the gauge took it inside the window.""")
 def dcgm_xid_gauge(sample: MetricSample) -> list[EmitSpec]:
-    if sample.value <= 0 or sample.value != int(sample.value):
+    if sample.value < 0 or sample.value != int(sample.value):
         return []
-    code = int(sample.value)
-    return [EmitSpec(type=EventType.XID_BURST, node=None, symptom=f"XID-{code}", evidence=_evidence(sample),
-                     attributes={**_gpu_attributes(sample), "xid": str(code), "form": "dcgm-exporter gauge"})]
+    return [EmitSpec(type=GAUGE_FACT, node=None, symptom=f"{int(sample.value)}", evidence=_evidence(sample),
+                     attributes={**_gpu_attributes(sample), "xid": str(int(sample.value)),
+                                 "form": "dcgm-exporter gauge"})]
+
+
+@filter_rule("DcgmXidGaugeChanges", phase=Phase.FILTER_EARLY, doc="""
+A DCGM Xid gauge counts an Xid only where its value changes inside the window: a GPU whose gauge first reads 0 (or
+another code) and later reads N had Xid N during the workload, timed at its first sample of N. A gauge that reads
+the same code throughout holds an Xid from before the workload (it keeps its last value until the exporter
+restarts) and blames nothing.
+""", cases=[
+    RuleCase(title="the gauge jumps inside the window", evidence={}, metrics={"n1": [
+        ("DCGM_FI_DEV_XID_ERRORS", {"gpu": "3", "Hostname": "n1"}, 0.0, "2025-01-01T00:10:00+00:00"),
+        ("DCGM_FI_DEV_XID_ERRORS", {"gpu": "3", "Hostname": "n1"}, 79.0, "2025-01-01T00:11:00+00:00")]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], root_symptom="XID-79")),
+    RuleCase(title="the gauge holds an old Xid", evidence={}, metrics={"n1": [
+        ("DCGM_FI_DEV_XID_ERRORS", {"gpu": "3", "Hostname": "n1"}, 79.0, "2025-01-01T00:10:00+00:00"),
+        ("DCGM_FI_DEV_XID_ERRORS", {"gpu": "3", "Hostname": "n1"}, 79.0, "2025-01-01T00:11:00+00:00")]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+])
+def dcgm_xid_gauge_changes(ws: Workspace) -> None:
+    by_gpu: dict[tuple[str | None, str], list[Event]] = {}
+    for event in ws.events_of(GAUGE_FACT):
+        gpu = str(event.attributes.get("uuid") or event.attributes.get("pci") or event.attributes.get("gpu") or "")
+        by_gpu.setdefault((event.node, gpu), []).append(event)
+    for (node, gpu), samples in sorted(by_gpu.items(), key=lambda item: (item[0][0] or "", item[0][1])):
+        for event in samples:
+            ws.drop(event, "DCGM Xid gauge sample")
+        timed = sorted((e for e in samples if e.time is not None), key=lambda e: (e.time, e.symptom or ""))
+        if len({e.symptom for e in samples}) < 2:
+            if timed and timed[0].symptom != "0":
+                ws.note("consume", f"DCGM Xid gauge of GPU {gpu or '?'} holds {timed[0].symptom} through the window: "
+                        "an Xid from before the workload", node=node)
+            continue
+        first_value = timed[0].symptom if timed else None
+        for event in timed:
+            if event.symptom in ("0", first_value):
+                continue
+            ws.emit(EmitSpec(type=EventType.XID_BURST, node=node, symptom=f"XID-{event.symptom}",
+                             evidence=event.evidence, time=event.time, attributes=dict(event.attributes)))
 
 
 @metric_extractor("DcgmRowRemapFailure", metrics=("DCGM_FI_DEV_ROW_REMAP_FAILURE",), doc="""
