@@ -13,16 +13,19 @@ from pathlib import Path
 import pytest
 from conftest import SLURM_CONF, run_blueprint, slurm, wait_for
 
+
 # The Xid job writes what the nodes' kernels would log into per-node "syslog" files, the way a log shipper
-# would leave them; the Blueprint's files collector reads them back by node name.
-XID_JOB = """\
+# would leave them; the Blueprint's files collector reads them back by node name. `date` is how the nodes stamp
+# their syslog; `syslog_dir` where they write it.
+def _xid_job(date: str, syslog_dir: str) -> str:
+    return f"""\
 #!/bin/bash
 echo "$(date -u +%FT%TZ) launching 2 ranks on $SLURM_JOB_NODELIST"
 srun -N2 -n2 bash -c '
-  log="$SYSLOG_DIR/$SLURMD_NODENAME.log"
-  echo "$(date "+%b %e %H:%M:%S") $SLURMD_NODENAME systemd[1]: Started Session 12 of User root." >>"$log"
+  log="{syslog_dir}/$SLURMD_NODENAME.log"
+  echo "$({date} "+%b %e %H:%M:%S") $SLURMD_NODENAME systemd[1]: Started Session 12 of User root." >>"$log"
   if [ "$SLURMD_NODENAME" = node2 ]; then
-    echo "$(date "+%b %e %H:%M:%S") $SLURMD_NODENAME kernel: [794287.441000] NVRM: Xid (PCI:0000:9a:00): 79, pid='"'"'<unknown>'"'"', name=<unknown>, GPU has fallen off the bus." >>"$log"
+    echo "$({date} "+%b %e %H:%M:%S") $SLURMD_NODENAME kernel: [794287.441000] NVRM: Xid (PCI:0000:9a:00): 79, pid='"'"'<unknown>'"'"', name=<unknown>, GPU has fallen off the bus." >>"$log"
     echo "[rank1]: RuntimeError: CUDA error: unspecified launch failure"
     exit 1
   fi
@@ -30,6 +33,12 @@ srun -N2 -n2 bash -c '
   echo "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
   exit 1'
 """
+
+
+XID_JOB = _xid_job("date", "$SYSLOG_DIR")
+# The same fault on a cluster whose node syslogs are written in local time (Asia/Singapore, UTC+8) with no zone in
+# the stamp, the way traditional syslog writes them: read as UTC the Xid would be 8 hours after the job.
+LOCAL_TIME_XID_JOB = _xid_job("TZ=Asia/Singapore date", "$SYSLOG_DIR-local")
 OOM_JOB = """\
 #!/bin/bash
 echo "epoch 0 step 10 loss 2.31"
@@ -40,21 +49,6 @@ Traceback (most recent call last):
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free. Process 2611 has 78.03 GiB memory in use.
 EOF
 exit 1
-"""
-# The same fault on a cluster whose node syslogs are written in local time (Asia/Singapore, UTC+8) with no zone in
-# the stamp, the way traditional syslog writes them: read as UTC the Xid would be 8 hours after the job.
-LOCAL_TIME_XID_JOB = """\
-#!/bin/bash
-srun -N2 -n2 bash -c '
-  log="$SYSLOG_DIR-local/$SLURMD_NODENAME.log"
-  echo "$(TZ=Asia/Singapore date "+%b %e %H:%M:%S") $SLURMD_NODENAME systemd[1]: Started Session 13 of User root." >>"$log"
-  if [ "$SLURMD_NODENAME" = node2 ]; then
-    echo "$(TZ=Asia/Singapore date "+%b %e %H:%M:%S") $SLURMD_NODENAME kernel: [794301.112000] NVRM: Xid (PCI:0000:9a:00): 79, pid='"'"'<unknown>'"'"', name=<unknown>, GPU has fallen off the bus." >>"$log"
-    echo "[rank1]: RuntimeError: CUDA error: unspecified launch failure"
-    exit 1
-  fi
-  sleep 1
-  exit 1'
 """
 # A job that fails on its own (a bug on rank 0) on node1; the next job on node1 meets an Xid minutes after the first
 # one ended (past the clock-skew tolerance of 120 s). The Xid is that next job's fault, never the first one's. (They
