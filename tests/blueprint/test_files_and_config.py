@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import make_workload, run_blueprint
+from blueprint_helpers import make_workload, run_blueprint
 
 from firstfault.blueprint.collectors.files import FilesCollector, rotated_family
 from firstfault.blueprint.config import spec_from_words

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import run_blueprint
+from blueprint_helpers import run_blueprint
 
 NS = "ml"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import make_workload, run_blueprint
+from blueprint_helpers import make_workload, run_blueprint
 from loki_server import LokiTestServer
 
 from firstfault.blueprint.collectors.loki import LokiCollector

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import run_blueprint
+from blueprint_helpers import run_blueprint
 
 from firstfault.blueprint.attribution import AttributionOptions
 from firstfault.blueprint.collectors.files import FilesOptions

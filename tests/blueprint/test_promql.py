@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import make_workload, run_blueprint
+from blueprint_helpers import make_workload, run_blueprint
 
 from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import spec_from_words

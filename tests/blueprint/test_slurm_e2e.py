@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SLURM_CONF, run_blueprint, slurm, wait_for
+from blueprint_helpers import SLURM_CONF, run_blueprint, slurm, wait_for
 
 
 # The Xid job writes what the nodes' kernels would log into per-node "syslog" files, the way a log shipper

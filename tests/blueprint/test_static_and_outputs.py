@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, run_blueprint, wait_for
+from blueprint_helpers import free_port, run_blueprint, wait_for
 from service_stub import ServiceStub
 
 from firstfault.blueprint.attribution import EmbeddedAttributor, ServiceAttributor

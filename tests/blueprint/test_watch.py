@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import run_blueprint
+from blueprint_helpers import run_blueprint
 
 from firstfault.blueprint.base import Discovery
 from firstfault.blueprint.config import BlueprintConfig, spec_from_words

@@ -34,7 +34,7 @@ from firstfault.blueprint.config import spec_from_words
 from firstfault.blueprint.connectors import COLLECTORS
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.samples import samples_root
-from tests.blueprint.conftest import PROMETHEUS_URL, make_workload, run_blueprint
+from tests.blueprint.blueprint_helpers import PROMETHEUS_URL, make_workload, run_blueprint
 from tests.blueprint.loki_server import LokiTestServer
 from tests.reliability.fault_proxy import FaultProxy
 from tests.reliability.support import Record

@@ -22,8 +22,8 @@ from firstfault.blueprint.collectors.files import FileScope, read_batches
 from firstfault.engine import Attribution, Engine, SourceKind
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.samples import samples_root
-from tests.blueprint.conftest import make_workload as make_static_workload
-from tests.blueprint.conftest import run_blueprint
+from tests.blueprint.blueprint_helpers import make_workload as make_static_workload
+from tests.blueprint.blueprint_helpers import run_blueprint
 from tests.reliability.support import Record, measured
 
 SAMPLES = samples_root()

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.markup import escape
 
+from firstfault.errors import FirstfaultError
+
 # Subcommands contributed by the parts of the package: module path -> function adding its parsers.
 _PART_COMMANDS = (
     "firstfault.cli.engine",
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except FirstfaultError as exc:  # every error raised on purpose: one line for people, exit 2
+        return error(str(exc))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

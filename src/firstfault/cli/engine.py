@@ -19,18 +19,18 @@ from firstfault.engine.clock import parse_timezone_option
 from firstfault.engine.engine import Engine, default_cache_dir
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
-from firstfault.errors import CatalogError, ConfigError, EvidenceError
+from firstfault.errors import CatalogError
 from firstfault.samples import sample_dirs
 from firstfault.tools.verify import load_verified_catalog, verified_engine
 
 DEFAULT_SAMPLE = "nvlink-walkthrough"
 
 
-def _engine(params: Params | None = None) -> Engine | int:
+def _engine(params: Params | None = None) -> Engine:
     try:
         return verified_engine(params=params, cache_dir=default_cache_dir())
     except CatalogError as exc:
-        return error(f"the rule catalog does not load: {exc}")
+        raise CatalogError(f"the rule catalog does not load: {exc}") from None
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -43,18 +43,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         path = args.path
     else:
         return error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
-    try:
-        zones = tuple(parse_timezone_option(text) for text in args.timezone)
-    except ConfigError as exc:
-        return error(str(exc))
+    zones = tuple(parse_timezone_option(text) for text in args.timezone)
     engine = _engine(Params(source_timezones=zones) if zones else None)
-    if isinstance(engine, int):
-        return engine
     timings = Timings()
-    try:
-        result = engine.analyze_path(path, workers=args.workers, timings=timings)
-    except EvidenceError as exc:
-        return error(str(exc))
+    result = engine.analyze_path(path, workers=args.workers, timings=timings)
     with timings.phase("output"):
         if args.json:
             sys.stdout.write(result.to_json() + "\n")
@@ -100,20 +92,18 @@ def cmd_samples(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(verify: bool, extra: list[Path] | None = None) -> Catalog | int:
+def _load(verify: bool, extra: list[Path] | None = None) -> Catalog:
     try:
         files = [(p.name, p.read_bytes()) for p in (extra or [])]
-        return load_verified_catalog(files) if verify else load_catalog(extra_files=files)
-    except (CatalogError, OSError) as exc:
-        return error(str(exc))
+    except OSError as exc:
+        raise CatalogError(f"{exc.filename}: cannot be read: {exc.strerror}") from None
+    return load_verified_catalog(files) if verify else load_catalog(extra_files=files)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
     if args.rules_command == "test":
         return _rules_test(args)
     catalog = _load(verify=False)
-    if isinstance(catalog, int):
-        return catalog
     if args.rules_command == "list":
         return _rules_list(catalog, args.json)
     if args.rules_command == "show":
@@ -197,12 +187,7 @@ def _rules_test(args: argparse.Namespace) -> int:
     from firstfault.tools.verify import check_catalog
 
     catalog = _load(verify=False, extra=args.file)
-    if isinstance(catalog, int):
-        return catalog
-    try:
-        failures = check_catalog(catalog, strict=True)
-    except CatalogError as exc:
-        return error(str(exc))
+    failures = check_catalog(catalog, strict=True)
     cases = sum(len(e.cases) for e in catalog.extractors) + sum(len(r.cases) for r in catalog.python_rules)
     for failure in failures:
         print(f"FAIL {failure}")
@@ -214,13 +199,7 @@ def _rules_test(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from firstfault.tools.evaluate import evaluate
 
-    engine = _engine()
-    if isinstance(engine, int):
-        return engine
-    try:
-        report = evaluate(args.corpus, engine)
-    except EvidenceError as exc:
-        return error(str(exc))
+    report = evaluate(args.corpus, _engine())
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
