@@ -273,10 +273,11 @@ request. Lines that name no job (a node not responding) stay: they are about the
     RuleCase(title="another job's node failure", evidence={"n1/scheduler": [
         "[2025-01-01T00:30:00.058] Killing JobId=999 on failed node n2"]},
         context={"job_id": "1234", "scheduler_state": "FAILED"}, expect=Expect(fired=True, culprits=[])),
-    RuleCase(title="this job's node failure", evidence={"n1/scheduler": [
+    RuleCase(title="this job's node failure, after another job's in the same log", evidence={"n1/scheduler": [
+        "[2025-01-01T00:20:00.058] Killing JobId=999 on failed node n2",
         "[2025-01-01T00:30:00.058] Killing JobId=1234 on failed node n2"]},
         context={"job_id": "1234", "scheduler_state": "NODE_FAIL", "nodes": ["n1", "n2"]},
-        expect=Expect(fired=False, culprits=["n2"], terminal_state="NODE_FAIL")),
+        expect=Expect(fired=True, culprits=["n2"], terminal_state="NODE_FAIL")),
 ])
 def other_jobs_records(ws: Workspace) -> None:
     mine = _job_numbers(ws.context)
