@@ -12,7 +12,7 @@ from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, apply_en
 from firstfault.blueprint.connectors import build_plan
 from firstfault.blueprint.runner import Runner, stop_on_signals
 from firstfault.cli import error
-from firstfault.errors import AttributionError, ConfigError, SchemaError
+from firstfault.errors import ConfigError, SchemaError
 from firstfault.timeinput import parse_duration
 
 
@@ -51,8 +51,6 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
                 runner.watch(cycles=args.cycles)
         else:
             runner.run_once()
-    except AttributionError as exc:
-        return error(str(exc))
     finally:
         plan.close()
     if not args.quiet:

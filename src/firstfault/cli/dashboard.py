@@ -124,7 +124,7 @@ def _attribute_samples(db_path: Path, console: Console) -> int:
     from firstfault.blueprint.config import BlueprintConfig, spec_from_words
     from firstfault.blueprint.connectors import build_plan
     from firstfault.blueprint.runner import Runner
-    from firstfault.errors import AttributionError, ConfigError, SchemaError
+    from firstfault.errors import ConfigError, SchemaError
     from firstfault.samples import samples_root
 
     config = BlueprintConfig(connectors=[
@@ -137,8 +137,6 @@ def _attribute_samples(db_path: Path, console: Console) -> int:
     runner = Runner(plan, config, console=console, progress=False)
     try:
         runner.run_once()
-    except AttributionError as exc:
-        return error(str(exc))
     finally:
         plan.close()
     s = runner.summary
