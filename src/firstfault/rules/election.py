@@ -203,7 +203,9 @@ def demote_explained(ws: Workspace) -> None:
     for s in ws.active():
         if id(s) in keep:
             continue
-        if s.role == "symptom":
+        if s.role == "symptom" and _began_before(ws, s, lead):
+            reason = f"began before the root cause {lead.name} on {lead.node or '-'}, but names no cause of its own"
+        elif s.role == "symptom":
             reason = f"downstream of the root cause {lead.name} on {lead.node or '-'}"
         elif s.first_time and lead.first_time and s.first_time > lead.first_time:
             reason = f"started after the root cause {lead.name}"
@@ -212,6 +214,13 @@ def demote_explained(ws: Workspace) -> None:
         else:
             reason = f"outranked by {lead.name} ({lead.sub_domain.value}), which started at the same time"
         ws.demote(s, reason)
+
+
+def _began_before(ws: Workspace, s: WorkSymptom, lead: WorkSymptom) -> bool:
+    """A downstream symptom dated earlier than the root cause by more than the clock-skew tolerance (a hang that the
+    scheduler's action only ended)."""
+    first, root = _start(ws, s), _start(ws, lead)
+    return first is not None and root is not None and first < root - timedelta(seconds=ws.params.clock_skew_s)
 
 
 @refiner("AfterTheEnd", phase=Phase.REFINE_EARLY, doc="""

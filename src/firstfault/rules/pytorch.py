@@ -10,11 +10,11 @@ their message and errno instead.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from firstfault.engine.model import EventType
+from firstfault.engine.model import Event, EventType, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import Workspace
+from firstfault.engine.workspace import EmitSpec, Workspace
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 
@@ -120,3 +120,62 @@ def semaphore_before_enospc(ws: Workspace) -> None:
             continue
         for s in enospc:
             ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
+
+
+STALL_S = 1200.0  # training progress that stopped this long before the workload ended is a stall (a hang)
+
+
+def _dated(event: Event) -> datetime | None:
+    """The last time an event carries on its own line (None for lines that only inherited a time)."""
+    return None if event.evidence.time_inferred else (event.last_time or event.time)
+
+
+@filter_rule("TrainingStall", phase=Phase.FILTER, doc=f"""
+Synchronous training makes progress on every rank or on none. When the last training-progress line (on any node)
+comes more than {STALL_S / 60:.0f} minutes before a workload that did not complete ended (its end time, else its
+last dated failure line), the workload hung: a `Training stalled` symptom is placed at the last progress line, naming when
+and where progress stopped and how long nothing followed. It is a downstream symptom: a root cause that began the
+stall (an Xid, a dead peer) explains it; without one it is what the answer names, and no node is blamed.
+""", cases=[
+    RuleCase(title="steps stop, the watchdog fires much later", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T00:50:00Z [rank0]:[E0101 00:50:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."]},
+        context={"scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], root_symptom="Training stalled")),
+    RuleCase(title="an Xid began the stall", evidence={
+        "n1/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)],
+        "n2/syslog": ["Jan  1 00:19:30 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                      "the bus."]},
+        context={"scheduler_state": "FAILED", "end_time": "2025-01-01T01:00:00Z"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], demoted=["Training stalled"])),
+    RuleCase(title="working until a crash", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 50)] + [
+        "2025-01-01T00:50:00Z [rank0]: KeyError: 'lr'"]},
+        context={"scheduler_state": "FAILED", "end_time": "2025-01-01T00:51:00Z"},
+        expect=Expect(fired=False, sub_domain="application")),
+    RuleCase(title="a completed job that saved for long after its last step", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
+        context={"scheduler_state": "COMPLETED", "end_time": "2025-01-01T01:30:00Z"},
+        expect=Expect(fired=False, sub_domain="none")),
+])
+def training_stall(ws: Workspace) -> None:
+    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED:
+        return
+    progress = [e for e in ws.events if e.symptom == "Training progress" and _dated(e) is not None]
+    if not progress or any(e.symptom == "Workload completed" for e in ws.events):
+        return
+    last = max(progress, key=lambda e: (_dated(e), e.node or ""))
+    stopped = _dated(last)
+    failures = [t for t in (_dated(e) for e in ws.events if e.type == EventType.NODE_BAD) if t is not None]
+    end = ws.context.end_time or max(failures, default=None)
+    if stopped is None or end is None or (end - stopped).total_seconds() <= STALL_S:
+        return
+    minutes = (end - stopped).total_seconds() / 60
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=last.node, symptom="Training stalled", evidence=last.evidence,
+                     time=stopped, attributes={
+                         "meaning": f"training progress stopped at {stopped:%Y-%m-%dT%H:%M:%SZ} (last on "
+                                    f"{last.node or '-'}) and nothing resumed it in the {minutes:.0f} min before the "
+                                    "workload ended: it hung",
+                         "stalled_min": round(minutes)}))
