@@ -132,6 +132,12 @@ def _symptom_view(s: WorkSymptom) -> SymptomView:
                        demoted_by=s.demoted_by, reason=s.reason)
 
 
+def _gpu_ids(s: WorkSymptom) -> set[str]:
+    """The GPUs a symptom names: PCI bus ids (kernel lines, DCGM's pci_bus_id), else DCGM UUIDs, else NVML indices
+    written `gpu:<N>` (a metric with only a `gpu` label)."""
+    return s.value_set("pci") or s.value_set("uuid") or {f"gpu:{i}" for i in s.value_set("gpu")}
+
+
 def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     for s in symptoms:
         value = s.attributes.get(key)
@@ -230,14 +236,15 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
         root_cause = RootCause(
             symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
-            node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
+            node=lead.node, gpu=next(iter(sorted(_gpu_ids(lead))), None), link=_first_value(root, "link"),
+            time=lead.first_time,
             evidence=_root_evidence(root, decision.corroborating), rule=lead.rule, decided_by=decision.decided_by)
     culprits = []
     for node in sorted(decision.culprits):
         symptoms = decision.culprits[node]
         culprits.append(CulpritNode(
             node=node, symptoms=sorted({s.name for s in symptoms}),
-            gpus=sorted({v for s in symptoms for v in s.value_set("pci")}),
+            gpus=sorted({v for s in symptoms for v in _gpu_ids(s)}),
             links=sorted({v for s in symptoms for v in s.value_set("link")}),
             next_action=_next_action(symptoms)))
     candidates = []

@@ -147,6 +147,9 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     for prefix in expect.active:
         ok = any(s.symptom.startswith(prefix) and s.status == "bad" for s in result.symptoms)
         checks.append((ok, f"no active symptom {prefix!r}"))
+    for prefix in expect.absent:
+        found = sorted({s.symptom for s in result.symptoms if s.symptom.startswith(prefix)})
+        checks.append((not found, f"unexpected symptom {', '.join(found)}"))
     for ok, message in checks:
         if not ok:
             return CaseFailure(rule.name, label, message)
