@@ -29,8 +29,9 @@ def _resolve(ws: Workspace, peer: str) -> str | None:
 
 
 def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
-    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface lines, or name)."""
-    peers = {_resolve(ws, p) for p in s.value_set("peer")}
+    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface and GID lines, or
+    name): the socket peer, and the RDMA peer of a RoCE queue pair (its remote GID's IPv4 address)."""
+    peers = {_resolve(ws, p) for p in s.value_set("peer") | s.value_set("peer_rdma")}
     return {p for p in peers if p and p != s.node}
 
 
@@ -114,7 +115,8 @@ def _routable(address: str) -> bool:
 
 
 @collector("IpToNodeMap", doc="""
-Map the addresses NCCL uses (Bootstrap / OOB interface lines) to the node that printed them, so that peers
+Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID) to the node that
+printed them, so that peers
 named by IP in network errors can be resolved to nodes. An address printed by more than one node (127.0.0.1,
 a container bridge's 172.17.0.1) identifies no node and is left out; so are loopback and link-local ones.
 """, cases=[
@@ -124,6 +126,11 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
                      "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
         "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"]},
+        expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="RoCE peer named by its GID, which its own error line maps", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.1 remoteGids::ffff:10.8.0.3"],
+        "b/applog": ["2025-01-01T00:10:01Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.2 remoteGids::ffff:10.8.0.3"],
+        "c/applog": ["2025-01-01T00:10:02Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.1<1> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:10.8.0.3 remoteGids::ffff:10.8.0.1"]},
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
 ])
 def ip_to_node_map(ws: Workspace) -> None:
