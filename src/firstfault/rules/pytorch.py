@@ -24,9 +24,14 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
-    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions)
+    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); Ray Train's run-level error
+    # after a worker failed ("Please inspect the previous error messages")
     "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
-    "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+    "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
+    # TensorFlow's status errors (tf.errors) that carry no verdict of their own: an unknown or internal status,
+    # an aborted, cancelled, unavailable or timed-out operation - Horovod and collective ops raise them when
+    # another rank failed. (InvalidArgument, NotFound and ResourceExhausted do say what went wrong.)
+    "UnknownError", "InternalError", "AbortedError", "CancelledError", "UnavailableError", "DeadlineExceededError",
     # OSError's connection family and timeouts: what a process sees when its peer is gone
     "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
     "BrokenPipeError", "TimeoutError",

@@ -23,6 +23,7 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.election import blamed_nodes
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -70,7 +71,57 @@ def hung_before_time_limit(ws: Workspace) -> None:
             ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
 
 
-@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit",), doc="""
+# How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
+# silent node DOWN after SlurmdTimeout (300 s by default); Kubernetes marks it NotReady after the node monitor grace
+# period (40-50 s) and evicts its pods 5 minutes later (the unreachable taint's tolerationSeconds), and a
+# `kubectl describe` or `get events` line carries the time the command ran, the event's own time only as an age.
+NODE_FAILURE_DETECTION_S = 1800.0
+
+
+@refiner("LostNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, doc=f"""
+When a node dies, its peers' RDMA operations to it fail (retry exceeded, flushes) before the scheduler notices:
+peer errors whose named peer is a node the scheduler then declared failed (Slurm DOWN, Kubernetes NotReady, a
+Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes before that declaration, are the
+node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
+(a fault in the lost node's own log, earlier, still comes first).
+""", cases=[
+    RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",
+                     "2025-01-01T00:13:11Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "a/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   Node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"], terminal_state="NODE_FAIL",
+                      demoted=["IB Error-12"])),
+    RuleCase(title="the errors name another node", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+                     "2025-01-01T00:13:11Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"],
+        "a/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   Node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="network", culprits=["c"])),
+])
+def lost_node_explains_peer_errors(ws: Workspace) -> None:
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    for report in ws.active(role="root"):
+        lost = set(blamed_nodes(ws, report))
+        declared = report.first_time
+        if report.attributes.get("terminal_state") != TerminalState.NODE_FAIL.value or not lost or declared is None:
+            continue
+        for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
+            peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
+            began = s.first_time
+            if peers and peers <= lost and s.node not in lost and began is not None and not ws.undated(s) \
+                    and declared - window <= began <= declared + timedelta(seconds=ws.params.clock_skew_s):
+                ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it "
+                          f"{(declared - began).total_seconds() / 60:.0f} min later")
+
+
+@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it.
@@ -168,7 +219,11 @@ failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, o
 def terminal_state_from_evidence(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
     root = ws.decision.root
-    implied = next((str(s.attributes["terminal_state"]) for s in root if s.attributes.get("terminal_state")), None)
+    # what the scheduler's or runtime's own report of the root incident says: the root itself, else a report of the
+    # same sub_domain it outranked (a pod's OOMKilled behind the kernel's cgroup kill)
+    same_incident = [*root, *(ws.select(sub_domain=ws.decision.sub_domain) if ws.decision.sub_domain else [])]
+    implied = next((str(s.attributes["terminal_state"]) for s in same_incident if s.attributes.get("terminal_state")),
+                   None)
     if recorded == TerminalState.FAILED and implied and ws.decision.terminal_state == TerminalState.FAILED:
         # A generic FAILED refined by what the scheduler/runtime itself reported (e.g. a pod OOMKilled).
         ws.decision.terminal_state = TerminalState(implied)
