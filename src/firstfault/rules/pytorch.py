@@ -10,6 +10,7 @@ their message and errno instead.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import Event, EventType, TerminalState, normalise_state
@@ -40,13 +41,23 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "RuntimeError", "OSError", "IOError", "EnvironmentError", "SystemError", "MemoryError", "OutOfMemoryError",
     "AcceleratorError", "CudaError", "XlaRuntimeError", "JaxRuntimeError",
 })
+# An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
+# says that it failed, not why; and a message that sends the reader to another error (an earlier one, another rank's)
+# is a report of that error. Neither is the program's own fault.
+_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
+_POINTS_ELSEWHERE = re.compile(
+    r"(?i)previous error|error messages? above|(?:see|inspect|check) the (?:\w+ )?(?:log|errors?|exceptions?|output)"
+    r"(?: \w+)? (?:above|before|earlier)|caused by an? (?:exception|error|failure) (?:on|in|of) (?:one of the|another|"
+    r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
+    r"(?:has |have )?(?:failed|exited|crashed|died)")
 
 
 @filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
-types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT), and drop an
-exception whose line another extractor already explains (a CUDA error, an errno, a missing module), so that line
-keeps its specific meaning.
+types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
+for a failure: ...FailedError, ...FailureError), an exception whose message points to another error (an earlier one,
+another rank's), and an exception whose line another extractor already explains (a CUDA error, an errno, a missing
+module), so that line keeps its specific meaning.
 """, cases=[
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
@@ -57,6 +68,17 @@ keeps its specific meaning.
     RuleCase(title="a line another rule explains", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
         expect=Expect(fired=True, sub_domain="configuration")),
+    RuleCase(title="a type named for a failure", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
+        "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
+        "previous error messages for a cause."]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
+        "docs)"]},
+        expect=Expect(sub_domain="application", root_symptom="Python exception")),
 ])
 def python_exception_family(ws: Workspace) -> None:
     generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
@@ -67,8 +89,10 @@ def python_exception_family(ws: Workspace) -> None:
                                                                                       EventType.NODE_INTERESTING)}
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if name in NOT_THE_PROGRAMS_FAULT:
+        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
+        elif _POINTS_ELSEWHERE.search(event.evidence.text):
+            ws.drop(event, f"{name}: its message points to another error")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
 
