@@ -13,8 +13,10 @@ import hashlib
 import hmac
 import json
 import random
+import re
 import shutil
 import sqlite3
+import subprocess
 import threading
 import time
 import uuid
@@ -291,6 +293,29 @@ def test_an_alertmanager_url_that_is_not_http_is_refused(capsys: pytest.CaptureF
     code, _, err = run_blueprint(["--configs", str(XID_SAMPLE), "--connector", "output", "alertmanager", "url",
                                   "ftp://am:9093"], capsys)
     assert code == 2 and "is not an http:// or https:// URL" in said(err), err
+
+
+def test_the_routing_example_is_a_valid_alertmanager_config(tmp_path: Path) -> None:
+    """docs/operations.md's Alertmanager configuration passes the real amtool 0.25, and routes as it says."""
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.fail("amtool is missing (run tests/support/setup-alertmanager.sh)")
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "FirstfaultInfrastructureFault" in b]
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(block, encoding="utf-8")
+    checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
+
+    def receivers(*labels: str) -> str:
+        done = subprocess.run([amtool, "config", "routes", "test", f"--config.file={config}",
+                               "alertname=FirstfaultInfrastructureFault", *labels],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert receivers("next_action=RESTART_BM", "node=gpu-a03") == "gpu-fleet-pager,gpu-fleet-slack"
+    assert receivers("next_action=CHECK_FILESYSTEM", "node=fs-01") == "gpu-fleet-slack"
 
 
 # -- webhook ---------------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ class DeliveryOptions(Options):
     backoff: timedelta = option(timedelta(seconds=1), "the longest wait before the first retry; each next retry "
                                                       "may wait twice as long (full jitter: a random wait up to it)")
     max_backoff: timedelta = option(timedelta(seconds=60), "no wait is longer; a `Retry-After` asking for more "
-                                                           "ends the delivery (it is reported, and kept to retry)")
+                                                           "ends the delivery, which is reported")
 
 
 def check_delivery(options: DeliveryOptions, where: str) -> None:
