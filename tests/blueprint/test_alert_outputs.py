@@ -193,12 +193,7 @@ def test_an_xid_fires_and_a_clean_rerun_of_the_same_attempt_resolves_it(
     assert code == 0, err
     assert_xid_alert_fires(cluster, am_notifications)
 
-    # the same attempt attributed again, now without the fault: its evidence no longer shows it
-    scenario = workload / "scenario.toml"
-    scenario.write_text(scenario.read_text().replace('"FAILED"', '"COMPLETED"').replace('"1:0"', '"0:0"'))
-    for node in ("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"):
-        (workload / node / "syslog.log").write_text(benign_syslog(node), encoding="utf-8")
-        (workload / node / "applog.log").unlink()
+    pass_instead(workload)   # the same attempt attributed again: its evidence no longer shows the fault
     code, _, err = run_blueprint(["--configs", str(workload), "--force", *sqlite_connector(db),
                                   *am_connector(state, cluster)], capsys)
     assert code == 0, err
@@ -249,6 +244,76 @@ def test_a_pass_seen_before_an_older_fault_still_clears_it(
         code, _, err = run_blueprint(["--configs", str(workload), *am_connector(state_b, other)], capsys)
         assert code == 0, err
     assert [a["labels"]["node"] for a in active_alerts(other)] == ["gpu-a03"]
+
+
+def xid_workload(root: Path, name: str, job_id: str) -> Path:
+    """The Xid 79 sample as another workload (its own id and job id, the same evidence)."""
+    directory = root / name
+    shutil.copytree(XID_SAMPLE, directory)
+    scenario = directory / "scenario.toml"
+    scenario.write_text(scenario.read_text(encoding="utf-8").replace('id = "xid79-fallen-off-bus"', f'id = "{name}"')
+                        .replace('job_id = "4100002"', f'job_id = "{job_id}"'), encoding="utf-8")
+    return directory
+
+
+def pass_instead(workload: Path) -> None:
+    """The same attempt, now with evidence of nothing wrong and a clean end."""
+    scenario = workload / "scenario.toml"
+    scenario.write_text(scenario.read_text().replace('"FAILED"', '"COMPLETED"').replace('"1:0"', '"0:0"'))
+    for node in ("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"):
+        (workload / node / "syslog.log").write_text(benign_syslog(node), encoding="utf-8")
+        (workload / node / "applog.log").unlink()
+
+
+def test_two_jobs_hit_by_one_fault_raise_one_alert_that_resolves_when_neither_raises_it(
+        tmp_path: Path, alertmanager: str, cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = xid_workload(tmp_path / "w", "job-a", "5001"), xid_workload(tmp_path / "w", "job-b", "5002")
+    state = tmp_path / "alerts.db"
+    code, _, err = run_blueprint(["--configs", str(tmp_path / "w"), *am_connector(state, cluster)], capsys)
+    assert code == 0, err
+    [alert] = active_alerts(cluster)
+    assert alert["labels"]["node"] == "gpu-a03" and alert["annotations"]["job_id"] in ("5001", "5002")
+    assert len(state_rows(state, "faults")) == 2
+
+    pass_instead(first)
+    code, _, err = run_blueprint(["--configs", str(first), *am_connector(state, cluster)], capsys)
+    assert code == 0, err
+    [alert] = active_alerts(cluster)   # job-b still raises it
+    assert alert["annotations"]["job_id"] == "5002"
+
+    pass_instead(second)
+    code, _, err = run_blueprint(["--configs", str(second), *am_connector(state, cluster)], capsys)
+    assert code == 0, err
+    assert active_alerts(cluster) == []
+
+
+def test_a_firing_alert_is_sent_again_to_stay_active(tmp_path: Path, alertmanager: str, cluster: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "alerts.db"
+    code, _, err = run_blueprint(["--configs", str(XID_SAMPLE), *am_connector(state, cluster)], capsys)
+    assert code == 0, err
+    [before] = active_alerts(cluster)
+    ends = datetime.fromisoformat(before["endsAt"].replace("Z", "+00:00"))
+    assert ends > datetime.now(timezone.utc) + timedelta(hours=23)   # `expire` (1 day) ahead
+
+    # nothing new to attribute: with `resend 0s` the end of the pass sends the firing alert again
+    code, _, err = run_blueprint(["--configs", str(XID_SAMPLE), *am_connector(state, cluster, ALERTMANAGER,
+                                                                            "resend", "0s")], capsys)
+    assert code == 0, err
+    [after] = active_alerts(cluster)
+    assert after["endsAt"] > before["endsAt"] and after["updatedAt"] > before["updatedAt"]
+    assert after["startsAt"] == before["startsAt"]
+
+
+def test_without_clear_on_pass_a_passing_job_leaves_the_alert(tmp_path: Path, alertmanager: str, cluster: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "alerts.db"
+    after = clean_workload(tmp_path / "w", "after", "gpu-a03", "2026-02-12T03:00:00Z", "2026-02-12T04:00:00Z")
+    for workload in (XID_SAMPLE, after):
+        code, _, err = run_blueprint(["--configs", str(workload), *am_connector(state, cluster, ALERTMANAGER,
+                                                                                "clear_on_pass", "off")], capsys)
+        assert code == 0, err
+    assert [a["labels"]["node"] for a in active_alerts(cluster)] == ["gpu-a03"]
 
 
 def test_an_unreachable_alertmanager_is_reported_and_the_alert_delivered_later(
