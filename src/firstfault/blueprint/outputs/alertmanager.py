@@ -228,7 +228,7 @@ class AlertmanagerOutput:
     kind = "output"
     Options = AlertmanagerOptions
 
-    def __init__(self, spec: ConnectorSpec, sender: Sender | None = None) -> None:
+    def __init__(self, spec: ConnectorSpec) -> None:
         options = parse_options(AlertmanagerOptions, spec)
         where = f"output {spec.name}"
         check_delivery(options, where)
@@ -241,7 +241,7 @@ class AlertmanagerOutput:
         self.options = options
         self.state_path = Path(options.state).expanduser() if options.state else default_state_path()
         self.headers = {"Content-Type": "application/json", **auth_headers(options.token, options.tenant)}
-        self.sender = sender or Sender.of(options)
+        self.sender = Sender.of(options)
         self.state = AlertState.open(self.state_path)
         self._quiet_until = 0.0   # after a failed delivery, writes only queue until then; flush always tries
 
@@ -279,7 +279,7 @@ class AlertmanagerOutput:
 
     def _postable(self, alert: dict[str, Any], now: datetime) -> dict[str, Any]:
         """One alert in Alertmanager's `postableAlert` shape."""
-        ends = alert["resolvedAt"] or stamp(now + self.options.expire)
+        ends = max(alert["resolvedAt"] or stamp(now + self.options.expire), alert["startsAt"])   # never before
         postable = {"labels": alert["labels"], "annotations": alert["annotations"], "startsAt": alert["startsAt"],
                     "endsAt": ends}
         return postable | ({"generatorURL": alert["generatorURL"]} if alert["generatorURL"] else {})

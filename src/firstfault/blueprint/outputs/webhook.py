@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from firstfault.blueprint.config import ConnectorSpec
@@ -50,8 +49,7 @@ class WebhookOutput:
     kind = "output"
     Options = WebhookOptions
 
-    def __init__(self, spec: ConnectorSpec, sender: Sender | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, spec: ConnectorSpec) -> None:
         options = parse_options(WebhookOptions, spec)
         where = f"output {spec.name}"
         check_delivery(options, where)
@@ -64,8 +62,7 @@ class WebhookOutput:
         self.url = check_url(options.url, where)
         self.send = options.send
         self.secret = secret.encode()
-        self.clock = clock
-        self.sender = sender or Sender.of(options)
+        self.sender = Sender.of(options)
 
     def already_attributed(self, ctx: ExecutionContext) -> bool:
         return False
@@ -83,7 +80,7 @@ class WebhookOutput:
 
         def headers() -> dict[str, str]:
             return {"Content-Type": "application/json", DELIVERY_HEADER: delivery_id,
-                    SIGNATURE_HEADER: signature(self.secret, int(self.clock()), body)}
+                    SIGNATURE_HEADER: signature(self.secret, int(time.time()), body)}
 
         delivery = self.sender.post(self.url, body, headers)
         if not delivery.ok:
