@@ -14,7 +14,7 @@ has_config() {
 }
 if curl -sf "$URL/-/ready" >/dev/null 2>&1 && has_config; then echo "alertmanager already up"; exit 0; fi
 
-dpkg -s prometheus-alertmanager >/dev/null 2>&1 || {
+{ dpkg -s prometheus-alertmanager >/dev/null 2>&1 && command -v curl >/dev/null; } || {
   [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
   apt-get update -qq; apt-get install -y -qq --no-install-recommends prometheus-alertmanager curl >/dev/null; }
 
