@@ -354,6 +354,14 @@ def test_alertmanager_options_are_checked(tmp_path: Path, words: list[str], mess
     assert code == 2 and message in said(err), err
 
 
+def test_an_unusable_state_file_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_sqlite = tmp_path / "alerts.db"
+    not_sqlite.write_text("this is not a database\n" * 100)
+    code, _, err = run_blueprint(["--configs", str(XID_SAMPLE), "--connector", "output", "alertmanager", "url",
+                                  ALERTMANAGER, "state", str(not_sqlite)], capsys)
+    assert code == 2 and "cannot use" in said(err) and "as the alert state file" in said(err), err
+
+
 def test_an_alertmanager_url_that_is_not_http_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_blueprint(["--configs", str(XID_SAMPLE), "--connector", "output", "alertmanager", "url",
                                   "ftp://am:9093"], capsys)

@@ -242,7 +242,10 @@ class AlertmanagerOutput:
         self.state_path = Path(options.state).expanduser() if options.state else default_state_path()
         self.headers = {"Content-Type": "application/json", **auth_headers(options.token, options.tenant)}
         self.sender = Sender.of(options)
-        self.state = AlertState.open(self.state_path)
+        try:
+            self.state = AlertState.open(self.state_path)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(f"{where}: cannot use {self.state_path} as the alert state file: {exc}") from None
         self._quiet_until = 0.0   # after a failed delivery, writes only queue until then; flush always tries
 
     def already_attributed(self, ctx: ExecutionContext) -> bool:
