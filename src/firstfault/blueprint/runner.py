@@ -199,6 +199,7 @@ class Runner:
                         self.done[_key(result.context)] = index.get(id(connector), -1)
                     advance(result.context.workload_id)
                 start_more()
+        self._flush()
         return processed
 
     def watch(self, cycles: int | None = None, sleep: Callable[[float], None] | None = None) -> None:
@@ -248,6 +249,14 @@ class Runner:
             try:
                 output.write(result)
             except Exception as exc:  # noqa: BLE001 - an output failing must not lose the other outputs
+                self.summary.problem(f"output {output.label}: {_describe(exc)}")
+
+    def _flush(self) -> None:
+        """The end of a pass: outputs deliver what they still owe (a failed or due alert delivery)."""
+        for output in self.plan.outputs:
+            try:
+                output.flush()
+            except Exception as exc:  # noqa: BLE001 - reported like a failed write
                 self.summary.problem(f"output {output.label}: {_describe(exc)}")
 
     @contextmanager

@@ -152,5 +152,8 @@ class SqliteOutput:
     def write(self, result: AttributionBlueprintResult) -> None:
         store(self.db, result)
 
+    def flush(self) -> None:
+        return None
+
     def close(self) -> None:
         self.db.close()
