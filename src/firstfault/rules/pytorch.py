@@ -208,3 +208,65 @@ def training_stall(ws: Workspace) -> None:
                                     f"{last.node or '-'}) and nothing resumed it in the {minutes:.0f} min before the "
                                     "workload ended: it hung",
                          "stalled_min": round(minutes)}))
+
+
+# Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
+# and the host's Xid 13 / Xid 31 for the same event). Where they recur tells the two apart.
+KERNEL_FAULT_REPORTS = ("CUDA illegal memory access", "XID-13", "XID-31")
+
+
+def _faults_and_restarts(hours: tuple[int, ...], max_restarts: int) -> list[str]:
+    """Rule-case lines: rank 15 faults at each hour; the elastic agent restarts the workers after all but the last."""
+    lines = []
+    for i, h in enumerate(hours):
+        lines.append(f"2025-01-01T0{h}:10:00Z [rank15]: RuntimeError: CUDA error: an illegal memory access was "
+                     "encountered")
+        if i < len(hours) - 1:
+            lines.append(f"2025-01-01T0{h}:10:05Z WARNING:torch.distributed.elastic.agent.server.api:[default] Worker "
+                         f"group FAILED. {max_restarts - i}/{max_restarts} attempts left; will restart worker group")
+    return lines
+
+
+@filter_rule("KernelFaultFollowsOneGpu", phase=Phase.FILTER, doc="""
+An illegal address or instruction (CUDA 700/715, Xid 13/31) is usually the program's bug, and a bug runs on every
+rank. When an elastic job restarted its workers at least twice, one node faulted before the first restart and
+again after the last one, and no other node of the workload ever faulted, the fault followed that node's GPU
+through every attempt: a `Kernel faults recur on one GPU` root candidate is placed on it (its application reports
+are then outranked as reports of the same incident). One fault, or faults on several nodes, stay the program's.
+""", cases=[
+    RuleCase(title="rank 15 faults in every attempt", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2, 3), max_restarts=2),
+        "n1/applog": [f"2025-01-01T0{h}:{m:02d}:00Z [rank0]: step {h * 100 + m} | loss 2.1" for h in (1, 2, 3)
+                      for m in (0, 5)]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Kernel faults recur on one GPU")),
+    RuleCase(title="faults on two nodes: the code", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2, 3), max_restarts=2),
+        "n1/applog": ["2025-01-01T02:10:00Z [rank3]: RuntimeError: CUDA error: an illegal memory access was "
+                      "encountered"]},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+    RuleCase(title="one restart only", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2), max_restarts=1),
+        "n1/applog": ["2025-01-01T01:00:00Z [rank0]: step 10 | loss 2.1"]},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+])
+def kernel_fault_follows_one_gpu(ws: Workspace) -> None:
+    restarts = sorted(t for e in ws.events if e.symptom == "Workers restarted" and (t := _dated(e)) is not None)
+    if len({str(e.attributes.get("attempts_left")) for e in ws.events if e.symptom == "Workers restarted"}) < 2:
+        return
+    faults: dict[str, list[Event]] = {}
+    for event in ws.events:
+        if event.symptom in KERNEL_FAULT_REPORTS and event.type == EventType.NODE_BAD and event.node:
+            faults.setdefault(ws.canonical_node(event.node) or event.node, []).append(event)
+    if len(faults) != 1:
+        return
+    node, events = next(iter(faults.items()))
+    firsts = [e.time for e in events if e.time is not None and not e.evidence.time_inferred]
+    lasts = [t for e in events if (t := _dated(e)) is not None]
+    if not firsts or min(firsts) >= restarts[0] or max(lasts) <= restarts[-1]:
+        return
+    first = min((e for e in events if e.time == min(firsts)), key=lambda e: e.symptom or "")
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom="Kernel faults recur on one GPU",
+                     evidence=first.evidence, time=min(firsts), last_time=max(lasts), attributes={
+                         **{k: v for k, v in first.attributes.items() if k == "pci"},
+                         "meaning": f"kernel faults on {node} before the first of {len(restarts)} worker restarts and "
+                                    "after the last, on no other node: the fault follows the GPU, not the code"}))
