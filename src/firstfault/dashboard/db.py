@@ -497,7 +497,7 @@ class ResultsDB:
         return (row[0], row[1], int(row[2])) if row else None
 
     def node(self, node: str, page: int = 1, per_page: int = 50) -> tuple[NodeStats, Page] | None:
-        repeat = self.repeat_offenders().get(node)
+        repeat = self.repeat_offence(node)
         with self._read() as db:
             # every workload it ran; as culprit or with symptoms, only the failures
             counts = dict(db.execute(
@@ -530,22 +530,28 @@ class ResultsDB:
 
     def repeat_offenders(self) -> dict[str, RepeatOffence]:
         """The repeat offenders under this database's RepeatPolicy, by node."""
-        def compute() -> dict[str, RepeatOffence]:
-            events: dict[str, list[tuple[datetime, str]]] = {}
-            with self._read() as db:
-                for node, workload, end in db.execute(
-                        f"SELECT n.node, a.workload_id, a.end_time FROM {_NODES} "
-                        f"WHERE n.role = 'culprit' AND {_FAILED} AND a.end_time IS NOT NULL"):
-                    try:
-                        ended = datetime.fromisoformat(end)
-                    except (TypeError, ValueError):   # a time the Blueprint did not write: not placed in a window
-                        continue
-                    ended = ended if ended.tzinfo else ended.replace(tzinfo=UTC)
-                    events.setdefault(str(node), []).append((ended, str(workload)))
-            found = {node: densest_window(e, self.repeat.window) for node, e in events.items()}
-            return {node: o for node, o in found.items() if o is not None and o.workloads >= self.repeat.workloads}
+        return self._cached("repeat", self._offences)  # type: ignore[no-any-return]
 
-        return self._cached("repeat", compute)  # type: ignore[no-any-return]
+    def repeat_offence(self, node: str) -> RepeatOffence | None:
+        """One node's RepeatOffence when it is a repeat offender (through the node index: a node page stays cheap)."""
+        return self._offences(node).get(node)
+
+    def _offences(self, node: str | None = None) -> dict[str, RepeatOffence]:
+        """The repeat offenders among every node, or one node."""
+        events: dict[str, list[tuple[datetime, str]]] = {}
+        only, params = (" AND n.node = ?", (node,)) if node is not None else ("", ())
+        with self._read() as db:
+            for culprit, workload, end in db.execute(
+                    f"SELECT n.node, a.workload_id, a.end_time FROM {_NODES} WHERE n.role = 'culprit'{only} AND "
+                    f"{_FAILED} AND a.end_time IS NOT NULL", params):
+                try:
+                    ended = datetime.fromisoformat(end)
+                except (TypeError, ValueError):   # a time the Blueprint did not write: not placed in a window
+                    continue
+                ended = ended if ended.tzinfo else ended.replace(tzinfo=UTC)
+                events.setdefault(str(culprit), []).append((ended, str(workload)))
+        found = {n: densest_window(e, self.repeat.window) for n, e in events.items()}
+        return {n: o for n, o in found.items() if o is not None and o.workloads >= self.repeat.workloads}
 
     def node_ranking(self, q: str | None = None, limit: int = 200) -> list[NodeRank]:
         """Nodes that were a culprit or showed symptoms in failed workloads, most often blamed first."""
