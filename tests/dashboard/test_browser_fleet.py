@@ -116,3 +116,24 @@ def test_the_incomplete_evidence_warning_only_when_a_collector_fell_short(page: 
     assert warning.locator("a.node").all_inner_texts() == ["trn-c03"]
     warning.locator("a.node").click()
     p.wait_for_url("**/nodes/trn-c03")  # type: ignore[attr-defined]
+
+
+def test_the_repeat_policy_is_the_operators(browser: object, fleet_db: Path,
+                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`--repeat-workloads 4 --repeat-window 14d`: gpu-a03's fourth Xid 79, eleven days after the first three,
+    makes it a repeat offender only under a window that long."""
+    for options, badge in ((("--repeat-workloads", "4"), None),
+                           (("--repeat-workloads", "4", "--repeat-window", "14d"),
+                            "repeat offender: culprit in 4 workloads within 14d")):
+        dashboard = Dashboard.start(fleet_db, tmp_path_factory.mktemp("policy"), *options)
+        try:
+            context = browser.new_context(viewport=VIEWPORT, base_url=dashboard.url)  # type: ignore[attr-defined]
+            p = context.new_page()
+            p.goto("/nodes/gpu-a03")
+            found = p.locator(".titlebar .repeat-badge")
+            assert (found.inner_text().lower() if found.count() else None) == badge
+            if badge is None:
+                assert "culprit 4 times, not a repeat offender" in p.locator(".titlebar").inner_text()
+            context.close()
+        finally:
+            dashboard.stop()
