@@ -32,7 +32,7 @@ SYSLOG_MISSING = "syslog-missing"
 SYSLOG_PARTIAL = "syslog-partial"
 
 
-def _copy(sample: str, into: Path, workload_id: str, **fields: str) -> Path:
+def copy_sample(sample: str, into: Path, workload_id: str, **fields: str) -> Path:
     """A sample under another id, with some `[workload]` fields replaced (values are TOML strings or numbers)."""
     into.mkdir(parents=True, exist_ok=True)
     target = into / f"{len(list(into.iterdir())):02d}-{workload_id}"
@@ -60,25 +60,25 @@ def build_fleet(root: Path) -> Path:
     """The fleet's results database (see the module's docstring)."""
     static = root / "static"
     for n, job in enumerate(XID_JOBS):
-        _copy("xid79-fallen-off-bus", static, job, job_id=f'"41000{n + 20}"')
-    later = _copy("xid79-fallen-off-bus", static, XID_LATER, job_id='"4100030"',
+        copy_sample("xid79-fallen-off-bus", static, job, job_id=f'"41000{n + 20}"')
+    later = copy_sample("xid79-fallen-off-bus", static, XID_LATER, job_id='"4100030"',
                   start_time='"2026-02-22T22:14:00Z"', end_time='"2026-02-23T01:03:12Z"')
     for log in later.glob("*/*.log"):   # the same fault eleven days later
         log.write_text(_shift_days(log.read_text()))
     for attempt in range(3):
-        _copy("nvlink-walkthrough", static, REQUEUED, attempt=str(attempt))
-    _copy("slurm-time-limit", static, "time-limit")
-    passed = _copy("slurm-time-limit", static, PASSED, scheduler_state='"COMPLETED"', exit_code='"0:0"',
+        copy_sample("nvlink-walkthrough", static, REQUEUED, attempt=str(attempt))
+    copy_sample("slurm-time-limit", static, "time-limit")
+    passed = copy_sample("slurm-time-limit", static, PASSED, scheduler_state='"COMPLETED"', exit_code='"0:0"',
                    end_time='"2026-05-03T06:00:37Z"')
     for applog in passed.glob("*/applog.log"):   # it completed: no time-limit cancellation
         applog.write_text("".join(line for line in applog.read_text().splitlines(keepends=True)
                                   if "DUE TO TIME LIMIT" not in line))
-    once = _copy("python-exception-rank0", static, STDOUT_ONCE)
+    once = copy_sample("python-exception-rank0", static, STDOUT_ONCE)
     for applog in sorted(once.glob("*/applog.log"))[1:]:   # one stdout file, read for the batch host trn-c01
         applog.unlink()
 
-    missing = _copy("cuda-oom-rank", root / "missing", SYSLOG_MISSING)
-    partial = _copy("python-exception-rank0", root / "partial", SYSLOG_PARTIAL)
+    missing = copy_sample("cuda-oom-rank", root / "missing", SYSLOG_MISSING)
+    partial = copy_sample("python-exception-rank0", root / "partial", SYSLOG_PARTIAL)
     extra = root / "extra-syslogs"
     extra.mkdir()
     for node in ("trn-c01", "trn-c02"):   # none for trn-c03

@@ -15,7 +15,17 @@ from firstfault.cli import main
 from firstfault.dashboard import views
 from firstfault.dashboard.db import RepeatOffence, RepeatPolicy, ResultsDB, WorkloadFilters, densest_window
 from firstfault.errors import ConfigError
-from tests.dashboard.fleet import PASSED, REQUEUED, STDOUT_ONCE, SYSLOG_MISSING, SYSLOG_PARTIAL, XID_JOBS, XID_LATER
+from tests.dashboard.fleet import (
+    PASSED,
+    REQUEUED,
+    STDOUT_ONCE,
+    SYSLOG_MISSING,
+    SYSLOG_PARTIAL,
+    XID_JOBS,
+    XID_LATER,
+    copy_sample,
+)
+from tests.dashboard.helpers import blueprint_into
 
 T0 = datetime(2026, 2, 1, tzinfo=UTC)
 
@@ -157,3 +167,14 @@ def test_the_cli_takes_the_repeat_policy(fleet_db: Path, capsys: pytest.CaptureF
     assert "at least 2 workloads" in capsys.readouterr().err
     assert main(["dashboard", "--db", str(fleet_db), "--repeat-window", "a week", "--port", "0"]) == 2
     assert "not a duration: 'a week'" in capsys.readouterr().err
+
+
+def test_a_node_without_any_evidence_is_named_by_its_collector(tmp_path: Path) -> None:
+    """The engine's own note on a node without evidence (the text the warning leaves to its collector's report)."""
+    copy_sample("cuda-oom-rank", tmp_path / "w", "third-node-silent", nodes='["dgx-b11", "dgx-b12", "dgx-b13"]')
+    blueprint_into(tmp_path / "r.db", tmp_path / "w")
+    result = _result(tmp_path / "r.db", "third-node-silent")
+    assert result.diagnosis is not None
+    assert "no evidence at all from 1 of 3 allocated nodes" in result.diagnosis.coverage.issues
+    assert [(g.kind, g.connector, g.status, g.nodes) for g in views.evidence_gaps(result)] == [
+        ("logs", "static", "partial", ("dgx-b13",))]
