@@ -33,6 +33,14 @@ def lost_with_node(name: str, job: str, node: str, reason: str, message: str) ->
     return p
 
 
+def past_deadline(name: str, job: str, node: str) -> dict[str, Any]:
+    """A pod the kubelet stopped at its activeDeadlineSeconds: phase Failed, status reason DeadlineExceeded."""
+    p = pod(name, job, node, exit_code=137, reason="Error")
+    p["status"].update(reason="DeadlineExceeded", message="Pod was active on the node longer than the specified "
+                                                          "deadline")
+    return p
+
+
 def attribute(k8s_emulator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
               objects: list[dict[str, Any]], logs: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Seed the emulator, run the Blueprint over it; the results by Workload name."""
@@ -53,14 +61,18 @@ def symptoms(result: dict[str, Any]) -> set[tuple[str | None, str]]:
 def test_a_job_past_its_deadline_is_a_timeout(k8s_emulator: Any, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """batch/v1: the Job condition Failed, reason DeadlineExceeded, message 'Job was active longer than specified
-    deadline'; Kueue's `Finished` carries reason Failed and that message only."""
+    deadline'; Kueue's `Finished` carries reason Failed and that message only. A pod's own activeDeadlineSeconds:
+    the kubelet's status reason DeadlineExceeded."""
     got = attribute(k8s_emulator, tmp_path, capsys, [
         workload("job-deadline-1", "deadline", [*ADMITTED, condition(
             "Finished", "2026-04-02T11:00:01Z", "Failed", "Job was active longer than specified deadline")]),
         workload("job-backoff-1", "backoff", [*ADMITTED, condition(
             "Finished", "2026-04-02T10:15:00Z", "Failed", "Job has reached the specified backoff limit")]),
+        workload("job-pod-deadline-1", "pod-deadline", [*ADMITTED, condition(
+            "Finished", "2026-04-02T10:30:00Z", "Failed", "Job has reached the specified backoff limit")]),
         pod("deadline-0", "deadline", "gpu-k05", exit_code=137, reason="Error"),
-        pod("backoff-0", "backoff", "gpu-k06", exit_code=1, reason="Error")])
+        pod("backoff-0", "backoff", "gpu-k06", exit_code=1, reason="Error"),
+        past_deadline("pod-deadline-0", "pod-deadline", "gpu-k07")])
     deadline = got["job-deadline-1"]
     assert deadline["context"]["scheduler_state"] == "TIMEOUT"
     assert deadline["context"]["metadata"]["kueue_reason"] == "Failed"
@@ -70,6 +82,12 @@ def test_a_job_past_its_deadline_is_a_timeout(k8s_emulator: Any, tmp_path: Path,
     records = next(r for r in deadline["connector_reports"] if r["connector"] == "kueue-status")
     assert (records["kind"], records["status"], records["observation_count"]) == ("logs", "ok", 1)
     assert got["job-backoff-1"]["context"]["scheduler_state"] == "FAILED"
+    # the kubelet stopped a pod at the pod's own activeDeadlineSeconds: the Job then failed on its backoff limit
+    late = got["job-pod-deadline-1"]["context"]
+    assert late["scheduler_state"] == "TIMEOUT"
+    assert late["metadata"]["kueue_records"].split("\n")[1] == (
+        "2026-04-02T10:30:00Z Pod ml/pod-deadline-0 on node gpu-k07 status reason=DeadlineExceeded: Pod was "
+        "active on the node longer than the specified deadline")
 
 
 def test_a_node_failure_names_the_node(k8s_emulator: Any, tmp_path: Path,

@@ -9,7 +9,7 @@ their `spec.nodeName`s are the allocation. The attempt number is `status.requeue
 
 The terminal state comes from the documented condition reasons and messages (`terminal`): `Finished` Succeeded
 is COMPLETED; a Job stopped at its activeDeadlineSeconds (Kueue copies the Job's message "Job was active longer
-than specified deadline") is TIMEOUT; an eviction for Preempted is PREEMPTED, for NodeFailures NODE_FAIL (the nodes
+than specified deadline"), or a pod at its own, is TIMEOUT; an eviction for Preempted is PREEMPTED, for NodeFailures NODE_FAIL (the nodes
 Kueue names are recorded in the metadata's `failed_nodes`, and a failed attempt whose pods were deleted with
 their NotReady or vanished node is NODE_FAIL of those nodes); PodsReadyTimeout and the re-queuing limit are
 FAILED, the maximum execution time TIMEOUT, an admission check, a stopped queue or a plain deactivation
@@ -63,6 +63,9 @@ _DEACTIVATION_CAUSE = {
 # pod garbage collector (the node gone) sets, or the node controller's older status reason.
 _NODE_LOST_DISRUPTIONS = ("DeletionByTaintManager", "DeletionByPodGC")
 _NODE_LOST_REASON = "NodeLost"
+# The kubelet's status reason for a pod stopped at its own activeDeadlineSeconds ("Pod was active on the node
+# longer than the specified deadline").
+_POD_DEADLINE_REASON = "DeadlineExceeded"
 # Kueue's node-failure eviction messages name the nodes after the colon (pkg/scheduler/scheduler.go,
 # pkg/controller/tas/node_controller.go).
 _NODE_FAILURE_MESSAGE = re.compile(r"(?:unhealthy node\(s\)|node failures, including): (?P<nodes>.+)$")
@@ -86,18 +89,24 @@ def _time(value: str | None) -> datetime | None:
     return parse_time(value) if value else None
 
 
-def lost_pods(pods: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(pod, the condition or status saying so) for each pod lost with its node."""
-    lost = []
+def pod_causes(pods: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod, the condition or status saying so) for each pod lost with its node or stopped at its deadline."""
+    found = []
     for pod in pods:
         status = pod.get("status", {})
-        disruption = next((c for c in status.get("conditions", []) if c.get("type") == "DisruptionTarget"
-                           and c.get("status") == "True" and c.get("reason") in _NODE_LOST_DISRUPTIONS), None)
-        if disruption is None and status.get("reason") == _NODE_LOST_REASON:
-            disruption = {"type": "Status", "reason": _NODE_LOST_REASON, "message": status.get("message", "")}
-        if disruption is not None and pod.get("spec", {}).get("nodeName"):
-            lost.append((pod, disruption))
-    return lost
+        cause = next((c for c in status.get("conditions", []) if c.get("type") == "DisruptionTarget"
+                      and c.get("status") == "True" and c.get("reason") in _NODE_LOST_DISRUPTIONS), None)
+        if cause is None and status.get("reason") in (_NODE_LOST_REASON, _POD_DEADLINE_REASON):
+            cause = {"reason": status["reason"], "message": status.get("message", "")}   # status, not a condition
+        if cause is not None and pod.get("spec", {}).get("nodeName"):
+            found.append((pod, cause))
+    return found
+
+
+def lost_nodes(pods: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The nodes of the pods lost with their node."""
+    return tuple(dict.fromkeys(p["spec"]["nodeName"] for p, cause in pod_causes(pods)
+                               if cause["reason"] != _POD_DEADLINE_REASON))
 
 
 def _named_nodes(workload: dict[str, Any], condition: dict[str, Any]) -> list[str]:
@@ -120,16 +129,17 @@ def _deactivation_state(condition: dict[str, Any]) -> str:
 def terminal(workload: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> Ending | None:
     """How a finished Workload ended; None while it may still run (admitted, queued, or evicted and requeued).
 
-    The Job's deadline is TIMEOUT; a preemption is PREEMPTED; a node failure (Kueue's NodeFailures eviction, or a
+    The Job's deadline (or a pod's own) is TIMEOUT; a preemption is PREEMPTED; a node failure (Kueue's NodeFailures eviction, or a
     pod of a failed attempt lost with its node) is NODE_FAIL naming the node; other evictions by meaning."""
     conditions = _conditions(workload)
-    lost = tuple(dict.fromkeys(p["spec"]["nodeName"] for p, _ in lost_pods(pods or [])))
+    lost = lost_nodes(pods or [])
     finished = conditions.get("Finished")
     if finished:
         reason = finished.get("reason")
         if reason == "Succeeded":
             return Ending("COMPLETED", finished)
-        if JOB_DEADLINE_MESSAGE in finished.get("message", ""):
+        late = any(c["reason"] == _POD_DEADLINE_REASON for _, c in pod_causes(pods or []))
+        if JOB_DEADLINE_MESSAGE in finished.get("message", "") or late:
             return Ending("TIMEOUT", finished)
         if reason == "OutOfSync":   # Kueue finished a prebuilt Workload its job no longer matches: stopped
             return Ending("CANCELLED", finished)
@@ -184,18 +194,18 @@ def exit_status(pods: list[dict[str, Any]]) -> tuple[str, str]:
 def records(workload: dict[str, Any], ending: Ending, pods: list[dict[str, Any]]) -> list[str]:
     """The status records that decided the ending, one line each, stamped with their transition time: the
     Workload's deciding condition (and its `Preempted` condition), and the conditions of pods lost with their
-    node. Their messages are Kueue's and Kubernetes' own, so the catalog's Kubernetes extractors read them."""
+    node or stopped at their deadline. Their messages are Kueue's and Kubernetes' own, so the catalog's Kubernetes extractors read them."""
     meta = workload.get("metadata", {})
     name = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
     shown = [ending.condition] + [c for t, c in _conditions(workload).items()
                                   if t == "Preempted" and c is not ending.condition]
     lines = [f"{c.get('lastTransitionTime', '')} Workload {name} {c.get('type', '')}=True reason={c.get('reason', '')}: "
              f"{c.get('message', '')}" for c in shown]
-    for pod, cause in lost_pods(pods):
+    for pod, cause in pod_causes(pods):
         when = cause.get("lastTransitionTime") or ending.condition.get("lastTransitionTime", "")
+        what = f"{cause['type']}=True reason" if "type" in cause else "status reason"
         lines.append(f"{when} Pod {pod['metadata'].get('namespace', '')}/{pod['metadata']['name']} on node "
-                     f"{pod['spec']['nodeName']} {cause.get('type')}=True reason={cause.get('reason')}: "
-                     f"{cause.get('message', '')}")
+                     f"{pod['spec']['nodeName']} {what}={cause['reason']}: {cause.get('message', '')}")
     return [" ".join(line.split()) for line in lines]
 
 
