@@ -33,6 +33,13 @@ def lost_with_node(name: str, job: str, node: str, reason: str, message: str) ->
     return p
 
 
+def node_lost(name: str, job: str, node: str) -> dict[str, Any]:
+    """A pod on a node whose kubelet stopped answering: the node controller's status reason NodeLost."""
+    p = pod(name, job, node, exit_code=1, reason="Error")
+    p["status"].update(reason="NodeLost", message=f"Node {node} which was running pod {name} is unresponsive")
+    return p
+
+
 def past_deadline(name: str, job: str, node: str) -> dict[str, Any]:
     """A pod the kubelet stopped at its activeDeadlineSeconds: phase Failed, status reason DeadlineExceeded."""
     p = pod(name, job, node, exit_code=137, reason="Error")
@@ -111,7 +118,15 @@ def test_a_node_failure_names_the_node(k8s_emulator: Any, tmp_path: Path,
         pod("tas2-1", "tas2", "gpu-k22", exit_code=143, reason="Error"),
         pod("lost-0", "lost", "gpu-k30", exit_code=1, reason="Error"),
         lost_with_node("lost-1", "lost", "gpu-k31", "DeletionByTaintManager",
-                       "Taint manager: deleting due to NoExecute taint")])
+                       "Taint manager: deleting due to NoExecute taint"),
+        # the node deleted (pod GC), and the node controller's older status reason, before a PodsReady timeout
+        workload("job-gone-1", "gone", [*ADMITTED[:2], condition(
+            "Evicted", "2026-04-02T10:14:00Z", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/job-gone-1")],
+            spec={"active": False}),
+        lost_with_node("gone-0", "gone", "gpu-k33", "DeletionByPodGC", "PodGC: node no longer exists"),
+        workload("job-unresponsive-1", "unresponsive", [*ADMITTED, condition(
+            "Finished", "2026-04-02T10:16:00Z", "Failed", "Job has reached the specified backoff limit")]),
+        node_lost("unresponsive-0", "unresponsive", "gpu-k34")])
 
     tas = got["job-tas-1"]
     assert tas["context"]["scheduler_state"] == "NODE_FAIL"
@@ -128,6 +143,9 @@ def test_a_node_failure_names_the_node(k8s_emulator: Any, tmp_path: Path,
     lost = got["job-lost-1"]
     assert lost["context"]["scheduler_state"] == "NODE_FAIL"
     assert lost["context"]["metadata"]["failed_nodes"] == "gpu-k31"
+    gone, unresponsive = got["job-gone-1"]["context"], got["job-unresponsive-1"]["context"]
+    assert (gone["scheduler_state"], gone["metadata"]["failed_nodes"]) == ("NODE_FAIL", "gpu-k33")
+    assert (unresponsive["scheduler_state"], unresponsive["metadata"]["failed_nodes"]) == ("NODE_FAIL", "gpu-k34")
     lines = lost["context"]["metadata"]["kueue_records"].split("\n")
     assert lines[1] == ("2026-04-02T10:11:30Z Pod ml/lost-1 on node gpu-k31 DisruptionTarget=True "
                         "reason=DeletionByTaintManager: Taint manager: deleting due to NoExecute taint")
