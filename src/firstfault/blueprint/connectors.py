@@ -22,7 +22,7 @@ from firstfault.blueprint.collectors.k8s import PodLogsCollector
 from firstfault.blueprint.collectors.loki import LokiCollector
 from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec
-from firstfault.blueprint.contexts.kueue import KueueContexts
+from firstfault.blueprint.contexts.kueue import KueueContexts, KueueRecords
 from firstfault.blueprint.contexts.slurm import SlurmContexts
 from firstfault.blueprint.contexts.static import StaticContexts, StaticEvidence
 from firstfault.blueprint.options import (
@@ -113,6 +113,9 @@ def build_plan(config: BlueprintConfig) -> Plan:
         contexts.append(cls(spec))
     if any(isinstance(c, StaticContexts) for c in contexts):
         collectors.append(StaticEvidence())
+        timeouts.append(run_timeout)
+    if any(isinstance(c, KueueContexts) for c in contexts):
+        collectors.append(KueueRecords())
         timeouts.append(run_timeout)
     for spec in config.of_kind("logs") + config.of_kind("metrics"):
         cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)
