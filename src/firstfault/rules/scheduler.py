@@ -34,10 +34,13 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
+# The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds.
+TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded")
 
 
 @refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
-A time limit is the cause only if the workload was still working when it struck. When training progress
+A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the workload was still working when it
+struck. When training progress
 stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit, the workload had hung: the time limit is
 demoted and the hang, unexplained by the evidence, is what remains.
 """, cases=[
@@ -59,7 +62,7 @@ def hung_before_time_limit(ws: Workspace) -> None:
     if not ends:
         return
     progress_end = max(ends)
-    for limit in ws.active(prefix="Slurm time limit"):
+    for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
         # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
         stamped = [e.time for e in limit.evidence if e.time is not None and not e.time_inferred]
@@ -201,7 +204,8 @@ state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CA
 host out of memory, FAILED for any other failure, COMPLETED when the workload reported success and nothing
 failed. A recorded FAILED is refined when the root itself is the scheduler's or runtime's report of a more
 specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
-failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED.
+failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
+where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
@@ -211,6 +215,12 @@ failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, o
         "n1/scheduler": ["2025-01-01T00:11:00Z   Normal   NodeNotReady   Node/n2   Node n2 status is now: NodeNotReady"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="host", culprits=["n2"], terminal_state="NODE_FAIL")),
+    RuleCase(title="a Kubernetes Job hung, then its deadline ended it", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z   Warning   DeadlineExceeded   Job/train-7   Job was active longer than specified "
+        "deadline"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
     RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -230,6 +240,12 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
         return
     if ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED, TerminalState.UNKNOWN):
+        limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
+        if limit is not None:   # a hung or failing workload that the deadline ended still ended by the deadline
+            ws.decision.terminal_state = TerminalState.TIMEOUT
+            ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "
+                    "workload: TIMEOUT")
+            return
         failed_node = _node_declared_failed(ws)
         if failed_node:
             ws.decision.terminal_state = TerminalState.NODE_FAIL
@@ -274,6 +290,15 @@ STATE_SYMPTOMS = {
     TerminalState.OUT_OF_MEMORY: "Slurm OOM kill",
     TerminalState.CANCELLED: "Job cancelled",
 }
+# The same states as Kubernetes (and Kueue) reach them: a Job past activeDeadlineSeconds, an eviction or preemption,
+# a node lost, a container OOMKilled.
+KUBERNETES_STATE_SYMPTOMS = {
+    **STATE_SYMPTOMS,
+    TerminalState.TIMEOUT: "Job deadline exceeded",
+    TerminalState.PREEMPTED: "Kubernetes eviction",
+    TerminalState.NODE_FAIL: "Kubernetes node failure",
+    TerminalState.OUT_OF_MEMORY: "Kubernetes OOMKilled",
+}
 _SIGNAL_EXIT = re.compile(r"^\d+:(?P<signal>[1-9]\d*)$")
 
 
@@ -292,9 +317,7 @@ found in the logs wins over them.
 def scheduler_state_evidence(ws: Workspace) -> None:
     ctx = ws.context
     state = normalise_state(ctx.scheduler_state)
-    symptom = STATE_SYMPTOMS.get(state)
-    if symptom == "Slurm OOM kill" and ctx.scheduler == "kubernetes":
-        symptom = "Kubernetes OOMKilled"
+    symptom = (KUBERNETES_STATE_SYMPTOMS if ctx.scheduler == "kubernetes" else STATE_SYMPTOMS).get(state)
     signal = _SIGNAL_EXIT.match(ctx.exit_code.strip())
     if symptom is None and signal:
         symptom = "Worker killed by signal"
