@@ -234,18 +234,21 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
     same_incident = [*root, *(ws.select(sub_domain=ws.decision.sub_domain) if ws.decision.sub_domain else [])]
     implied = next((str(s.attributes["terminal_state"]) for s in same_incident if s.attributes.get("terminal_state")),
                    None)
+    generic_failure = ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED,
+                                                                                         TerminalState.UNKNOWN)
+    limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
+    if generic_failure and limit is not None:
+        # a workload that a time limit or Job deadline ended ended by it, even one that had hung or lost a node first
+        ws.decision.terminal_state = TerminalState.TIMEOUT
+        ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "
+                "workload: TIMEOUT")
+        return
     if recorded == TerminalState.FAILED and implied and ws.decision.terminal_state == TerminalState.FAILED:
         # A generic FAILED refined by what the scheduler/runtime itself reported (e.g. a pod OOMKilled).
         ws.decision.terminal_state = TerminalState(implied)
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
         return
-    if ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED, TerminalState.UNKNOWN):
-        limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
-        if limit is not None:   # a hung or failing workload that the deadline ended still ended by the deadline
-            ws.decision.terminal_state = TerminalState.TIMEOUT
-            ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "
-                    "workload: TIMEOUT")
-            return
+    if generic_failure:
         failed_node = _node_declared_failed(ws)
         if failed_node:
             ws.decision.terminal_state = TerminalState.NODE_FAIL
