@@ -22,7 +22,7 @@ def attribution_calls(nodes: int) -> int:
     profile.enable()
     session.attribute()
     profile.disable()
-    return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+    return int(pstats.Stats(profile).total_calls)
 
 
 def test_attribution_work_is_linear_in_the_node_count() -> None:
