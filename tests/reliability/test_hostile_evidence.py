@@ -7,6 +7,7 @@ a 10 MB line, a binary file, NUL padding, unreadable files), tests/service/test_
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -14,6 +15,9 @@ import random
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -476,3 +480,54 @@ def test_session_text_passes_one_rule(engine: Engine) -> None:
     assert result.root_cause.node == "n\ufffd\ufffd\ufffd"
     assert result.root_cause.evidence[0].text.endswith(" \ufffd\ufffd\ufffd\x00\x07")   # NUL and BEL are kept
     _json_bytes(result)
+
+
+# -- what a workload directory may point at -------------------------------------------------------------------------
+def test_links_out_of_the_workload_and_special_files_are_never_read(make_workload, tmp_path: Path) -> None:
+    """A link to a file, a directory or /proc/kmsg outside the workload, and FIFOs inside and outside it: none is
+    read (before, a FIFO or /proc/kmsg blocked `analyze` forever and a linked secret became evidence); each is
+    named in the coverage with its reason, and the rest is analysed. Run as the CLI, in a process of its own."""
+    outside = tmp_path / "outside"
+    (outside / "n9").mkdir(parents=True)
+    (outside / "secret.log").write_text(XID79.replace("GPU has", "SECRET GPU has") + "\n")
+    (outside / "n9" / "syslog.log").write_text(XID79 + "\n")
+    os.mkfifo(outside / "pipe")
+    root = make_workload({"n1/applog": ["2025-01-01T00:20:00Z ok"], "n2/syslog": [XID79_N2]}, nodes=["n1", "n2", "n3"])
+    (root / "n1" / "syslog.log").symlink_to(outside / "secret.log")
+    (root / "n2" / "applog.log").symlink_to(outside / "pipe")
+    (root / "n3").symlink_to(outside / "n9", target_is_directory=True)
+    (root / "n1" / "scheduler.log").symlink_to("/proc/kmsg")
+    os.mkfifo(root / "n2" / "scheduler.log")
+    (root / "n2" / "rotated.gz").write_bytes(gzip.compress((XID79_N2 + "\n").encode()))
+    (root / "n2" / "syslog.log.gz").symlink_to(root / "n2" / "rotated.gz")   # inside the workload: followed
+    run = subprocess.run([sys.executable, "-m", "firstfault", "analyze", str(root), "--json"], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    result = Attribution.model_validate_json(run.stdout)
+    issues = result.coverage.issues
+    for name in ("n1/syslog.log", "n2/applog.log", "n3", "n1/scheduler.log"):
+        assert any(i.startswith(f"{root / name}: a symlink out of the workload directory") for i in issues), (name, issues)
+    assert f"{root / 'n2/scheduler.log'}: a FIFO, not a regular file; not read" in issues
+    assert "SECRET" not in run.stdout and result.coverage.partial
+    assert verdict(result)[2] == ["n2"]
+    (n2_syslog,) = [s for s in result.coverage.sources if s.node == "n2" and s.source == SourceKind.SYSLOG]
+    assert n2_syslog.origins == ["n2/syslog.log", "n2/syslog.log.gz"]
+
+
+def test_a_gzip_that_inflates_without_end_is_read_up_to_the_cap(make_workload, engine: Engine) -> None:
+    """A few kB of gzip that decompress to 64 MiB, with the cap at 1 MiB: the fault in the first MiB is found, the
+    rest is skipped, and the result says so."""
+    root = make_workload({"n2/applog": ["2025-01-01T00:20:00Z ok"]})
+    with gzip.open(root / "n2" / "syslog.log.gz", "wb") as out:
+        out.write((XID79_N2 + "\n").encode())
+        zeros = b"\n" * (1024 * 1024)
+        for _ in range(64):
+            out.write(zeros)
+    capped = copy.copy(engine)
+    capped.params = replace(engine.params, max_decompressed_bytes=1024 * 1024)
+    result = capped.analyze_path(root)
+    assert verdict(result)[2] == ["n2"] and result.coverage.partial
+    assert f"n2/syslog.log.gz: decompresses to more than {1024 * 1024} bytes (max_decompressed_bytes); read up to " \
+           "there, the rest skipped" in result.coverage.issues
+    (source,) = [s for s in result.coverage.sources if s.source == SourceKind.SYSLOG]
+    assert source.bytes <= 1024 * 1024 + 1
