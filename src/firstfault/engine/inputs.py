@@ -28,7 +28,7 @@ def dated(value: datetime) -> datetime | None:
     Never raises."""
     try:
         value = utc(value)
-    except OverflowError:  # an offset that moves the time past datetime's own limits
+    except ValueError:  # an offset that moves the time past datetime's own limits
         return None
     return value if EARLIEST <= value < LATEST else None
 
