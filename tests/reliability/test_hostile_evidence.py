@@ -531,3 +531,15 @@ def test_a_gzip_that_inflates_without_end_is_read_up_to_the_cap(make_workload, e
            "there, the rest skipped" in result.coverage.issues
     (source,) = [s for s in result.coverage.sources if s.source == SourceKind.SYSLOG]
     assert source.bytes <= 1024 * 1024 + 1
+
+
+def test_the_decompression_cap_is_set_on_the_command_line(make_workload, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_workload({"n2/applog": ["2025-01-01T00:20:00Z ok"]})
+    (root / "n2" / "syslog.log.gz").write_bytes(gzip.compress((XID79_N2 + "\n").encode() + b"\n" * (3 * 1024 * 1024)))
+    assert main(["analyze", str(root), "--json", "--max-decompressed-mib", "2"]) == 0
+    result = Attribution.model_validate_json(capsys.readouterr().out)
+    assert verdict(result)[2] == ["n2"]
+    assert any(i.startswith("n2/syslog.log.gz: decompresses to more than 2097152 bytes") for i in result.coverage.issues)
+    with pytest.raises(SystemExit) as refused:
+        main(["analyze", str(root), "--max-decompressed-mib", "0"])
+    assert refused.value.code == 2 and "a whole number of MiB >= 1" in capsys.readouterr().err
