@@ -8,6 +8,7 @@ or raises the project's own documented error, never anything else.
 | a session's lines of any time and text (library, file and `raw_text` paths) | none: every line counted |
 | `scenario.toml` times across the whole calendar | `EvidenceError` |
 | `firstfault.wire`'s structured times | `ValueError` (a 4xx) |
+| times people type (`firstfault.timeinput.parse_time`) | `ConfigError` |
 | Slurm node lists and accounting (`expand_nodes`, `parse_sacct_text`, `parse_sacct_json`) | `SlurmError` |
 | the TOML rule loader (`load_catalog`) | `CatalogError` |
 | Loki streams: the service's `raw_loki_streams` batches, the Blueprint's `query_range` answers | 4xx `ServiceError` / `CollectorError` |
@@ -44,10 +45,11 @@ from firstfault.engine import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.inputs import EARLIEST, LATEST
 from firstfault.engine.timestamps import TimestampParser
-from firstfault.errors import CatalogError, CollectorError, EvidenceError, ServiceError, SlurmError
+from firstfault.errors import CatalogError, CollectorError, ConfigError, EvidenceError, ServiceError, SlurmError
 from firstfault.rules.gpu_driver import decode_nvlink5, decode_xid74
 from firstfault.service.http import strict_validate
 from firstfault.service.v2 import BATCH
+from firstfault.timeinput import parse_time
 from firstfault.tools.verify import default_engine, load_verified_catalog
 from firstfault.wire import RawTextBatch, bounded_utc, prepare
 from tests.reliability import support
@@ -271,6 +273,20 @@ def test_wire_times_are_in_the_window_or_refused(moment: datetime, offset: str) 
         assert "between 1970-01-01 and 2200-01-01" in str(exc)
         return
     assert bounded is not None and EARLIEST <= bounded < LATEST
+
+
+@PROPERTIES
+@given(text=ANY_TEXT | st.builds(lambda n, unit: f"{n}{unit}", st.integers(0, 10**30) | st.floats(0, 1e300),
+                                 st.sampled_from(["", "ms", "s", "m", "h", "d", "w"]))
+       | ANY_MOMENT.map(datetime.isoformat) | st.builds(lambda t, o: t.isoformat() + o, ANY_MOMENT, OFFSETS))
+def test_times_people_type_parse_or_raise_config_error(text: str) -> None:
+    """firstfault.timeinput (CLI, configuration, dashboard queries): a time, or a ConfigError naming the text."""
+    try:
+        value = parse_time(text, now=datetime(2026, 3, 2, tzinfo=UTC))
+    except ConfigError as exc:
+        assert str(exc)
+        return
+    assert value.tzinfo is not None
 
 
 # -- Slurm -----------------------------------------------------------------------------------------------------------
