@@ -181,8 +181,11 @@ class LineReader:
             raise ValueError("times must give one entry per line")
         if utc_offset is not None and abs(utc_offset) > timedelta(hours=MAX_ZONE_HOURS):
             raise ValueError(f"utc_offset must lie within {MAX_ZONE_HOURS} hours of UTC")
-        cleaned = [line.replace("\r", "").replace("\n", " ") for line in lines]
-        data = clean_text("\n".join(cleaned)).encode("utf-8")
+        joined = "\n".join(line.replace("\r", "").replace("\n", " ") for line in lines)
+        try:
+            data = joined.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: the engine's text rule replaces them
+            data = clean_text(joined).encode("utf-8")
         self.accumulator.count(node, source.value, origin, len(lines), len(data) + 1)
         hits = self.compiled.scanners[source].scan(data)
         if hits:
