@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from firstfault.blueprint.base import Window
 from firstfault.blueprint.collectors.files import FileScope, read_batches
 from firstfault.cli import main
 from firstfault.engine import Attribution, Engine, ExecutionContext, Observation, SourceKind
@@ -543,3 +544,15 @@ def test_the_decompression_cap_is_set_on_the_command_line(make_workload, capsys:
     with pytest.raises(SystemExit) as refused:
         main(["analyze", str(root), "--max-decompressed-mib", "0"])
     assert refused.value.code == 2 and "a whole number of MiB >= 1" in capsys.readouterr().err
+
+
+def test_the_blueprints_file_reader_keeps_lines_stamped_at_the_edge_of_the_calendar(tmp_path: Path) -> None:
+    """The Blueprint reads files through the engine's timestamp parser: a stamp outside the window is no stamp (the
+    line keeps the fate of the lines before it), so the reader no longer stops at it with an OverflowError."""
+    path = tmp_path / "n1.log"
+    edge = [stamp + XID79.removeprefix("Jan  1 00:10:00") for stamp in EDGE_STAMPS]
+    path.write_text("\n".join(["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]) + "\n")
+    window = Window(datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 1, 1, 2, tzinfo=UTC))
+    scope = FileScope("n1", SourceKind.SYSLOG, "n1.log", window, utc_offset=timedelta(hours=-5))
+    lines = [line for batch in read_batches(path, scope) for line in batch.lines]
+    assert lines == ["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]
