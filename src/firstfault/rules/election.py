@@ -215,6 +215,7 @@ def demote_explained(ws: Workspace) -> None:
     if lead is None or lead.role != "root":  # no root cause found: nothing explains the rest
         return
     keep = {id(s) for s in decision.root}
+    root_nodes = {r.node for r in decision.root}
     for s in ws.active():
         if id(s) in keep:
             continue
@@ -222,7 +223,7 @@ def demote_explained(ws: Workspace) -> None:
             reason = f"downstream of the root cause {lead.name} on {lead.node or '-'}"
         elif s.first_time and lead.first_time and s.first_time > lead.first_time:
             reason = f"started after the root cause {lead.name}"
-            if s.sub_domain == lead.sub_domain and s.node in {r.node for r in decision.root}:
+            if s.sub_domain == lead.sub_domain and s.node in root_nodes:
                 decision.corroborating.append(s)  # the same fault reported again later on that node
         else:
             reason = f"outranked by {lead.name} ({lead.sub_domain.value}), which started at the same time"
