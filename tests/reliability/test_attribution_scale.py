@@ -7,6 +7,7 @@ The long test measures seconds at 2,500, 5,000 and 10,000 nodes (docs/reliabilit
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
 
 import pytest
@@ -38,3 +39,17 @@ def test_a_10k_node_session_attributes_in_seconds(record: Record) -> None:
     seconds = {count: best for count, best, *_ in result["rows"]}
     assert seconds[10000] / seconds[2500] < 8, seconds   # 4x the nodes; 16x if quadratic
     record(nodes=sorted(seconds), seconds=[seconds[n] for n in sorted(seconds)], rows=result["rows"])
+
+
+def test_attribution_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """The cyclic collector is paused while a pipeline runs, then resumed; one someone else disabled stays so."""
+    session = build(20)
+    assert gc.isenabled()
+    session.attribute()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        session.attribute()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
