@@ -14,11 +14,16 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None
 def parse_duration(text: str | float) -> timedelta:
     """`30s`, `10m`, `2h`, `1d`, `1w`, `250ms` or a number of seconds."""
     if isinstance(text, int | float):
-        return timedelta(seconds=float(text))
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        seconds = float(text)
+    else:
+        m = _DURATION.match(text)
+        if not m:
+            raise ConfigError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # longer than datetime can count (about 2.7 million years), or NaN
+        raise ConfigError(f"not a usable duration: {text!r} (too long)") from None
 
 
 def parse_time(text: str, now: datetime | None = None) -> datetime:
@@ -27,7 +32,10 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
     if text.strip() == "now":
         return now
     if _DURATION.match(text):
-        return now - parse_duration(text)
+        try:
+            return now - parse_duration(text)
+        except OverflowError:
+            raise ConfigError(f"not a time: {text!r} ago is before year 1") from None
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:

@@ -2,12 +2,20 @@
 
 The same format is read by `firstfault analyze`, `firstfault eval` and the Blueprint's static context
 connector. The `[expected]` and `[provenance]` tables are ignored here: analysis never sees the answer.
+
+Only regular files inside the workload directory are read: a symlink that leads out of it (a link to
+`/proc/kmsg` would block a read forever) is not followed, and a FIFO, a device or a socket is never opened for
+reading; each is named, with the reason, among the entries not read. A `.gz` file is decompressed up to
+`DEFAULT_MAX_DECOMPRESSED_BYTES` (configurable: `Params.max_decompressed_bytes`); the stream then ends and
+says so (`exceeded`), so a small file that inflates without end costs bounded time.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +29,10 @@ from firstfault.errors import EvidenceError
 
 SCENARIO_FILE = "scenario.toml"
 _SOURCE_FILES = {f"{s.value}{ext}": s for s in SourceKind for ext in (".log", ".log.gz")}
+DEFAULT_MAX_DECOMPRESSED_BYTES = 8 * 1024**3
+_NOT_AN_EVIDENCE_NAME = "not an evidence file name; ignored"
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
 @dataclass(frozen=True)
@@ -41,13 +53,39 @@ def _parse_time(value: Any, field: str, where: Path) -> datetime | None:
         raise EvidenceError(f"{where}: [workload].{field} is not an ISO 8601 time: {value!r}") from None
 
 
+def _outside(root: Path, path: Path) -> str | None:
+    """Why `path` is not followed: it leads out of the workload directory `root` (None: it does not)."""
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([base, real]) != base:
+        return f"a symlink out of the workload directory (to {real}); not followed"
+    return None
+
+
+def unreadable(root: Path, path: Path) -> str | None:
+    """Why `path` is not read as evidence of the workload directory `root` (None: it is a regular file inside
+    it, or a symlink to one): a symlink out of `root`, not a regular file, or not there at all."""
+    if (reason := _outside(root, path)) is not None:
+        return reason
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as exc:
+        return f"cannot be read: {exc.__class__.__name__}: {exc}"
+    for test, kind in _KINDS:
+        if test(mode):
+            return f"{kind}, not a regular file; not read"
+    return None
+
+
 def read_context(directory: Path) -> ExecutionContext:
     """The ExecutionContext of a static workload directory."""
     path = directory / SCENARIO_FILE
     if not directory.is_dir():
         raise EvidenceError(f"{directory}: not a directory")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise EvidenceError(f"{directory}: no {SCENARIO_FILE} (a static workload needs one; see docs/quickstart.md)")
+    if (reason := unreadable(directory, path)) is not None:
+        raise EvidenceError(f"{path}: {reason}")
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -77,29 +115,93 @@ def read_context(directory: Path) -> ExecutionContext:
         raise EvidenceError(f"{path}: invalid [workload] table: {exc}") from None
 
 
-def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[str]]:
-    """The evidence files of a workload directory, and the names it holds that are not evidence."""
+def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[tuple[str, str]]]:
+    """The evidence files of a workload directory, and the entries it holds that are not read, as
+    (`<node>[/<name>]`, why)."""
     files: list[EvidenceFile] = []
-    ignored: list[str] = []
+    ignored: list[tuple[str, str]] = []
     # os.scandir and plain name order (what Path ordering gives for siblings): a 1,250-node workload has
     # thousands of entries, and Path objects sort slowly.
     with os.scandir(directory) as entries:
         node_names = sorted(e.name for e in entries if e.is_dir())
     for node in node_names:
         node_dir = directory / node
+        if os.path.islink(node_dir) and (reason := _outside(directory, node_dir)) is not None:
+            ignored.append((node, reason))
+            continue
         with os.scandir(node_dir) as entries:
-            listing = sorted((e.name, e.is_file()) for e in entries)
-        for name, is_file in listing:
+            listing = sorted(e.name for e in entries)
+        for name in listing:
             source = _SOURCE_FILES.get(name)
-            if source is None or not is_file:
-                ignored.append(f"{node}/{name}")
+            if source is None:
+                ignored.append((f"{node}/{name}", _NOT_AN_EVIDENCE_NAME))
+                continue
+            if (reason := unreadable(directory, node_dir / name)) is not None:
+                ignored.append((f"{node}/{name}", reason))
                 continue
             files.append(EvidenceFile(node=node, source=source, path=node_dir / name))
     return files, ignored
 
 
-def open_evidence(path: Path) -> BinaryIO:
-    """Open an evidence file for binary streaming (transparently gunzipping `.gz`); the caller closes it."""
+class _CappedGunzip(io.RawIOBase):
+    """The decompressed bytes of a gzip file, ending after `limit` of them; `exceeded` says there were more."""
+
+    def __init__(self, file: BinaryIO, limit: int) -> None:
+        self._file = file
+        self._inner = gzip.GzipFile(fileobj=file, mode="rb")
+        self._left = limit
+        self.exceeded = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            self.exceeded = self.exceeded or bool(self._inner.read(1))
+            return 0
+        with memoryview(buffer) as view:
+            n = self._inner.readinto(view[:self._left])
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._file.close()
+            super().close()
+
+
+class DecompressedEvidence(io.BufferedReader):
+    """A `.gz` evidence file, decompressed up to a cap: past it the stream ends, and `exceeded` is True."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self._capped = _CappedGunzip(_open_regular(path), max_bytes)
+        super().__init__(self._capped)
+
+    @property
+    def exceeded(self) -> bool:
+        return self._capped.exceeded
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """Open `path` for reading, refusing anything but a regular file (without blocking on a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return open(fd, "rb")  # noqa: SIM115 - the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_evidence(path: Path, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> BinaryIO:
+    """Open an evidence file for binary streaming (transparently gunzipping `.gz`, up to
+    `max_decompressed_bytes`: see `DecompressedEvidence`); the caller closes it. Only a regular file is opened
+    (OSError otherwise)."""
     if path.name.endswith(".gz"):
-        return cast(BinaryIO, gzip.open(path, "rb"))
-    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return cast(BinaryIO, DecompressedEvidence(path, max_decompressed_bytes))
+    return _open_regular(path)

@@ -153,7 +153,8 @@ def _register(kind: RuleKind, name: str, phase: Phase, doc: str, cases: Cases,
 
 def filter_rule(name: str, *, phase: Phase = Phase.FILTER, doc: str, cases: Cases = (),
                 after: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a filter: reads and rewrites `ws.events` before symptoms are materialised."""
+    """Register a filter: reads the event stream (`ws.events`, `ws.events_of`) and rewrites it (`ws.emit`,
+    `ws.drop`) before symptoms are materialised."""
     return _register("filter", name, phase, doc, cases, after)
 
 
