@@ -167,8 +167,8 @@ def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
-NCCL on a loopback or bridge interface only fails jobs that span several nodes; on a single-node job it is
-harmless and is demoted.
+NCCL on a loopback or bridge interface, or a rendezvous address on loopback, only fails jobs that span several
+nodes; on a single-node job it is harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -177,12 +177,16 @@ harmless and is demoted.
         "n1/applog": ["2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"],
         "n2/applog": ["2025-01-01T00:00:01Z n2:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
         expect=Expect(fired=False, sub_domain="configuration")),
+    RuleCase(title="a single node meets on localhost", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z MASTER_ADDR=localhost MASTER_PORT=29500 WORLD_SIZE=8"]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Rendezvous address is loopback"])),
 ])
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for s in ws.active(prefix="NCCL on a non-routable interface"):
-        ws.demote(s, "single-node job: NCCL traffic stays on the host")
+    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback"):
+        for s in ws.active(prefix=name):
+            ws.demote(s, "single-node job: its processes meet on the host")
 
 
 

@@ -40,6 +40,8 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # carries a status (DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL ...) the way RuntimeError carries a C++ message
     "RuntimeError", "OSError", "IOError", "EnvironmentError", "SystemError", "MemoryError", "OutOfMemoryError",
     "AcceleratorError", "CudaError", "XlaRuntimeError", "JaxRuntimeError",
+    # PaddlePaddle's wrapper of an external library's failure (CUDA, NCCL, cuDNN), read by its message
+    "ExternalError",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why; and a message that sends the reader to another error (an earlier one, another rank's)
