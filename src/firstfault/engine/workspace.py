@@ -35,6 +35,7 @@ class EmitSpec:
     attributes: dict[str, Any] = field(default_factory=dict)
     count: int = 1
     last_time: datetime | None = None
+    values: dict[str, list[str]] = field(default_factory=dict)  # several values of one attribute (blamed nodes)
 
 
 @dataclass
@@ -140,7 +141,8 @@ class Workspace:
     def emit(self, spec: EmitSpec) -> Event:
         event = Event(type=spec.type, node=spec.node, symptom=spec.symptom, time=spec.time or spec.evidence.time,
                       last_time=spec.last_time or spec.time or spec.evidence.time, count=spec.count,
-                      evidence=spec.evidence, attributes=dict(spec.attributes), rule=self.rule)
+                      evidence=spec.evidence, attributes=dict(spec.attributes),
+                      values={k: list(v) for k, v in spec.values.items()}, rule=self.rule)
         self._add(event)
         if spec.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING):
             self.note("emit", f"{spec.type} {spec.symptom}", node=spec.node, symptom=spec.symptom)

@@ -307,8 +307,9 @@ _SIGNAL_EXIT = re.compile(r"^\d+:(?P<signal>[1-9]\d*)$")
 
 @filter_rule("SchedulerStateEvidence", phase=Phase.FILTER_EARLY, doc="""
 The scheduler state and exit code recorded in the ExecutionContext are evidence too: TIMEOUT, PREEMPTED,
-NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more), and an
-exit code with a signal (e.g. 0:9) says the job was killed. They are timed at the job end, so any earlier fault
+NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more; a NODE_FAIL
+blames the nodes the connector read as failed, `metadata.failed_nodes`), and an exit code with a signal (e.g. 0:9)
+says the job was killed. They are timed at the job end, so any earlier fault
 found in the logs wins over them.
 """, cases=[
     RuleCase(title="timeout without logs", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
@@ -316,6 +317,10 @@ found in the logs wins over them.
              expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="failed job", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
              context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="Kueue names the failed node", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler": "kubernetes", "scheduler_state": "NODE_FAIL", "exit_code": "",
+                      "nodes": ["n1", "n2"], "metadata": {"failed_nodes": "n2"}},
+             expect=Expect(fired=True, sub_domain="scheduler", culprits=["n2"], terminal_state="NODE_FAIL")),
 ])
 def scheduler_state_evidence(ws: Workspace) -> None:
     ctx = ws.context
@@ -333,7 +338,11 @@ def scheduler_state_evidence(ws: Workspace) -> None:
     attributes = {"terminal_state": state.value} if state in STATE_SYMPTOMS else {}
     if signal:
         attributes["signal"] = signal.group("signal")
-    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes))
+    # the nodes a scheduler connector read from the scheduler's own record of a node failure (Kueue's unhealthy nodes)
+    failed = sorted({n.strip() for n in str(ctx.metadata.get("failed_nodes", "")).split(",") if n.strip()})
+    values = {"blamed_node": failed} if state == TerminalState.NODE_FAIL and failed else {}
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes,
+                     values=values))
 
 
 def _job_numbers(ctx: ExecutionContext) -> set[str]:
