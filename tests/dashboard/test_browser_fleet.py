@@ -13,7 +13,7 @@ import pytest
 
 from tests.dashboard.fleet import PASSED, REQUEUED, STDOUT_ONCE, SYSLOG_MISSING, SYSLOG_PARTIAL
 from tests.dashboard.helpers import Dashboard
-from tests.dashboard.test_browser import VIEWPORT, shot
+from tests.dashboard.test_browser import VIEWPORT, shot, watched_page
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +27,7 @@ def fleet_live(fleet_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture
 def page(browser: object, fleet_live: Dashboard) -> Iterator[object]:
-    errors: list[str] = []
-    context = browser.new_context(viewport=VIEWPORT, base_url=fleet_live.url)  # type: ignore[attr-defined]
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    yield page
-    context.close()
-    assert errors == [], errors   # no script error, no CSP violation, no failed resource
+    yield from watched_page(browser, fleet_live.url, [])
 
 
 def _row(p: object, table: str, node: str) -> object:

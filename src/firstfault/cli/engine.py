@@ -64,26 +64,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mebibytes(text: str) -> int:
+def _at_least_one(text: str, wanted: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError("a whole number of MiB >= 1") from None
+        raise argparse.ArgumentTypeError(wanted) from None
     if value < 1:
-        raise argparse.ArgumentTypeError("a whole number of MiB >= 1")
+        raise argparse.ArgumentTypeError(wanted)
     return value
+
+
+def _mebibytes(text: str) -> int:
+    return _at_least_one(text, "a whole number of MiB >= 1")
 
 
 def _workers(text: str) -> int:
-    if text == "auto":
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("an integer >= 1, or auto") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("an integer >= 1, or auto")
-    return value
+    return 0 if text == "auto" else _at_least_one(text, "an integer >= 1, or auto")
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
