@@ -81,6 +81,38 @@ def hung_before_time_limit(ws: Workspace) -> None:
 NODE_FAILURE_DETECTION_S = 1800.0
 
 
+@refiner("PodOnLostNode", phase=Phase.REFINE_EARLY, doc="""
+A Kubernetes node failure reported through a pod's events names the pod. The node that ran it is the one whose own
+NCCL lines print that pod's host name (IpToNodeMap's host names); that node is blamed. A report whose pod maps to no
+node of the workload names nothing here and is set aside.
+""", cases=[
+    RuleCase(title="the pod's node went NotReady", evidence={
+        "w13/applog": ["2025-01-01T00:00:01Z job-worker-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.13<0>"],
+        "w11/applog": ["2025-01-01T00:00:01Z job-worker-0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.1.13<0>"],
+        "w11/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   pod/job-worker-1   Node is not ready"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w11", "w13"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["w13"], terminal_state="NODE_FAIL")),
+    RuleCase(title="a pod nobody's lines name", evidence={
+        "w11/applog": ["2025-01-01T00:10:00Z [rank0]: KeyError: 'lr'"],
+        "w11/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   pod/other-job-0   Node is not ready"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w11", "w13"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[])),
+])
+def pod_on_lost_node(ws: Workspace) -> None:
+    hosts = ws.facts.get("host_to_node", {})
+    for report in ws.active(prefix="Kubernetes node failure"):
+        pods = report.value_set("blamed_pod")
+        if not pods:
+            continue
+        nodes = sorted({hosts[p] for p in pods if p in hosts})
+        if nodes:
+            report.values["blamed_node"] = sorted(report.value_set("blamed_node") | set(nodes))
+            ws.note("localise", f"pod {', '.join(sorted(pods))} ran on {', '.join(nodes)}", node=nodes[0])
+        elif not report.value_set("blamed_node"):
+            ws.demote(report, f"names pod {', '.join(sorted(pods))}, which ran on no node of this workload that the "
+                      "evidence shows")
+
+
 @refiner("LostNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, doc=f"""
 When a node dies, its peers' RDMA operations to it fail (retry exceeded, flushes) before the scheduler notices:
 peer errors whose named peer is a node the scheduler then declared failed (Slurm DOWN, Kubernetes NotReady, a
