@@ -40,6 +40,11 @@ _ROTATED = re.compile(r"^(?:\.(\d+)|-(\d{8,10}))(?:\.gz)?$|^\.gz$")
 _SOURCES = ("applog", "syslog", "scheduler")
 _HEAD_LINES = 64  # lines looked at for a file's first stamp
 _TAIL_BYTES = 64 * 1024  # bytes looked at for its last stamp
+# A line is not written after its file's last modification: a stamp later than that (plus this much for clocks
+# and local times read as UTC) is not trusted to end or scope the reading.
+_CLOCK_SLACK = timedelta(days=1)
+# What reading one file can raise besides CollectorError: that file fails, the others are still read.
+_UNREADABLE = (OSError, EOFError, zlib.error, ValueError, ArithmeticError)   # gzip.BadGzipFile is an OSError
 
 
 @dataclass(frozen=True)
@@ -57,24 +62,29 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
     """Consecutive-line batches of one log file (gzip read transparently); lines outside the window dropped.
 
     A line without a timestamp keeps the fate of the last stamped line (continuations of multi-line
-    messages). Files are chronological, so reading stops at the first stamped line past the window.
+    messages). Files are chronological, so reading stops at the first stamped line past the window. A stamp
+    that cannot be trusted (one that overflows the calendar, or one later than the file's last write) neither
+    drops nor ends anything: its line is read as unstamped, and once the whole file is read the collector
+    reports it (CollectorError naming the file and the line), so the result says it is partial.
     """
+    untrusted: list[str] = []
     with open_evidence(path) as stream:
         if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
             raise CollectorError(f"{path}: binary content, not a log file")
         parser = TimestampParser(scope.window.start if scope.window else None)
         offset = scope.utc_offset
         minutes = None if offset is None else int(offset.total_seconds() // 60)
+        latest = _modified(path) + _CLOCK_SLACK
         lines: list[str] = []
         first = size = 0
         keep = True
         for number, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES), start=1):
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if scope.window is not None:
-                stamp, zoned = parser.parse_zoned(text)
+                stamp, problem = _window_stamp(parser, text, offset, latest)
+                if problem is not None:
+                    untrusted.append(f"line {number}: {problem}")
                 if stamp is not None:
-                    if offset and not zoned:
-                        stamp -= offset
                     if stamp > scope.window.end:
                         break
                     keep = stamp >= scope.window.start
@@ -90,6 +100,23 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
             size += len(text) + 1
         if lines:
             yield LineBatch(scope.node, scope.source, scope.origin, lines, first, minutes)
+    if untrusted:
+        raise CollectorError(f"{path}: {len(untrusted)} line(s) with an untrusted timestamp, read as unstamped "
+                             f"({untrusted[0]})")
+
+
+def _window_stamp(parser: TimestampParser, text: str, offset: timedelta | None,
+                  latest: datetime) -> tuple[datetime | None, str | None]:
+    """The line's UTC time for the window (None: no stamp, or one not to trust), and why it is not trusted."""
+    try:
+        stamp, zoned = parser.parse_zoned(text)
+        if stamp is not None and offset and not zoned:
+            stamp -= offset
+    except _UNREADABLE as exc:
+        return None, f"its timestamp cannot be read ({exc.__class__.__name__}: {exc})"
+    if stamp is not None and stamp > latest:
+        return None, f"stamped {stamp.isoformat()}, after the file was last written"
+    return stamp, None
 
 
 def stamp_range(path: Path, reference: datetime | None) -> StreamClock:
@@ -128,8 +155,9 @@ def _tail(stream: BinaryIO) -> bytes:
 
 
 def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
-    """The batches of every file; a file that cannot be read (binary, unreadable, a broken gzip) does not stop
-    the others: they are all read, then the collector reports what failed (CollectorError)."""
+    """The batches of every file; a file that cannot be read whole (binary, unreadable, a broken gzip, a line
+    stamped beyond the calendar) does not stop the others: they are all read, then the collector reports what
+    failed (CollectorError)."""
     failures: list[str] = []
     count = 0
     for path, scope in files:
@@ -138,10 +166,11 @@ def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
             yield from read_batches(path, scope)
         except CollectorError as exc:
             failures.append(str(exc))
-        except (OSError, EOFError, zlib.error) as exc:   # gzip.BadGzipFile is an OSError
+        except _UNREADABLE as exc:
             failures.append(f"{path}: cannot be read: {exc.__class__.__name__}: {exc}")
     if failures:
-        raise CollectorError(f"{len(failures)} of {count} file(s) could not be read: {'; '.join(failures[:3])}")
+        raise CollectorError(f"{len(failures)} of {count} file(s) could not be read whole: "
+                             f"{'; '.join(failures[:3])}")
 
 
 def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes]:
@@ -286,7 +315,7 @@ class FilesCollector:
             return zone_offset(self.zone, reference) if reference is not None else None
         try:
             clock = stamp_range(path, reference)
-        except (OSError, EOFError, zlib.error):
+        except _UNREADABLE:
             return None   # read_batches reports the file
         hours = local_time_offset(clock, ctx.start_time, ctx.end_time)
         return None if hours is None else timedelta(hours=hours)

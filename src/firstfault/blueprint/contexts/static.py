@@ -58,6 +58,10 @@ class StaticContexts:
                 except EvidenceError as exc:
                     found.problems.append(str(exc))
                     continue
+                except Exception as exc:  # noqa: BLE001 - one unreadable workload never hides the others
+                    found.problems.append(f"{directory / SCENARIO_FILE}: cannot be read: "
+                                          f"{exc.__class__.__name__}: {exc}")
+                    continue
                 ctx.metadata[STATIC_DIR] = str(directory.resolve())
                 found.contexts.append(ctx)
         return found

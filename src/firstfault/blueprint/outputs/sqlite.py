@@ -32,7 +32,19 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def migrate(db: sqlite3.Connection) -> int:
-    """Apply the migrations this database lacks, each in its own transaction; returns the schema version."""
+    """Apply the migrations this database lacks, in one transaction; returns the schema version. Foreign keys
+    are not enforced while they run (a table rebuild drops a table the others refer to) and are checked before
+    the commit."""
+    enforced = db.execute("PRAGMA foreign_keys").fetchone()[0]
+    db.execute("PRAGMA foreign_keys=OFF")
+    try:
+        _apply_migrations(db)
+    finally:
+        db.execute(f"PRAGMA foreign_keys={'ON' if enforced else 'OFF'}")
+    return SCHEMA_VERSION
+
+
+def _apply_migrations(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
@@ -48,11 +60,12 @@ def migrate(db: sqlite3.Connection) -> int:
                 db.execute(statement)
             db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, _now()))
             db.execute(f"PRAGMA user_version = {version}")
+        if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
+            raise SchemaError("migrating the database would break its references; it was left unchanged")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    return SCHEMA_VERSION
 
 
 def _statements(sql: str) -> list[str]:
@@ -105,7 +118,7 @@ def store(db: sqlite3.Connection, result: AttributionBlueprintResult) -> int:
                    terminal_state, outcome, sub_domain, root_symptom, root_node, culprit_nodes_json,
                    failed_connectors, collect_s, attribute_s, total_s, connector_reports_json, result_json)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (attempt_id, result.attributed_at.isoformat(), "ok" if d else "error", result.error, result.mode,
+            (attempt_id, result.attributed_at.isoformat(), result.status(), result.error, result.mode,
              result.catalog_hash, d.terminal_state.value if d else None, d.outcome.value if d else None,
              d.sub_domain.value if d else None, root.symptom if root else None, root.node if root else None,
              json.dumps([c.node for c in d.culprit_nodes] if d else []), len(result.failed_connectors()),

@@ -1,0 +1,154 @@
+"""Hostile inputs at the Blueprint's edges (issue 14): a bad line in one node's file, a bad workload among good
+ones, job-accounting paths outside the allowed roots, HTTP answers that are huge or trickle, option-like names."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from blueprint_helpers import make_workload, run_blueprint
+
+XID = "kernel: [794287.441000] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+START, END = "2026-03-02T08:30:00Z", "2026-03-02T09:30:00Z"
+
+
+def _latest_status(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT workload_id, status FROM latest_attributions ORDER BY 1").fetchall()
+
+
+@pytest.mark.parametrize("bad_line", [
+    b"9999-12-31T23:59:30Z n1 app: the end of time\n",
+    b"9999-12-31T23:59:30-05:00 n1 app: past the end of time\n",
+    b"2026-03-02T08:40:00Z n1 app: \xff\xfe\xc0 undecodable \xed\xa0\x80\n",
+])
+def test_a_bad_line_in_one_nodes_file_hides_no_other_nodes_xid(tmp_path: Path, bad_line: bytes,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """n1's syslog (read with a window, so every stamp is parsed) holds a line at the edge of the calendar; n2's
+    syslog holds the Xid. Both nodes are read, the workload is attributed to n2 and marked partial, the file and
+    the problem are named, and the run is not stored as `ok`: a rerun attributes it again."""
+    root = tmp_path / "logs"
+    for node, lines in (("n1", [b"2026-03-02T08:35:00Z n1 systemd[1]: Started Session 1.\n", bad_line,
+                                b"2026-03-02T08:45:00Z n1 systemd[1]: Started Session 2.\n"]),
+                        ("n2", [f"2026-03-02T08:41:15Z n2 {XID}\n".encode()])):
+        (root / node).mkdir(parents=True)
+        (root / node / "syslog").write_bytes(b"".join(lines))
+    workloads = tmp_path / "workloads"
+    make_workload(workloads, "w1", ["n1", "n2"], START, END)
+    db = tmp_path / "results.db"
+    argv = ["--configs", str(workloads), "--connector", "logs", "files", "label", "syslog", "syslog",
+            f"{root}/{{node}}/syslog", "--connector", "output", "stdout",
+            "--connector", "output", "sqlite", "path", str(db)]
+    code, (result,), err = run_blueprint(argv, capsys)
+    assert "Traceback" not in err
+    diagnosis = result["diagnosis"]
+    assert [c["node"] for c in diagnosis["culprit_nodes"]] == ["n2"]
+    assert diagnosis["root_cause"]["symptom"] == "XID-79"
+    reports = {r["connector"]: r for r in result["connector_reports"] if r["kind"] == "logs"}
+    assert reports["syslog"]["nodes"] == ["n1", "n2"]
+    assert reports["syslog"]["observation_count"] == 4      # n1's line after the bad one is read too
+    if b"\xff" in bad_line:   # undecodable bytes are replaced, not a failure: nothing is lost
+        assert reports["syslog"]["status"] == "ok" and _latest_status(db) == [("w1", "ok")]
+        return
+    assert reports["syslog"]["status"] == "error"
+    assert f"{root}/n1/syslog" in reports["syslog"]["reason"]
+    assert diagnosis["coverage"]["partial"] is True
+    assert any("syslog" in issue and f"{root}/n1/syslog" in issue for issue in diagnosis["coverage"]["issues"])
+    assert _latest_status(db) == [("w1", "partial")]
+    code, (again,), err = run_blueprint(argv, capsys)      # not skipped: a partial run is attributed again
+    assert "0 skipped" in err and again["context"]["workload_id"] == "w1"
+
+
+def test_a_batch_the_engine_rejects_stops_only_that_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine refusing one node's batch leaves the collector's other batches delivered."""
+    from firstfault.blueprint import attribution
+    from firstfault.errors import CollectorError
+
+    real = attribution.ingest_batch
+
+    def refuse_n1(session, batch):   # noqa: ANN001 - the engine's refusal of one batch
+        if batch.node == "n1":
+            raise CollectorError("the engine rejected a batch: crafted")
+        real(session, batch)
+
+    monkeypatch.setattr(attribution, "ingest_batch", refuse_n1)
+    workloads = tmp_path / "workloads"
+    make_workload(workloads, "w1", ["n1", "n2"], START, END, files={
+        "n1/syslog": ["2026-03-02T08:35:00Z n1 systemd[1]: Started Session 1."],
+        "n2/syslog": [f"2026-03-02T08:41:15Z n2 {XID}"]})
+    code, (result,), err = run_blueprint(["--configs", str(workloads), "--connector", "output", "stdout"], capsys)
+    (static,) = [r for r in result["connector_reports"] if r["kind"] == "logs"]
+    assert static["status"] == "error" and "n1/syslog.log" in static["reason"] and "crafted" in static["reason"]
+    assert static["nodes"] == ["n2"]
+    assert [c["node"] for c in result["diagnosis"]["culprit_nodes"]] == ["n2"]
+    assert result["diagnosis"]["coverage"]["partial"] is True
+
+
+def test_a_version_1_database_is_migrated_and_its_partial_runs_attributed_again(tmp_path: Path) -> None:
+    """Runs stored as `ok` with a failed collector before `partial` existed become `partial` (so the next run
+    attributes them again); the other runs, and every reference to them, are kept."""
+    from firstfault.blueprint.outputs.sqlite import _statements, connect
+    from firstfault.blueprint.result import MIGRATIONS
+
+    db = tmp_path / "v1.db"
+    with sqlite3.connect(db) as conn:
+        for statement in _statements(MIGRATIONS[0][2]):
+            conn.execute(statement)
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                     "applied_at TEXT NOT NULL)")
+        conn.execute("INSERT INTO schema_migrations VALUES (1, 'v1', '2026-01-01')")
+        for number, failed in ((1, 0), (2, 1)):
+            conn.execute("INSERT INTO workload_attempts VALUES (?, ?, 0, 'none', '', '', NULL, NULL, '', '', '[]', "
+                         "'{}', '2026-01-01', ?)", (number, f"w{number}", number))
+            conn.execute("INSERT INTO attribution_runs VALUES (?, ?, '2026-01-01', 'ok', NULL, 'embedded', '', NULL, "
+                         "NULL, NULL, NULL, NULL, '[]', ?, 0, 0, 0, '[]', '{}')", (number, number, failed))
+            conn.execute("INSERT INTO run_nodes VALUES (?, 'n1', 'allocated')", (number,))
+    migrated = connect(db)
+    assert migrated.execute("SELECT workload_id, status FROM latest_attributions ORDER BY 1").fetchall() == [
+        ("w1", "ok"), ("w2", "partial")]
+    assert migrated.execute("SELECT COUNT(*) FROM run_nodes").fetchone()[0] == 2
+    assert migrated.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert migrated.execute("PRAGMA foreign_key_check").fetchall() == []
+    with pytest.raises(sqlite3.IntegrityError):     # the rebuilt table still refers to its attempts
+        migrated.execute("INSERT INTO attribution_runs (attempt_id, attributed_at, status, mode, catalog_hash, "
+                         "culprit_nodes_json, failed_connectors, collect_s, attribute_s, total_s, "
+                         "connector_reports_json, result_json) VALUES (99, '', 'partial', '', '', '[]', 0, 0, 0, 0, "
+                         "'[]', '{}')")
+
+
+# -- item 6: one bad workload fails alone ------------------------------------------------------------------------
+_BAD_WORKLOADS = {
+    "metadata-not-a-table": 'metadata = "x"',
+    "attempt-not-a-number": 'attempt = "x"',
+    "start-not-a-time": "start_time = 5",
+    "attempt-beyond-64-bits": f"attempt = {2**63}",
+    "end-of-time": 'start_time = "9999-12-31T23:59:00Z"\nend_time = "9999-12-31T23:59:59Z"',
+}
+
+
+def test_one_bad_workload_fails_alone_and_the_others_are_attributed(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Each bad scenario.toml fails its own workload with a recorded reason naming it; the good workload in the
+    same directory is attributed and stored; exit status 1 (a workload failed), never a traceback."""
+    root = tmp_path / "workloads"
+    make_workload(root, "good", ["n1"], START, END, files={"n1/syslog": [f"2026-03-02T08:41:15Z n1 {XID}"]})
+    for name, body in _BAD_WORKLOADS.items():
+        (root / name).mkdir()
+        (root / name / "scenario.toml").write_text(f'id = "{name}"\n[workload]\nscheduler = "slurm"\n'
+                                                   f'nodes = ["n1"]\n{body}\n', encoding="utf-8")
+    db = tmp_path / "results.db"
+    code, _, err = run_blueprint(["--configs", str(root), "--connector", "output", "sqlite", "path", str(db)], capsys)
+    assert code == 1 and "Traceback" not in err
+    with sqlite3.connect(db) as conn:
+        stored = dict(conn.execute("SELECT workload_id, status FROM latest_attributions").fetchall())
+        (culprits,) = conn.execute("SELECT culprit_nodes_json FROM latest_attributions "
+                                   "WHERE workload_id = 'good'").fetchone()
+    assert stored["good"] == "ok" and culprits == '["n1"]'
+    flat = "".join(err.split())     # the summary wraps long lines
+    for name in ("metadata-not-a-table", "attempt-not-a-number", "start-not-a-time"):
+        assert f"{root / name / 'scenario.toml'}:" in flat and name not in stored
+    assert f"workloadattempt-beyond-64-bitsattempt{2**63}" in flat and "attempt-beyond-64-bits" not in stored
+    assert "[workload]" in flat             # the reason is printed as written, not taken for markup
+    assert stored.get("end-of-time") in (None, "error", "partial", "ok")   # recorded or named, never fatal
