@@ -152,3 +152,39 @@ def test_one_bad_workload_fails_alone_and_the_others_are_attributed(tmp_path: Pa
     assert f"workloadattempt-beyond-64-bitsattempt{2**63}" in flat and "attempt-beyond-64-bits" not in stored
     assert "[workload]" in flat             # the reason is printed as written, not taken for markup
     assert stored.get("end-of-time") in (None, "error", "partial", "ok")   # recorded or named, never fatal
+
+
+@pytest.mark.parametrize(("setup", "argv", "message"), [
+    (lambda d: (d / "db").mkdir(), ["--connector", "output", "sqlite", "path", "{d}/db"], "cannot be used as a results database"),
+    (lambda d: (d / "junk.db").write_bytes(b"not a database " * 100), ["--connector", "output", "sqlite", "path", "{d}/junk.db"],
+     "cannot be used as a results database (file is not a database)"),
+    (lambda d: (d / "c.toml").write_text('workers = "x"\n'), ["--config", "{d}/c.toml"], "`workers` must be an integer"),
+    (lambda d: (d / "c.toml").write_text('watch = "no"\n'), ["--config", "{d}/c.toml"], "`watch` must be true or false"),
+    (lambda d: (d / "c.toml").write_text("margin = [1]\n"), ["--config", "{d}/c.toml"], "not a duration: [1]"),
+    (None, ["--margin", "99999999999d"], "duration out of range"),
+    (None, ["--collect-timeout", "36501d"], "duration out of range"),
+    (None, ["--connector", "context", "slurm", "since", "99999999999d"], "duration out of range"),
+    (None, ["--connector", "metrics", "promql", "url", "http://[::1"], "is not a URL"),
+    (None, ["--connector", "attribution", "service_url", "http://[::1"], "is not a URL"),
+    (None, ["--connector", "logs", "loki", "url", "notaurl"], "is not an http:// or https:// URL"),
+])
+def test_blueprint_command_errors_are_one_line_exit_2(setup, argv: list[str], message: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Every way the command line, a config file or an output can be wrong is a one-line error and exit 2 from
+    main's FirstfaultError handler (run in-process: any other exception would fail this test)."""
+    if setup is not None:
+        setup(tmp_path)
+    workloads = tmp_path / "workloads"
+    make_workload(workloads, "w1", ["n1"], START, END)
+    code, _, err = run_blueprint(["--configs", str(workloads), *[a.format(d=tmp_path) for a in argv]], capsys)
+    assert code == 2 and "error:" in err and message in " ".join(err.split())
+
+
+def test_quickstart_on_a_file_that_is_not_a_database_is_an_error(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from firstfault.cli import main
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database " * 100)
+    assert main(["quickstart", "--db", str(junk), "--no-browser", "--port", "0"]) == 2
+    assert "cannot be used as a results database" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from firstfault.errors import HttpError
+from firstfault.errors import ConfigError, HttpError
 
 if TYPE_CHECKING:
     from firstfault.blueprint.options import HttpOptions
@@ -26,7 +26,13 @@ class RetryingClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
-        self.client = httpx.Client(base_url=self.base_url, headers=dict(headers or {}), timeout=timeout)
+        try:
+            url = httpx.URL(self.base_url)
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise ConfigError(f"{base_url!r} is not a URL: {exc}") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"{base_url!r} is not an http:// or https:// URL")
+        self.client = httpx.Client(base_url=url, headers=dict(headers or {}), timeout=timeout)
         self.retried = 0
 
     def close(self) -> None:

@@ -17,17 +17,24 @@ from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.blueprint.result import MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
-from firstfault.errors import SchemaError
+from firstfault.errors import DatabaseError, SchemaError
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open (creating or migrating) a results database."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, timeout=30)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA foreign_keys=ON")
-    db.execute("PRAGMA synchronous=NORMAL")
-    migrate(db)
+    """Open (creating or migrating) a results database; DatabaseError when the file cannot be one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA synchronous=NORMAL")
+            migrate(db)
+        except BaseException:
+            db.close()
+            raise
+    except (OSError, sqlite3.Error) as exc:
+        raise DatabaseError(f"{path}: cannot be used as a results database ({exc})") from None
     return db
 
 
