@@ -3,6 +3,8 @@ ones, job-accounting paths outside the allowed roots, HTTP answers that are huge
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -188,3 +190,118 @@ def test_quickstart_on_a_file_that_is_not_a_database_is_an_error(tmp_path: Path,
     junk.write_bytes(b"not a database " * 100)
     assert main(["quickstart", "--db", str(junk), "--no-browser", "--port", "0"]) == 2
     assert "cannot be used as a results database" in capsys.readouterr().err
+
+
+# -- item 7: paths from job accounting are read only inside the allowed roots ------------------------------------
+def _job_with_stdout(root: Path, stdout: Path) -> Path:
+    workloads = root / "workloads"
+    directory = make_workload(workloads, "job", ["n1"], START, END,
+                              files={"n1/syslog": [f"2026-03-02T08:41:15Z n1 {XID}"]})
+    with (directory / "scenario.toml").open("a", encoding="utf-8") as fh:
+        fh.write(f'[workload.metadata]\nstdout = "{stdout}"\n')
+    return workloads
+
+
+@pytest.mark.parametrize("case", ["outside", "symlink out", "no roots", "fifo", "inside"])
+def test_a_path_from_job_accounting_is_read_only_inside_the_allowed_roots(case: str, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A job's recorded stdout naming a mode-600 file outside the roots, or a symlink inside them that leads to
+    it, is refused with its reason in the report and its content stored nowhere; without `roots`, a template that
+    begins with a field reads nothing; a FIFO is refused without being opened (it would block); a regular file
+    inside is read."""
+    allowed, outside = tmp_path / "jobs", tmp_path / "private"
+    allowed.mkdir()
+    outside.mkdir()
+    secret = outside / "secret"
+    secret.write_text("2026-03-02T08:40:00Z SECRET-TOKEN-1234\n")
+    secret.chmod(0o600)
+    stdout = {"outside": secret, "symlink out": allowed / "slurm-1.out", "no roots": allowed / "slurm-1.out",
+              "fifo": allowed / "fifo.out", "inside": allowed / "slurm-1.out"}[case]
+    if case in ("symlink out", "no roots"):
+        stdout.symlink_to(secret)
+    elif case == "fifo":
+        os.mkfifo(stdout)
+    elif case == "inside":
+        stdout.write_text("2026-03-02T08:40:00Z [rank0]: step 10 loss 2.0\n")
+    roots = [] if case == "no roots" else ["roots", str(allowed)]
+    db = tmp_path / "r.db"
+    code, (result,), err = run_blueprint([
+        "--configs", str(_job_with_stdout(tmp_path, stdout)),
+        "--connector", "logs", "files", "label", "stdout", "applog", "{stdout}", *roots,
+        "--connector", "output", "stdout", "--connector", "output", "sqlite", "path", str(db)], capsys)
+    (report,) = [r for r in result["connector_reports"] if r["connector"] == "stdout"]
+    assert [c["node"] for c in result["diagnosis"]["culprit_nodes"]] == ["n1"]
+    if case == "inside":
+        assert report["status"] == "ok" and report["observation_count"] == 1
+        return
+    if case == "fifo":   # not a file: it matches no template, and is never opened
+        assert report["status"] == "empty" and "no file matched" in report["reason"]
+        return
+    assert report["status"] == "error" and report["observation_count"] == 0 and "refused" in report["reason"]
+    assert {"outside": f"outside the allowed roots ({allowed.resolve()})",
+            "symlink out": f"resolves to {secret.resolve()}, outside the allowed roots",
+            "no roots": "set the collector's `roots`"}[case] in report["reason"]
+    assert "SECRET-TOKEN" not in db.read_bytes().decode("latin-1") and "SECRET-TOKEN" not in json.dumps(result)
+
+
+def test_a_symlink_in_a_static_workload_does_not_lead_out_of_it(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A workload directory's `<node>/syslog.log` linking to a private file elsewhere is refused; the workload's
+    other files are read."""
+    secret = tmp_path / "secret"
+    secret.write_text("2026-03-02T08:40:00Z SECRET-TOKEN-1234\n")
+    secret.chmod(0o600)
+    workloads = tmp_path / "workloads"
+    directory = make_workload(workloads, "w1", ["n1", "n2"], START, END,
+                              files={"n1/applog": [f"2026-03-02T08:41:15Z n1 {XID}"]})
+    (directory / "n2").mkdir()
+    (directory / "n2" / "syslog.log").symlink_to(secret)
+    code, (result,), err = run_blueprint(["--configs", str(workloads), "--connector", "output", "stdout"], capsys)
+    (static,) = [r for r in result["connector_reports"] if r["kind"] == "logs"]
+    assert static["status"] == "error" and static["nodes"] == ["n1"] and "SECRET-TOKEN" not in json.dumps(result)
+    assert f"n2/syslog.log: refused: it resolves to {secret.resolve()}, outside the allowed roots" in static["reason"]
+
+
+# -- item 11: Kubernetes names never become kubectl options ------------------------------------------------------
+_KUBECTL_STUB = r'''#!/usr/bin/env python3
+import json, sys
+with open(sys.argv[0] + ".calls", "a") as calls:
+    calls.write(json.dumps(sys.argv[1:]) + "\n")
+if sys.argv[1] == "get":
+    containers = [{"name": "trainer"}, {"name": "--kubeconfig=/tmp/evil"}]
+    print(json.dumps({"items": [{"metadata": {"name": "train-0"}, "spec": {"nodeName": "n1", "containers": containers},
+                                 "status": {}}]}))
+else:
+    print("2026-03-02T08:41:15Z [rank0]: step 1 loss 2.0")
+'''
+
+
+@pytest.mark.parametrize("pods", ["train-0", "train-0,--kubeconfig=/tmp/evil"])
+def test_pod_and_container_names_never_reach_kubectl_as_options(pods: str, tmp_path: Path) -> None:
+    """Names are checked against the DNS-1123 rules before kubectl sees them, and pod names come after `--`: a
+    name that reads as an option is refused and named in the report; the valid containers are still read."""
+    from datetime import datetime, timezone
+
+    from firstfault.blueprint.collectors.k8s import PodLogsCollector
+    from firstfault.blueprint.config import spec_from_words
+    from firstfault.blueprint.runner import _run_collector
+    from firstfault.engine import ExecutionContext
+
+    stub = tmp_path / "kubectl"
+    stub.write_text(_KUBECTL_STUB)
+    stub.chmod(0o755)
+    collector = PodLogsCollector(spec_from_words(["logs", "k8s", "kubectl", str(stub)]), margin=None)  # type: ignore[arg-type]
+    ctx = ExecutionContext(workload_id="kueue:ml/w", scheduler="kubernetes", nodes=["n1"],
+                           start_time=datetime(2026, 3, 2, 8, 30, tzinfo=timezone.utc),
+                           metadata={"namespace": "ml", "pods": pods})
+    report = _run_collector(collector, ctx, lambda batch: None)
+    calls = [json.loads(line) for line in Path(f"{stub}.calls").read_text().splitlines()] if \
+        Path(f"{stub}.calls").exists() else []
+    assert not any(arg.startswith("--kubeconfig") for call in calls for arg in call)
+    assert all(call[call.index("--") + 1:] in (["train-0"], []) for call in calls)
+    assert report.status == "error"
+    if "," in pods:      # the workload's record names an invalid pod: kubectl is never run for it
+        assert calls == [] and "not a valid Kubernetes pod name" in report.reason
+        return
+    assert ["logs", "--namespace=ml", "--container=trainer", "--timestamps", "--", "train-0"] in calls
+    assert report.observation_count == 1 and "not a valid Kubernetes container name" in report.reason

@@ -106,6 +106,35 @@ def test_loki_lasting_faults_are_reported_and_the_run_goes_on(loki, tmp_path: Pa
     assert "collector error logs loki: 1 workload" in err
 
 
+@pytest.mark.parametrize("fault", ["trickle", "trickle_headers"])
+def test_loki_answers_that_trickle_are_cut_at_the_request_deadline(loki, tmp_path: Path, fault: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A server sending a byte every 0.5 s (of the body, or of endless headers) never goes silent long enough for
+    an idle timeout; the request's total deadline (`timeout 1s`) cuts each attempt. Were it only an idle timeout,
+    the collector would run until `--collect-timeout` abandoned it, with that reason instead."""
+    server, proxy = loki
+    proxy.faults = [fault] * 3
+    code, result, err = _loki_run(tmp_path, capsys, proxy.url, "retries", "2", "timeout", "1s",
+                                  "collect_timeout", "120s")
+    report = report_of(result, "loki")
+    assert report["status"] == "error" and "ReadTimeout" in report["reason"] and "gave up after 3" in report["reason"]
+    assert result["diagnosis"]["coverage"]["partial"] is True
+    assert any(issue.startswith("logs loki: ") for issue in result["diagnosis"]["coverage"]["issues"])
+
+
+def test_a_huge_loki_answer_is_abandoned_at_the_size_cap(loki, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An answer that never ends (4 GiB declared) is read only up to `max_answer` (1 MiB here): the report is an
+    error saying so, it is not retried, the result is partial and the rest of the workload is attributed."""
+    server, proxy = loki
+    proxy.faults = ["huge"]
+    code, result, err = _loki_run(tmp_path, capsys, proxy.url, "max_answer", "1", "retries", "2")
+    report = report_of(result, "loki")
+    assert report["status"] == "error" and "larger than 1 MiB" in report["reason"], report
+    assert proxy.requests == 1 and proxy.huge_bytes_sent < 64 * 2**20      # abandoned, not read to the end
+    assert result["diagnosis"] is not None and result["diagnosis"]["coverage"]["partial"] is True
+
+
 def test_loki_failing_mid_pagination_keeps_the_pages_delivered(loki, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     server, proxy = loki

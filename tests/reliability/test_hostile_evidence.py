@@ -322,7 +322,7 @@ def test_the_blueprint_reads_a_file_named_twice_once(tmp_path: Path, capsys: pyt
 def test_reading_a_file_keeps_a_bounded_piece_of_each_line(tmp_path: Path) -> None:
     path = tmp_path / "long.log"
     path.write_bytes(b"y" * (3 * 1024 * 1024) + b"\nshort\n")
-    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None), max_bytes=1 << 30))
+    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None, (path.parent.resolve(),)), max_bytes=1 << 30))
     lines = [line for batch in batches for line in batch.lines]
     assert [len(line) for line in lines] == [1024 * 1024, 5]
 

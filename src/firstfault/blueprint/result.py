@@ -15,6 +15,8 @@ ReportStatus = Literal["ok", "empty", "error"]
 # How an attribution run is stored: `ok` (every collector delivered), `partial` (attributed, but a collector
 # failed: a later run attributes it again) or `error` (not attributed at all).
 RunStatus = Literal["ok", "partial", "error"]
+# The largest row id (and integer) SQLite stores: a run id beyond it names no run.
+MAX_ROW_ID = 2**63 - 1
 Mode = Literal["embedded", "service"]
 
 

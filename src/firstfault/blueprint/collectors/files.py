@@ -15,13 +15,14 @@ import glob
 import gzip
 import os
 import re
+import stat
 import string
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.blueprint.base import LineBatch, Window
@@ -30,7 +31,6 @@ from firstfault.blueprint.options import CollectorOptions, MarginOptions, option
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.clock import StreamClock, local_time_offset, zone_offset
 from firstfault.engine.engine import looks_binary
-from firstfault.engine.evidence import open_evidence
 from firstfault.engine.scanner import DEFAULT_MAX_LINE_BYTES
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.errors import CollectorError, ConfigError, NothingInScope
@@ -55,7 +55,37 @@ class FileScope:
     source: SourceKind
     origin: str
     window: Window | None
+    roots: tuple[Path, ...]              # the file is read only if its real path lies under one of these
     utc_offset: timedelta | None = None  # the file is in local time at this offset (configured or inferred)
+
+
+def open_inside(path: Path, roots: tuple[Path, ...]) -> BinaryIO:
+    """Open a log file for binary streaming (`.gz` gunzipped) only if it is a regular file whose real path (every
+    symlink followed) lies under one of `roots` (real paths too); else CollectorError saying why it is refused.
+
+    Checked twice: before opening (so a device or a FIFO is never opened) and on the opened descriptor (so a
+    symlink swapped in between cannot redirect the read)."""
+    real = Path(os.path.realpath(path))
+    _check_inside(path, real, roots, os.stat(real).st_mode)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        by_fd = f"/proc/self/fd/{fd}"
+        on_proc = os.path.exists(by_fd)   # Linux: the descriptor's own path, whatever the name points to now
+        _check_inside(path, Path(os.readlink(by_fd)) if on_proc else real, roots, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+        if path.name.endswith(".gz"):
+            return cast(BinaryIO, gzip.open(by_fd if on_proc else real, "rb"))
+        return os.fdopen(os.dup(fd), "rb")
+    finally:
+        os.close(fd)
+
+
+def _check_inside(path: Path, real: Path, roots: tuple[Path, ...], mode: int) -> None:
+    if not any(real.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none: set the collector's `roots`"
+        raise CollectorError(f"{path}: refused: it resolves to {real}, outside the allowed roots ({allowed})")
+    if not stat.S_ISREG(mode):
+        raise CollectorError(f"{path}: refused: not a regular file")
 
 
 def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> Iterator[LineBatch]:
@@ -68,7 +98,7 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
     reports it (CollectorError naming the file and the line), so the result says it is partial.
     """
     untrusted: list[str] = []
-    with open_evidence(path) as stream:
+    with open_inside(path, scope.roots) as stream:
         if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
             raise CollectorError(f"{path}: binary content, not a log file")
         parser = TimestampParser(scope.window.start if scope.window else None)
@@ -119,12 +149,12 @@ def _window_stamp(parser: TimestampParser, text: str, offset: timedelta | None,
     return stamp, None
 
 
-def stamp_range(path: Path, reference: datetime | None) -> StreamClock:
+def stamp_range(path: Path, reference: datetime | None, roots: tuple[Path, ...]) -> StreamClock:
     """What the file's own stamps say: its first and last stamped lines (head and tail only, so a large file
     costs two short reads) and whether any carries a zone."""
     parser = TimestampParser(reference)
     clock = StreamClock()
-    with open_evidence(path) as stream:
+    with open_inside(path, roots) as stream:
         for count, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES)):
             stamp, zoned = parser.parse_zoned(raw.decode("utf-8", errors="replace"))
             if stamp is not None:
@@ -222,6 +252,15 @@ def expand(template: str, fields: dict[str, str]) -> str | None:
     return template.format(**{k: glob.escape(v) for k, v in fields.items() if k in names})
 
 
+def fixed_root(template: str) -> tuple[Path, ...]:
+    """The directory a template's fixed beginning names (`/var/log/nodes` for `/var/log/nodes/{node}/syslog`),
+    as a real path; none when the template begins with a field or a glob (`{stdout}`: job accounting says where)."""
+    fixed = re.split(r"[{*?\[]", template, maxsplit=1)[0]
+    directory = fixed if fixed.endswith("/") else os.path.dirname(fixed)
+    real = os.path.realpath(directory) if directory else ""
+    return (Path(real),) if directory and real != "/" else ()
+
+
 def context_fields(ctx: ExecutionContext) -> dict[str, str]:
     fields = {"job_id": ctx.job_id, "workload_id": ctx.workload_id, "attempt": str(ctx.attempt), "name": ctx.name}
     fields.update({k: v for k, v in ctx.metadata.items() if k.isidentifier() and v})
@@ -241,6 +280,11 @@ class FilesOptions(CollectorOptions, MarginOptions):
                                         "`Asia/Singapore`)", shown="inferred: a file that fits the window only at "
                                                                    "one whole-hour offset is read at it")
     rotated: bool = option(True, "read the rotated siblings")
+    roots: tuple[str, ...] = option((), "the directories files may be read from: a file whose real path (symlinks "
+                                        "followed) is elsewhere, or that is not a regular file, is refused and "
+                                        "named in the report", split=True,
+                                    shown="each template's fixed leading directories (none for a template that "
+                                          "begins with a field, such as `{stdout}`)")
 
 
 class FilesCollector:
@@ -254,6 +298,8 @@ class FilesCollector:
             [(SourceKind.SYSLOG, t) for t in options.syslog] + [(SourceKind.SCHEDULER, t) for t in options.scheduler]
         if not self.templates:
             raise ConfigError(f"logs files: give at least one path template ({', '.join(_SOURCES)} TEMPLATE)")
+        self.roots = {t: tuple(Path(os.path.realpath(r)) for r in options.roots) if options.roots
+                      else fixed_root(t) for _, t in self.templates}
         self.node_template = options.node
         self.filter_window = {s: options.window if options.window is not None else s != SourceKind.APPLOG
                               for s in SourceKind}
@@ -290,7 +336,8 @@ class FilesCollector:
                     if path in seen:
                         continue
                     seen.add(path)
-                    yield path, FileScope(node, source, str(path), window, self._utc_offset(ctx, path))
+                    roots = self.roots[template]
+                    yield path, FileScope(node, source, str(path), window, roots, self._utc_offset(ctx, path, roots))
 
     def _patterns(self, ctx: ExecutionContext, template: str,
                   missing: list[str]) -> Iterator[tuple[str | None, str]]:
@@ -307,15 +354,15 @@ class FilesCollector:
             return
         yield self._job_node(ctx, fields), pattern
 
-    def _utc_offset(self, ctx: ExecutionContext, path: Path) -> timedelta | None:
+    def _utc_offset(self, ctx: ExecutionContext, path: Path, roots: tuple[Path, ...]) -> timedelta | None:
         """The local time a file is written in: the configured zone, else inferred from its own stamps against
         the workload's window (engine/clock.py); None when it reads as UTC or cannot be decided."""
         reference = ctx.start_time or ctx.end_time
         if self.zone is not None:
             return zone_offset(self.zone, reference) if reference is not None else None
         try:
-            clock = stamp_range(path, reference)
-        except _UNREADABLE:
+            clock = stamp_range(path, reference, roots)
+        except (CollectorError, *_UNREADABLE):
             return None   # read_batches reports the file
         hours = local_time_offset(clock, ctx.start_time, ctx.end_time)
         return None if hours is None else timedelta(hours=hours)

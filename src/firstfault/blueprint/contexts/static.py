@@ -81,5 +81,6 @@ class StaticEvidence:
         files, _ = evidence_files(directory)
         if not files:
             raise NothingInScope(f"{directory}: no <node>/applog.log, syslog.log or scheduler.log")
+        roots = (directory.resolve(),)   # a workload's files never lead out of its directory
         yield from read_files((item.path, FileScope(item.node, item.source, str(item.path.relative_to(directory)),
-                                                    None)) for item in files)
+                                                    None, roots)) for item in files)
