@@ -15,7 +15,7 @@ from pathlib import Path
 
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
-from firstfault.blueprint.result import MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
+from firstfault.blueprint.result import MAX_ROW_ID, MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
 from firstfault.errors import DatabaseError, SchemaError
 
@@ -87,6 +87,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _storable(ctx: ExecutionContext) -> ExecutionContext:
+    """The context, when its attempt number fits the database (SQLite integers are 64-bit)."""
+    if ctx.attempt > MAX_ROW_ID:
+        raise DatabaseError(f"workload {ctx.workload_id}: attempt {ctx.attempt} is beyond the largest the results "
+                            f"database stores ({MAX_ROW_ID})")
+    return ctx
+
+
 def _upsert_attempt(db: sqlite3.Connection, ctx: ExecutionContext) -> int:
     db.execute(
         """INSERT INTO workload_attempts (workload_id, attempt, scheduler, job_id, name, start_time, end_time,
@@ -119,7 +127,7 @@ def store(db: sqlite3.Connection, result: AttributionBlueprintResult) -> int:
     root = d.root_cause if d else None
     db.execute("BEGIN IMMEDIATE")
     try:
-        attempt_id = _upsert_attempt(db, result.context)
+        attempt_id = _upsert_attempt(db, _storable(result.context))
         cursor = db.execute(
             """INSERT INTO attribution_runs (attempt_id, attributed_at, status, error, mode, catalog_hash,
                    terminal_state, outcome, sub_domain, root_symptom, root_node, culprit_nodes_json,
@@ -166,7 +174,7 @@ class SqliteOutput:
         row = self.db.execute(
             """SELECT 1 FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id
                WHERE a.workload_id = ? AND a.attempt = ? AND r.status = 'ok'""",
-            (ctx.workload_id, ctx.attempt)).fetchone()
+            (ctx.workload_id, _storable(ctx).attempt)).fetchone()
         return row is not None
 
     def write(self, result: AttributionBlueprintResult) -> None:
