@@ -190,11 +190,14 @@ def test_prometheus_transient_faults_are_retried(prometheus: FaultProxy, faults:
 
 
 @pytest.mark.parametrize("faults,reason", [
-    (["garbage"], "not JSON"), ([500, 500], "gave up after 2 attempts"), ([2.0, 2.0], "ReadTimeout")])
+    (["garbage"], "not JSON"), ([500, 500], "gave up after 2 attempts"), ([2.0, 2.0], "ReadTimeout"),
+    (["trickle", "trickle"], "ReadTimeout"), (["huge"], "the answer is larger than 1 MiB")])
 def test_prometheus_lasting_faults_fail_one_query_and_the_others_are_delivered(prometheus: FaultProxy, faults: list,
                                                                                reason: str) -> None:
+    """Including a body trickled a byte every 0.5 s (cut at the 1 s request deadline) and an endless answer (cut
+    at `max_answer`, not retried)."""
     prometheus.faults = list(faults)
-    batches, _, error = _promql(prometheus.url, "retries", "1", "timeout", "1s")
+    batches, _, error = _promql(prometheus.url, "retries", "1", "timeout", "1s", "max_answer", "1")
     assert error is not None and "CollectorError" in error and "1 of 2 queries failed" in error and reason in error
     assert [b.origin for b in batches] == ["promql:temp"]               # the second query still delivered
 
