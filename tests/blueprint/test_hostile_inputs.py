@@ -183,6 +183,7 @@ def test_nodes_given_as_a_string_fail_that_workload_not_split_into_characters(
     (None, ["--connector", "metrics", "promql", "url", "http://[::1"], "is not a URL"),
     (None, ["--connector", "attribution", "service_url", "http://[::1"], "is not a URL"),
     (None, ["--connector", "logs", "loki", "url", "notaurl"], "is not an http:// or https:// URL"),
+    (None, ["--connector", "logs", "loki", "url", "http://127.0.0.1:1", "max_answer", "0"], "`max_answer`: at least 1"),
 ])
 def test_blueprint_command_errors_are_one_line_exit_2(setup, argv: list[str], message: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

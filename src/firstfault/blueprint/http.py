@@ -191,6 +191,8 @@ def auth_headers(token: str | None = None, tenant: str | None = None) -> dict[st
 def client_for(options: HttpOptions) -> RetryingClient:
     """The HTTP client of a connector from its common options (url, timeout, retries, token, tenant)."""
     assert options.url, "HttpOptions.url is required"
+    if options.max_answer < 1:
+        raise ConfigError(f"option `max_answer`: at least 1 (MiB), not {options.max_answer}")
     return RetryingClient(options.url, timeout=options.timeout.total_seconds(), retries=options.retries,
                           headers=auth_headers(options.token, options.tenant),
                           max_bytes=options.max_answer * 2**20)
