@@ -23,13 +23,16 @@ def _latest_status(db: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("bad_line", [
     b"9999-12-31T23:59:30Z n1 app: the end of time\n",
     b"9999-12-31T23:59:30-05:00 n1 app: past the end of time\n",
+    b"2150-01-01T00:00:00Z n1 app: long after the file was written\n",
     b"2026-03-02T08:40:00Z n1 app: \xff\xfe\xc0 undecodable \xed\xa0\x80\n",
 ])
 def test_a_bad_line_in_one_nodes_file_hides_no_other_nodes_xid(tmp_path: Path, bad_line: bytes,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """n1's syslog (read with a window, so every stamp is parsed) holds a line at the edge of the calendar; n2's
-    syslog holds the Xid. Both nodes are read, the workload is attributed to n2 and marked partial, the file and
-    the problem are named, and the run is not stored as `ok`: a rerun attributes it again."""
+    """n1's syslog (read with a window, so every stamp is parsed) holds a line stamped at the edge of the
+    calendar, or long after the file was written; n2's syslog holds the Xid. Every line of both nodes is read
+    (a stamp like these used to end n1's reading, or raise), and the workload is attributed to n2. The line
+    stamped after its file was written is named: the result is partial with an issue naming n1's file, stored as
+    `partial`, not `ok`, and a rerun attributes it again."""
     root = tmp_path / "logs"
     for node, lines in (("n1", [b"2026-03-02T08:35:00Z n1 systemd[1]: Started Session 1.\n", bad_line,
                                 b"2026-03-02T08:45:00Z n1 systemd[1]: Started Session 2.\n"]),
@@ -50,13 +53,17 @@ def test_a_bad_line_in_one_nodes_file_hides_no_other_nodes_xid(tmp_path: Path, b
     reports = {r["connector"]: r for r in result["connector_reports"] if r["kind"] == "logs"}
     assert reports["syslog"]["nodes"] == ["n1", "n2"]
     assert reports["syslog"]["observation_count"] == 4      # n1's line after the bad one is read too
-    if b"\xff" in bad_line:   # undecodable bytes are replaced, not a failure: nothing is lost
-        assert reports["syslog"]["status"] == "ok" and _latest_status(db) == [("w1", "ok")]
+    if not bad_line.startswith(b"2150"):
+        # undecodable bytes are replaced; a stamp outside the engine's window of sane times leaves its line
+        # undated, which the engine reports only where it matters (a symptom): nothing is lost either way
+        assert reports["syslog"]["status"] == "ok"
+        assert _latest_status(db) == [("w1", "partial" if diagnosis["coverage"]["issues"] else "ok")]
         return
+    # a sane time, but not for this file: it neither ends nor scopes the reading, and the collector says so
     assert reports["syslog"]["status"] == "error"
-    assert f"{root}/n1/syslog" in reports["syslog"]["reason"]
+    assert f"{root}/n1/syslog: 1 line(s) with an untrusted timestamp" in reports["syslog"]["reason"]
     assert diagnosis["coverage"]["partial"] is True
-    assert any("syslog" in issue and f"{root}/n1/syslog" in issue for issue in diagnosis["coverage"]["issues"])
+    assert any(f"{root}/n1/syslog" in issue for issue in diagnosis["coverage"]["issues"]), diagnosis["coverage"]
     assert _latest_status(db) == [("w1", "partial")]
     code, (again,), err = run_blueprint(argv, capsys)      # not skipped: a partial run is attributed again
     assert "0 skipped" in err and again["context"]["workload_id"] == "w1"
@@ -89,8 +96,8 @@ def test_a_batch_the_engine_rejects_stops_only_that_batch(tmp_path: Path, capsys
 
 
 def test_a_version_1_database_is_migrated_and_its_partial_runs_attributed_again(tmp_path: Path) -> None:
-    """Runs stored as `ok` with a failed collector before `partial` existed become `partial` (so the next run
-    attributes them again); the other runs, and every reference to them, are kept."""
+    """Runs stored as `ok` with a failed collector or coverage issues before `partial` existed become `partial`
+    (so the next run attributes them again); the other runs, and every reference to them, are kept."""
     from firstfault.blueprint.outputs.sqlite import _statements, connect
     from firstfault.blueprint.result import MIGRATIONS
 
@@ -101,16 +108,17 @@ def test_a_version_1_database_is_migrated_and_its_partial_runs_attributed_again(
         conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
                      "applied_at TEXT NOT NULL)")
         conn.execute("INSERT INTO schema_migrations VALUES (1, 'v1', '2026-01-01')")
-        for number, failed in ((1, 0), (2, 1)):
+        issues = '{"diagnosis": {"coverage": {"issues": ["n1/syslog.log: line 3: a time outside 1970-2200"]}}}'
+        for number, failed, result in ((1, 0, "{}"), (2, 1, "{}"), (3, 0, issues)):
             conn.execute("INSERT INTO workload_attempts VALUES (?, ?, 0, 'none', '', '', NULL, NULL, '', '', '[]', "
                          "'{}', '2026-01-01', ?)", (number, f"w{number}", number))
             conn.execute("INSERT INTO attribution_runs VALUES (?, ?, '2026-01-01', 'ok', NULL, 'embedded', '', NULL, "
-                         "NULL, NULL, NULL, NULL, '[]', ?, 0, 0, 0, '[]', '{}')", (number, number, failed))
+                         "NULL, NULL, NULL, NULL, '[]', ?, 0, 0, 0, '[]', ?)", (number, number, failed, result))
             conn.execute("INSERT INTO run_nodes VALUES (?, 'n1', 'allocated')", (number,))
     migrated = connect(db)
     assert migrated.execute("SELECT workload_id, status FROM latest_attributions ORDER BY 1").fetchall() == [
-        ("w1", "ok"), ("w2", "partial")]
-    assert migrated.execute("SELECT COUNT(*) FROM run_nodes").fetchone()[0] == 2
+        ("w1", "ok"), ("w2", "partial"), ("w3", "partial")]
+    assert migrated.execute("SELECT COUNT(*) FROM run_nodes").fetchone()[0] == 3
     assert migrated.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert migrated.execute("PRAGMA foreign_key_check").fetchall() == []
     with pytest.raises(sqlite3.IntegrityError):     # the rebuilt table still refers to its attempts
@@ -261,20 +269,26 @@ def test_a_path_from_job_accounting_is_read_only_inside_the_allowed_roots(case: 
 
 def test_a_symlink_in_a_static_workload_does_not_lead_out_of_it(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """A workload directory's `<node>/syslog.log` linking to a private file elsewhere is refused; the workload's
-    other files are read."""
+    """A workload directory's `<node>/syslog.log` linking to a private file elsewhere, or a FIFO, is not read
+    and is named in the static report (as analyze names it in its issues); the workload's other files are read,
+    and the result is partial."""
     secret = tmp_path / "secret"
     secret.write_text("2026-03-02T08:40:00Z SECRET-TOKEN-1234\n")
     secret.chmod(0o600)
     workloads = tmp_path / "workloads"
-    directory = make_workload(workloads, "w1", ["n1", "n2"], START, END,
+    directory = make_workload(workloads, "w1", ["n1", "n2", "n3"], START, END,
                               files={"n1/applog": [f"2026-03-02T08:41:15Z n1 {XID}"]})
     (directory / "n2").mkdir()
     (directory / "n2" / "syslog.log").symlink_to(secret)
+    (directory / "n3").mkdir()
+    os.mkfifo(directory / "n3" / "syslog.log")
     code, (result,), err = run_blueprint(["--configs", str(workloads), "--connector", "output", "stdout"], capsys)
     (static,) = [r for r in result["connector_reports"] if r["kind"] == "logs"]
     assert static["status"] == "error" and static["nodes"] == ["n1"] and "SECRET-TOKEN" not in json.dumps(result)
-    assert f"n2/syslog.log: refused: it resolves to {secret.resolve()}, outside the allowed roots" in static["reason"]
+    assert "2 entries not read" in static["reason"]
+    assert f"{directory / 'n2' / 'syslog.log'}: a symlink out of the workload directory" in static["reason"]
+    assert f"{directory / 'n3' / 'syslog.log'}: a FIFO" in static["reason"]
+    assert result["diagnosis"]["coverage"]["partial"] is True
 
 
 # -- item 11: Kubernetes names never become kubectl options ------------------------------------------------------

@@ -12,8 +12,9 @@ from firstfault.engine import Attribution, ExecutionContext
 
 RESULT_SCHEMA_VERSION = "1.0"
 ReportStatus = Literal["ok", "empty", "error"]
-# How an attribution run is stored: `ok` (every collector delivered), `partial` (attributed, but a collector
-# failed: a later run attributes it again) or `error` (not attributed at all).
+# How an attribution run is stored: `ok`; `partial` (attributed, but evidence was lost or set aside: a collector
+# failed, or the engine could not use a file or a line - the diagnosis's `coverage.issues` say what; a later run
+# attributes it again) or `error` (not attributed at all).
 RunStatus = Literal["ok", "partial", "error"]
 # The largest row id (and integer) SQLite stores: a run id beyond it names no run.
 MAX_ROW_ID = 2**63 - 1
@@ -66,7 +67,7 @@ class AttributionBlueprintResult(BaseModel):
     def status(self) -> RunStatus:
         if self.diagnosis is None:
             return "error"
-        return "partial" if self.failed_connectors() else "ok"
+        return "partial" if self.diagnosis.coverage.issues else "ok"
 
 
 # The attempts with their latest run (a view every migration that rebuilds `attribution_runs` recreates).
@@ -151,7 +152,7 @@ CREATE INDEX connector_reports_run ON connector_reports(run_id);
 CREATE INDEX connector_reports_status ON connector_reports(status, connector);
 
 """ + _LATEST_VIEW),
-    (2, "attribution runs may be `partial`: attributed while a collector failed (attributed again by a later run)",
+    (2, "attribution runs may be `partial`: attributed while evidence was lost or set aside (attributed again)",
      """
 DROP VIEW latest_attributions;
 CREATE TABLE attribution_runs_v2 (
@@ -176,7 +177,8 @@ CREATE TABLE attribution_runs_v2 (
     result_json             TEXT NOT NULL
 );
 INSERT INTO attribution_runs_v2 SELECT * FROM attribution_runs;
-UPDATE attribution_runs_v2 SET status = 'partial' WHERE status = 'ok' AND failed_connectors > 0;
+UPDATE attribution_runs_v2 SET status = 'partial' WHERE status = 'ok' AND (failed_connectors > 0
+    OR json_array_length(result_json, '$.diagnosis.coverage.issues') > 0);
 DROP TABLE attribution_runs;
 ALTER TABLE attribution_runs_v2 RENAME TO attribution_runs;
 CREATE INDEX attribution_runs_attempt ON attribution_runs(attempt_id, id);

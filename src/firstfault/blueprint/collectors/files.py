@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstfault.blueprint.base import LineBatch, Window
@@ -31,6 +31,7 @@ from firstfault.blueprint.options import CollectorOptions, MarginOptions, option
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.clock import StreamClock, local_time_offset, zone_offset
 from firstfault.engine.engine import looks_binary
+from firstfault.engine.evidence import open_evidence
 from firstfault.engine.scanner import DEFAULT_MAX_LINE_BYTES
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.errors import CollectorError, ConfigError, NothingInScope
@@ -44,7 +45,7 @@ _TAIL_BYTES = 64 * 1024  # bytes looked at for its last stamp
 # and local times read as UTC) is not trusted to end or scope the reading.
 _CLOCK_SLACK = timedelta(days=1)
 # What reading one file can raise besides CollectorError: that file fails, the others are still read.
-_UNREADABLE = (OSError, EOFError, zlib.error, ValueError, ArithmeticError)   # gzip.BadGzipFile is an OSError
+_UNREADABLE = (OSError, EOFError, zlib.error)   # gzip.BadGzipFile is an OSError
 
 
 @dataclass(frozen=True)
@@ -60,32 +61,17 @@ class FileScope:
 
 
 def open_inside(path: Path, roots: tuple[Path, ...]) -> BinaryIO:
-    """Open a log file for binary streaming (`.gz` gunzipped) only if it is a regular file whose real path (every
-    symlink followed) lies under one of `roots` (real paths too); else CollectorError saying why it is refused.
-
-    Checked twice: before opening (so a device or a FIFO is never opened) and on the opened descriptor (so a
-    symlink swapped in between cannot redirect the read)."""
+    """Open a log file for binary streaming only if its real path (every symlink followed) lies under one of
+    `roots` (real paths too); else CollectorError saying why it is refused. The resolved path is what is opened,
+    through the engine's `open_evidence`: a regular file only (never a FIFO or a device), `.gz` decompressed up
+    to its cap."""
     real = Path(os.path.realpath(path))
-    _check_inside(path, real, roots, os.stat(real).st_mode)
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        by_fd = f"/proc/self/fd/{fd}"
-        on_proc = os.path.exists(by_fd)   # Linux: the descriptor's own path, whatever the name points to now
-        _check_inside(path, Path(os.readlink(by_fd)) if on_proc else real, roots, os.fstat(fd).st_mode)
-        os.set_blocking(fd, True)
-        if path.name.endswith(".gz"):
-            return cast(BinaryIO, gzip.open(by_fd if on_proc else real, "rb"))
-        return os.fdopen(os.dup(fd), "rb")
-    finally:
-        os.close(fd)
-
-
-def _check_inside(path: Path, real: Path, roots: tuple[Path, ...], mode: int) -> None:
     if not any(real.is_relative_to(root) for root in roots):
         allowed = ", ".join(str(r) for r in roots) or "none: set the collector's `roots`"
         raise CollectorError(f"{path}: refused: it resolves to {real}, outside the allowed roots ({allowed})")
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(os.stat(real).st_mode):
         raise CollectorError(f"{path}: refused: not a regular file")
+    return open_evidence(real)
 
 
 def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> Iterator[LineBatch]:
@@ -93,9 +79,9 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
 
     A line without a timestamp keeps the fate of the last stamped line (continuations of multi-line
     messages). Files are chronological, so reading stops at the first stamped line past the window. A stamp
-    that cannot be trusted (one that overflows the calendar, or one later than the file's last write) neither
-    drops nor ends anything: its line is read as unstamped, and once the whole file is read the collector
-    reports it (CollectorError naming the file and the line), so the result says it is partial.
+    later than the file's last write cannot be trusted: it neither drops nor ends anything, its line is read as
+    unstamped, and once the whole file is read the collector reports it (CollectorError naming the file and the
+    line), so the result says it is partial.
     """
     untrusted: list[str] = []
     with open_inside(path, scope.roots) as stream:
@@ -137,13 +123,11 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
 
 def _window_stamp(parser: TimestampParser, text: str, offset: timedelta | None,
                   latest: datetime) -> tuple[datetime | None, str | None]:
-    """The line's UTC time for the window (None: no stamp, or one not to trust), and why it is not trusted."""
-    try:
-        stamp, zoned = parser.parse_zoned(text)
-        if stamp is not None and offset and not zoned:
-            stamp -= offset
-    except _UNREADABLE as exc:
-        return None, f"its timestamp cannot be read ({exc.__class__.__name__}: {exc})"
+    """The line's UTC time for the window (None: no stamp, or one not to trust), and why it is not trusted. (A
+    stamp outside the engine's window of sane times is no stamp already: the engine says so when it reads it.)"""
+    stamp, zoned = parser.parse_zoned(text)
+    if stamp is not None and offset and not zoned:
+        stamp -= offset
     if stamp is not None and stamp > latest:
         return None, f"stamped {stamp.isoformat()}, after the file was last written"
     return stamp, None
