@@ -322,7 +322,7 @@ def test_the_blueprint_reads_a_file_named_twice_once(tmp_path: Path, capsys: pyt
 def test_reading_a_file_keeps_a_bounded_piece_of_each_line(tmp_path: Path) -> None:
     path = tmp_path / "long.log"
     path.write_bytes(b"y" * (3 * 1024 * 1024) + b"\nshort\n")
-    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None), max_bytes=1 << 30))
+    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None, (path.parent.resolve(),)), max_bytes=1 << 30))
     lines = [line for batch in batches for line in batch.lines]
     assert [len(line) for line in lines] == [1024 * 1024, 5]
 
@@ -553,6 +553,6 @@ def test_the_blueprints_file_reader_keeps_lines_stamped_at_the_edge_of_the_calen
     edge = [stamp + XID79.removeprefix("Jan  1 00:10:00") for stamp in EDGE_STAMPS]
     path.write_text("\n".join(["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]) + "\n")
     window = Window(datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 1, 1, 2, tzinfo=UTC))
-    scope = FileScope("n1", SourceKind.SYSLOG, "n1.log", window, utc_offset=timedelta(hours=-5))
+    scope = FileScope("n1", SourceKind.SYSLOG, "n1.log", window, (tmp_path.resolve(),), utc_offset=timedelta(hours=-5))
     lines = [line for batch in read_batches(path, scope) for line in batch.lines]
     assert lines == ["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]

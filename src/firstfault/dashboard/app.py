@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from firstfault import __version__
-from firstfault.blueprint.result import AttributionBlueprintResult
+from firstfault.blueprint.result import MAX_ROW_ID, AttributionBlueprintResult
 from firstfault.dashboard import filters, views
 from firstfault.dashboard.db import NOT_ATTRIBUTED, RepeatPolicy, ResultsDB, node_href, since_for, workload_href
 from firstfault.dashboard.filters import BadRequest
@@ -212,7 +212,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPoli
 
     @app.get("/runs/{run_id}.json")
     def run_json(run_id: int) -> Response:
-        found = results.run_json(run_id)
+        found = results.run_json(run_id) if -MAX_ROW_ID <= run_id <= MAX_ROW_ID else None
         if found is None:
             raise NotFound(f"No attribution run {run_id}.")
         body, workload_id, attempt = found

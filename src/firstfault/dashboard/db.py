@@ -655,9 +655,9 @@ class ResultsDB:
 
     def _rule_counts(self, sample: int) -> tuple[dict[str, int], int, int]:
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status = 'ok'").fetchone()[0]
+            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status != 'error'").fetchone()[0]
             rows = db.execute(
-                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status = 'ok'
+                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status != 'error'
                                     ORDER BY r.attributed_at DESC LIMIT ?)
                 SELECT name, COUNT(DISTINCT id) FROM (
                     SELECT recent.id, json_extract(t.value, '$.rule') AS name
