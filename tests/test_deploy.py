@@ -95,6 +95,10 @@ def test_the_blueprint_configs_load_and_build_their_connectors(tmp_path: Path) -
         plan = build_plan(config)
         try:
             assert plan.contexts and plan.collectors and plan.outputs, name
+            # a template of job output paths needs roots, or nothing is read (issue 14: paths from job accounting)
+            for collector in plan.collectors:
+                for _, template in getattr(collector, "templates", []):
+                    assert collector.roots[template], (name, template)
         finally:
             plan.close()
 

@@ -96,14 +96,15 @@ def read_context(directory: Path) -> ExecutionContext:
     scheduler = workload.get("scheduler", "none") or "none"
     if scheduler not in SCHEDULERS:
         raise EvidenceError(f"{path}: [workload] scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
+    _check_types(workload, path)
     try:
         return ExecutionContext(
             workload_id=str(doc.get("id") or workload.get("job_id") or directory.name),
-            attempt=int(workload.get("attempt", 0)),
+            attempt=workload.get("attempt", 0),
             scheduler=cast(Scheduler, scheduler),
             job_id=str(workload.get("job_id", "")),
             name=str(workload.get("name", doc.get("title", ""))),
-            nodes=[str(n) for n in workload.get("nodes", [])],
+            nodes=list(workload.get("nodes", [])),
             ranks_per_node=workload.get("ranks_per_node"),
             start_time=_parse_time(workload.get("start_time"), "start_time", path),
             end_time=_parse_time(workload.get("end_time"), "end_time", path),
@@ -113,6 +114,29 @@ def read_context(directory: Path) -> ExecutionContext:
         )
     except (ValidationError, ValueError, TypeError) as exc:
         raise EvidenceError(f"{path}: invalid [workload] table: {exc}") from None
+
+
+MAX_ATTEMPT = 2**63 - 1   # what a results database (SQLite INTEGER) and every scheduler's counter can hold
+
+
+def _check_types(workload: dict[str, Any], path: Path) -> None:
+    """The [workload] fields whose type matters, checked as written: a string where a list belongs is not split
+    into characters, a number is not guessed from text."""
+    nodes = workload.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+        raise EvidenceError(f"{path}: [workload] nodes must be a list of node names, e.g. nodes = [\"n1\", \"n2\"]")
+    attempt = workload.get("attempt", 0)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 0 <= attempt <= MAX_ATTEMPT:
+        raise EvidenceError(f"{path}: [workload] attempt must be a whole number from 0 to {MAX_ATTEMPT}")
+    ranks = workload.get("ranks_per_node")
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        raise EvidenceError(f"{path}: [workload] ranks_per_node must be a whole number of at least 1")
+    metadata = workload.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise EvidenceError(f"{path}: [workload] metadata must be a table")
+    for key in ("job_id", "name", "scheduler_state", "exit_code"):
+        if key in workload and not isinstance(workload[key], str | int):
+            raise EvidenceError(f"{path}: [workload] {key} must be text")
 
 
 def evidence_files(directory: Path) -> tuple[list[EvidenceFile], list[tuple[str, str]]]:
