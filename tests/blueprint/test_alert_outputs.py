@@ -31,7 +31,7 @@ import httpx
 import pytest
 from blueprint_helpers import free_port, run_blueprint, wait_for
 
-from firstfault.blueprint.outputs.delivery import full_jitter, retry_after_seconds
+from firstfault.blueprint.http import full_jitter, retry_after_seconds
 from firstfault.samples import samples_root
 
 ALERTMANAGER = "http://127.0.0.1:19093"

@@ -1,6 +1,6 @@
 """One HTTP client for every remote the Blueprint talks to (service, Loki, Prometheus): a total deadline per
-request, a cap on the size of an answer, retries with exponential backoff on connection errors, 429 and 5xx
-(honouring `Retry-After`), auth headers.
+request, a cap on the size of an answer, retries with exponential backoff and full jitter on connection errors,
+429 and 5xx (honouring `Retry-After` in seconds or as an HTTP-date), auth headers.
 
 `timeout` is the whole of one attempt, not only a silence: every socket operation (connect, TLS, each read and
 write, headers included) waits at most what is left of it, so a server sending a byte every few seconds is cut
@@ -10,9 +10,12 @@ holds more than `max_bytes` (decoded), which is not retried: it would be as larg
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpcore
@@ -95,7 +98,7 @@ class RetryingClient:
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0,
                  retries: int = 4, backoff: float = 0.5, max_backoff: float = 30.0,
                  sleep: Callable[[float], None] = time.sleep,
-                 max_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_ANSWER_BYTES, rng: random.Random | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_bytes = max_bytes
@@ -103,6 +106,7 @@ class RetryingClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
+        self.rng = rng or random.Random()
         try:
             url = httpx.URL(self.base_url)
         except (httpx.InvalidURL, ValueError) as exc:
@@ -158,18 +162,41 @@ class RetryingClient:
                               request=streamed.request)
 
     def _wait(self, attempt: int, retry_after: str | None) -> None:
+        """Back off before the next attempt: full jitter under a doubling ceiling (replicas that failed together
+        do not retry together), but never sooner than a `Retry-After` asks (seconds or an HTTP-date), within
+        `max_backoff`."""
         if attempt >= self.retries:
             return
-        delay = min(self.max_backoff, self.backoff * (2 ** attempt))
-        if retry_after:
-            try:
-                delay = min(self.max_backoff, max(delay, float(retry_after)))
-            except ValueError:  # an HTTP date: keep the computed backoff
-                pass
+        delay = full_jitter(attempt, self.backoff, self.max_backoff, self.rng)
+        asked = retry_after_seconds(retry_after, datetime.now(timezone.utc))
+        if asked is not None:
+            delay = min(self.max_backoff, max(delay, asked))
         self.sleep(delay)
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         return self.request("GET", path, params=params).json()
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """What a `Retry-After` header asks for, in seconds from `now`: delta-seconds or an HTTP-date (a date in the
+    past is 0). None when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:   # RFC 9110 dates are GMT
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+def full_jitter(retry: int, backoff: float, max_backoff: float, rng: random.Random) -> float:
+    """The wait before retry `retry` (from 0): uniform in [0, min(max_backoff, backoff * 2**retry)]."""
+    return rng.uniform(0.0, min(max_backoff, backoff * 2.0 ** min(retry, 62)))
 
 
 def _body(response: httpx.Response) -> Any:

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
 
 import httpx
 
+from firstfault.blueprint.http import full_jitter, retry_after_seconds
 from firstfault.blueprint.options import Options, option
 from firstfault.errors import ConfigError
 
@@ -57,28 +57,6 @@ def check_url(url: str, where: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ConfigError(f"{where}: {url!r} is not an http:// or https:// URL")
     return url.rstrip("/")
-
-
-def retry_after_seconds(value: str | None, now: datetime) -> float | None:
-    """What a `Retry-After` header asks for, in seconds from `now`: delta-seconds or an HTTP-date (a date in the
-    past is 0). None when absent or unreadable."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:   # RFC 9110 dates are GMT
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - now).total_seconds())
-
-
-def full_jitter(retry: int, backoff: float, max_backoff: float, rng: random.Random) -> float:
-    """The wait before retry `retry` (from 0): uniform in [0, min(max_backoff, backoff * 2**retry)]."""
-    return rng.uniform(0.0, min(max_backoff, backoff * 2.0 ** min(retry, 62)))
 
 
 @dataclass(frozen=True)
