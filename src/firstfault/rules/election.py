@@ -19,6 +19,8 @@ from firstfault.engine.workspace import Workspace, WorkSymptom
 
 # Two candidates whose strengths differ by less than this are peers: neither outranks the other.
 STRENGTH_MARGIN = 10
+# Faults of a node's own devices: the same one on every node of a small job can still be a coincidence.
+HARDWARE = frozenset({SubDomain.GPU, SubDomain.NVLINK, SubDomain.NETWORK, SubDomain.HOST})
 
 
 def blamed_nodes(ws: Workspace, s: WorkSymptom) -> list[str]:
@@ -179,19 +181,30 @@ def elect_root_cause(ws: Workspace) -> None:
 @refiner("SystemicGuard", phase=Phase.FINAL, after=("ElectRootCause",), doc="""
 When the elected root is blamed on more than systemic_share of the job's nodes (and at least
 systemic_min_nodes), the cause is shared (fabric, filesystem, image, configuration) and no single node is
-blamed: draining most of a job's nodes on one signature would do more harm than good.
+blamed: draining most of a job's nodes on one signature would do more harm than good. A fault that is not the
+hardware's (a full scratch disk, a setting) blamed on every node of a multi-node job is shared too, however few the
+nodes: two nodes failing the same way at once is their common setting, not two broken nodes.
 """, cases=[
     RuleCase(title="same xid everywhere", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
         for i in range(4)},
         expect=Expect(fired=True, culprits=[], sub_domain="gpu")),
+    RuleCase(title="the container store full on both nodes", evidence={
+        f"n{i}/applog": ["2025-01-01T00:10:00Z slurmstepd: error: pyxis:     Write failed because No space left on "
+                         "device"] for i in range(2)},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="an Xid on both nodes of a two-node job", evidence={
+        f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', "
+                         "name=<unknown>, GPU has fallen off the bus."] for i in range(2)},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=False, culprits=["n0", "n1"], sub_domain="gpu")),
 ])
 def systemic_guard(ws: Workspace) -> None:
     culprits = ws.decision.culprits
     total = len(ws.context.nodes)
     if not culprits or total == 0:
         return
-    if len(culprits) >= ws.params.systemic_min_nodes and len(culprits) > ws.params.systemic_share * total:
+    everywhere = total >= 2 and len(culprits) == total and ws.decision.sub_domain not in HARDWARE
+    if everywhere or (len(culprits) >= ws.params.systemic_min_nodes and len(culprits) > ws.params.systemic_share * total):
         ws.note("systemic", f"{ws.decision.root[0].name} blames {len(culprits)} of {total} nodes: "
                 "a shared cause, no single node is blamed")
         ws.decision.culprits = {}
