@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from firstfault import __version__
 from firstfault.blueprint.result import AttributionBlueprintResult
@@ -72,8 +73,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
-    """The dashboard over one results database (checked now: a bad file fails here, not at the first page)."""
+def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: Sequence[str]) -> FastAPI:
+    """The dashboard over one results database (checked now: a bad file fails here, not at the first page).
+    It answers only requests whose Host header names one of `allowed_hosts` (400 otherwise), so a page of another
+    site cannot reach it through DNS rebinding."""
     results = ResultsDB(db_path)
     if catalog is None:
         try:
@@ -84,6 +87,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None) -> FastAPI:
     app = FastAPI(title="firstfault dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.results = results
     app.mount("/static", StaticFiles(packages=[("firstfault.dashboard", "static")]), name="static")
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
 
     def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         info = results.info()

@@ -42,11 +42,11 @@ class _Busy(Exception):
 
 
 def host_name(header: str) -> str:
-    """The name of a Host header, without its port (`[::1]:80` -> `::1`), lower case."""
+    """The name of a Host header without its port (`[::1]:80` -> `[::1]`, `Example.org:80` -> `example.org`)."""
     header = header.strip().lower()
     if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        return header.split("]", 1)[0] + "]"
+    return header.split(":", 1)[0]
 
 
 def host_allowed(header: str, allowed: list[str]) -> bool:

@@ -12,8 +12,9 @@ from firstfault.wire import WIRE_MAX_LINE_BYTES
 
 ENV_PREFIX = "FIRSTFAULT_"
 MIB = 1024 * 1024
-# Host headers always accepted (with any port): the loopback names.
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Host names answered by default (with any port): the loopback names (an IPv6 literal in brackets, as in a Host
+# header).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,16 @@ class Settings:
 
     def trusted_hosts(self) -> list[str]:
         """The Host header names answered (see `allowed_hosts`)."""
-        if self.allowed_hosts.strip():
-            return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
-        bound = [] if self.host in ("0.0.0.0", "::", "") else [self.host.lower()]
-        return list(dict.fromkeys([*LOOPBACK_HOSTS, *bound]))
+        return trusted_hosts(self.host, self.allowed_hosts)
+
+
+def trusted_hosts(bind: str, configured: str) -> list[str]:
+    """The Host names a server bound to `bind` answers: those `configured` (comma-separated), else the loopback
+    names and `bind` itself (a wildcard address names no host)."""
+    if configured.strip():
+        return [h.strip().lower() for h in configured.split(",") if h.strip()]
+    bound = [] if bind in ("0.0.0.0", "::", "") else [f"[{bind}]" if ":" in bind else bind.lower()]
+    return list(dict.fromkeys([*LOOPBACK_HOSTS, *bound]))
 
 
 def is_loopback(host: str) -> bool:
