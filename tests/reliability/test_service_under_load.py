@@ -225,7 +225,8 @@ def _hosts_batch(prefix: str, count: int) -> dict[str, Any]:
 
 
 def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> None:
-    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    # 1,200 hosts hold about 6.6 MB (service/memory.py's estimate): one session's batch fits, two do not
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
     with server.client() as client:
         a = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
         b = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
@@ -236,8 +237,9 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
         assert refused.headers["retry-after"] == "30"
         assert client.get(f"/v2/sessions/{b}").json()["observations"] == 1200   # nothing of it was taken
         assert client.get("/v2/readyz").status_code == 503
+        assert client.post("/v2/sessions", json=CONTEXT).json()["error_code"] == "memory_budget"
         assert client.post(f"/v2/sessions/{b}/attribute").status_code == 200   # results can still be had
-        assert metric(client, "firstfault_event_keys") >= 2000
+        assert metric(client, "firstfault_session_bytes") >= 12_000_000
         assert client.delete(f"/v2/sessions/{a}").status_code == 204
         retried = client.post(f"/v2/sessions/{b}/observations", json=_batch(1), headers={"Idempotency-Key": "k1"})
         assert retried.status_code == 202 and retried.json()["replayed"] is False
@@ -245,15 +247,76 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
 
 
 def test_the_memory_budget_evicts_idle_sessions_first(start_server) -> None:
-    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
     with server.client() as client:
         ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(4)]
         for i, sid in enumerate(ids):
             assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(str(i), 900)).status_code == 202
-        # 900, 1800, 2700 (the budget is checked before a batch), then the oldest goes to make room for the 4th
+        # about 5, 10, 15 MB (the budget is checked before a batch), then the oldest goes to make room for the 4th
         assert [client.get(f"/v2/sessions/{sid}").status_code for sid in ids] == [404, 200, 200, 200]
         assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == 1
         assert metric(client, "firstfault_event_keys") == 2700
+
+
+def test_unique_node_names_count_against_the_budget_in_bytes(start_server) -> None:
+    """Events and stream counters of distinct nodes are what a session's memory grows with: a budget in bytes
+    stops them, where a count of events let 900k observations take 1.4 GB with readiness green."""
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(16 * 1024 * 1024), FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    with server.client() as client:
+        sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        taken = refused = 0
+        for i in range(12):
+            response = client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(f"h{i}", 1000))
+            if response.status_code == 503:
+                assert response.json()["error_code"] == "memory_budget"
+                refused += 1
+            else:
+                assert response.status_code == 202, response.text
+                taken += 1
+        assert taken and refused
+        assert client.get("/v2/readyz").status_code == 503
+        assert client.get(f"/v2/sessions/{sid}").json()["observations"] == taken * 1000
+        held = metric(client, "firstfault_session_bytes")
+        assert 16 * 1024 * 1024 <= held < 16 * 1024 * 1024 + 8_000_000     # over by at most one batch
+
+
+def test_a_session_context_over_its_cap_is_refused(start_server) -> None:
+    server = start_server(FIRSTFAULT_MAX_CONTEXT_BYTES="1000000")
+    with server.client() as client:
+        nodes = [f"gpu-node-{i:06d}-" + "x" * 24 for i in range(20_000)]
+        response = client.post("/v2/sessions", json={**CONTEXT, "nodes": nodes})
+        assert response.status_code == 413 and response.json()["error_code"] == "context_too_large"
+        response = client.post("/latest/attributor", json={"workload": {"id": "w", "nodes": nodes}})
+        assert response.status_code == 413 and response.json()["error_code"] == "context_too_large"
+        assert client.post("/v2/sessions", json={**CONTEXT, "nodes": nodes[:100]}).status_code == 201
+        assert metric(client, "firstfault_sessions_live") == 1
+
+
+def test_request_bodies_in_progress_are_capped_together(start_server) -> None:
+    """Bodies held at once by all requests are capped (FIRSTFAULT_MAX_INFLIGHT_BYTES): past it, 503 at once,
+    before the body is read; when they are done, requests go through again."""
+    mib = 1024 * 1024
+    server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(mib), FIRSTFAULT_MAX_INFLIGHT_BYTES=str(2 * mib))
+    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{\"workload_id\": " % mib)
+    holding = []
+    for _ in range(2):                         # two bodies of 1 MiB on their way: the cap is held
+        sock = _open(server)
+        sock.sendall(head)
+        holding.append(sock)
+    time.sleep(0.5)
+    third = _open(server)
+    third.sendall(head)
+    answer = _read_all(third)
+    third.close()
+    assert answer.startswith(b"HTTP/1.1 503 ") and b'"server_busy"' in answer and b"retry-after: 1" in answer.lower()
+    for sock in holding:
+        sock.close()
+    with server.client() as client:
+        deadline = time.monotonic() + 10
+        while client.post("/v2/sessions", json=CONTEXT).status_code != 201:   # the held bytes are released
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
 
 
 # -- 200 concurrent clients ------------------------------------------------------------------------------------------
