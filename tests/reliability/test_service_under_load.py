@@ -148,6 +148,97 @@ def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_serve
         assert metric(client, "firstfault_sessions_live") == 0
 
 
+def _half_sent(server: Server, count: int) -> list[socket.socket]:
+    """`count` connections that each sent part of a request's headers and then nothing."""
+    socks = []
+    for i in range(count):
+        sock = _open(server)
+        sock.sendall(b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow-%d: " % i)
+        socks.append(sock)
+    return socks
+
+
+def _slowloris(start_server, record: Record, connections: int) -> None:
+    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="3")
+    started = time.monotonic()
+    socks = _half_sent(server, connections)
+    latencies = []
+    with server.client() as client:
+        for _ in range(10):
+            t = time.monotonic()
+            assert client.get("/v2/healthz").status_code == 200
+            latencies.append(time.monotonic() - t)
+    answers = []
+    deadline = started + 20
+    for sock in socks:                              # each closed by the server at the header deadline
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        answers.append(_read_all(sock))
+    closed_after = time.monotonic() - started
+    for sock in socks:
+        sock.close()
+    assert all(a.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in a for a in answers), answers[0][:200]
+    assert closed_after < 25
+    with server.client() as client:
+        assert client.get("/v2/healthz").status_code == 200
+    record(half_sent_connections=connections, healthz_max_ms=round(max(latencies) * 1000, 1),
+           all_closed_after_s=round(closed_after, 1))
+
+
+def test_half_sent_request_headers_time_out_and_healthz_answers(start_server, record: Record) -> None:
+    _slowloris(start_server, record, 200)
+
+
+@pytest.mark.long
+def test_half_sent_request_headers_time_out_and_healthz_answers_long(start_server, record: Record) -> None:
+    _slowloris(start_server, record, 1100)
+
+
+# -- attribution off the event loop ------------------------------------------------------------------------------------
+def _healthz_during_attributions(start_server, record: Record, attributions: int, nodes: int) -> list[float]:
+    """healthz latencies measured while `attributions` attribute calls (a session of `nodes` failing nodes) run."""
+    server = start_server()
+    with server.client() as client:
+        sid = client.post("/v2/sessions", json={**CONTEXT, "nodes": [f"h-{i}" for i in range(nodes)]}).json()["session_id"]
+        assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch("h", nodes)).status_code == 202
+    latencies: list[float] = []
+    in_flight = [0]
+
+    def attribute(_: int) -> int:
+        with httpx.Client(base_url=server.url, timeout=600) as c:
+            in_flight[0] += 1
+            try:
+                return c.post(f"/v2/sessions/{sid}/attribute").status_code
+            finally:
+                in_flight[0] -= 1
+
+    with concurrent.futures.ThreadPoolExecutor(attributions) as pool:
+        futures = [pool.submit(attribute, i) for i in range(attributions)]
+        time.sleep(0.5)
+        with server.client() as client:
+            while not all(f.done() for f in futures):
+                t = time.monotonic()
+                assert client.get("/v2/healthz").status_code == 200
+                if in_flight[0]:
+                    latencies.append(time.monotonic() - t)
+                time.sleep(0.05)
+        assert [f.result() for f in futures] == [200] * attributions
+    assert latencies, "no healthz call was made while attributions ran"
+    record(attributions=attributions, nodes=nodes, healthz_calls=len(latencies),
+           healthz_p50_ms=round(percentile(latencies, 50) * 1000, 1),
+           healthz_max_ms=round(max(latencies) * 1000, 1))
+    return latencies
+
+
+def test_healthz_answers_while_attributions_run(start_server, record: Record) -> None:
+    _healthz_during_attributions(start_server, record, attributions=8, nodes=300)
+
+
+@pytest.mark.long
+def test_healthz_answers_within_100_ms_while_40_attributions_run(start_server, record: Record) -> None:
+    latencies = _healthz_during_attributions(start_server, record, attributions=40, nodes=2500)
+    assert percentile(latencies, 99) < 0.1, latencies
+
+
 # -- thousands of sessions, the memory budget ------------------------------------------------------------------------
 def _fill(server: Server, count: int, start: int = 0, workers: int = 4) -> list[str]:
     """Create `count` sessions, each with one batch of evidence; returns their ids."""
