@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import shutil
 import socket
 import subprocess
@@ -408,6 +409,64 @@ def test_request_bodies_in_progress_are_capped_together(start_server) -> None:
         while client.post("/v2/sessions", json=CONTEXT).status_code != 201:   # the held bytes are released
             assert time.monotonic() < deadline
             time.sleep(0.2)
+
+
+def peak_rss_mib(server: Server) -> float:
+    with open(f"/proc/{server.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.long
+def test_900k_unique_node_observations_stay_within_the_memory_budget(start_server, record: Record) -> None:
+    """Issue 14's scenario: 900,000 observations, each naming a new node. Budget 512 MiB."""
+    budget_mib = 512
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(budget_mib * 1024 * 1024))
+    taken = refused = 0
+    with httpx.Client(base_url=server.url, timeout=600) as client:
+        sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        for i in range(90):
+            response = client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(f"b{i}", 10_000))
+            assert response.status_code in (202, 503), response.text
+            taken, refused = taken + (response.status_code == 202), refused + (response.status_code == 503)
+        ready = client.get("/v2/readyz").status_code
+        started = time.monotonic()
+        attributed = client.post(f"/v2/sessions/{sid}/attribute")
+        attribute_s = time.monotonic() - started
+        held = metric(client, "firstfault_session_bytes")
+    peak = peak_rss_mib(server)
+    record(observations_sent=900_000, observations_taken=taken * 10_000, batches_refused=refused,
+           readyz_after=ready, budget_mib=budget_mib, estimated_mib=round(held / 2**20), peak_rss_mib=round(peak),
+           attribute_s=round(attribute_s, 1), attribute_mib=round(len(attributed.content) / 2**20, 1))
+    assert refused and ready == 503 and attributed.status_code == 200
+    assert peak < budget_mib * 2.5, peak
+
+
+@pytest.mark.long
+def test_12_concurrent_31_mib_bodies_stay_within_the_body_cap(start_server, record: Record) -> None:
+    """Issue 14's scenario: 12 bodies of 31 MiB at once (default limits: 32 MiB a body, 96 MiB in progress)."""
+    server = start_server()
+    line = "Mar  2 08:10:01 n1 kernel: some chatter that matches nothing " + "x" * 60
+    text = "\n".join([line] * (31 * 1024 * 1024 // (len(line) + 1)))
+    with server.client() as client:
+        ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(12)]
+    body = json.dumps(raw_text_batch("n1", "syslog", text)).encode()
+    baseline = rss_mib(server)
+
+    def send(sid: str) -> int:
+        with httpx.Client(base_url=server.url, timeout=600) as c:
+            return c.post(f"/v2/sessions/{sid}/observations", content=body,
+                          headers={"content-type": "application/json"}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(send, ids))
+    peak = peak_rss_mib(server)
+    record(bodies=12, body_mib=round(len(body) / 2**20, 1), accepted=statuses.count(202),
+           busy_503=statuses.count(503), rss_before_mib=round(baseline), peak_rss_mib=round(peak))
+    assert set(statuses) <= {202, 503} and statuses.count(202) >= 1
+    assert peak < 1500, peak
 
 
 # -- 200 concurrent clients ------------------------------------------------------------------------------------------
