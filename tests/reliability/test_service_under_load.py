@@ -421,27 +421,32 @@ def peak_rss_mib(server: Server) -> float:
 
 @pytest.mark.long
 def test_900k_unique_node_observations_stay_within_the_memory_budget(start_server, record: Record) -> None:
-    """Issue 14's scenario: 900,000 observations, each naming a new node. Budget 512 MiB."""
-    budget_mib = 512
+    """Issue 14's scenario: 900,000 observations, each naming a new node, against a budget of 256 MiB. The memory
+    held after ingest is bounded by the budget; attribution's own working memory comes on top (recorded)."""
+    budget_mib = 256
     server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(budget_mib * 1024 * 1024))
     taken = refused = 0
-    with httpx.Client(base_url=server.url, timeout=600) as client:
+    with httpx.Client(base_url=server.url, timeout=1200) as client:
         sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
         for i in range(90):
             response = client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(f"b{i}", 10_000))
             assert response.status_code in (202, 503), response.text
             taken, refused = taken + (response.status_code == 202), refused + (response.status_code == 503)
         ready = client.get("/v2/readyz").status_code
+        held_after_ingest = metric(client, "firstfault_session_bytes")
+        rss_after_ingest = rss_mib(server)
         started = time.monotonic()
         attributed = client.post(f"/v2/sessions/{sid}/attribute")
         attribute_s = time.monotonic() - started
         held = metric(client, "firstfault_session_bytes")
     peak = peak_rss_mib(server)
     record(observations_sent=900_000, observations_taken=taken * 10_000, batches_refused=refused,
-           readyz_after=ready, budget_mib=budget_mib, estimated_mib=round(held / 2**20), peak_rss_mib=round(peak),
-           attribute_s=round(attribute_s, 1), attribute_mib=round(len(attributed.content) / 2**20, 1))
+           readyz_after=ready, budget_mib=budget_mib, estimated_after_ingest_mib=round(held_after_ingest / 2**20),
+           rss_after_ingest_mib=round(rss_after_ingest), estimated_with_result_mib=round(held / 2**20),
+           peak_rss_mib=round(peak), attribute_s=round(attribute_s, 1),
+           attribute_mib=round(len(attributed.content) / 2**20, 1))
     assert refused and ready == 503 and attributed.status_code == 200
-    assert peak < budget_mib * 2.5, peak
+    assert rss_after_ingest < 2 * budget_mib + 150, rss_after_ingest
 
 
 @pytest.mark.long

@@ -119,12 +119,12 @@ def test_a_retry_with_the_same_json_written_differently_is_a_retry(client: httpx
 def test_an_empty_token_is_a_startup_error_not_auth_off(tmp_path: Path) -> None:
     for value in ("", "  "):
         with pytest.raises(RuntimeError, match="FIRSTFAULT_API_TOKEN is set but empty"):
-            Server.start(tmp_path, env={"FIRSTFAULT_API_TOKEN": value})
+            Server.start(tmp_path, env={"FIRSTFAULT_API_TOKEN": value}).stop()
 
 
 def test_a_non_loopback_address_without_a_token_is_refused_unless_insecure_is_asked(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="refusing to serve on 0.0.0.0 without a token"):
-        Server.start(tmp_path, args=["--host", "0.0.0.0"])
+        Server.start(tmp_path, args=["--host", "0.0.0.0"]).stop()
     server = Server.start(tmp_path, args=["--host", "0.0.0.0", "--insecure-no-auth"])
     try:
         with server.client() as c:

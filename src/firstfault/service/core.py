@@ -155,6 +155,10 @@ class AttributionService:
     # -- attribution -------------------------------------------------------------------------------------------
     def attribute(self, session_id: str) -> AttributeResponse:
         """A new result from everything ingested so far (revision 1, 2, ... per call)."""
+        return self.attribute_json(session_id)[0]
+
+    def attribute_json(self, session_id: str) -> tuple[AttributeResponse, bytes]:
+        """`attribute()`, with the result's JSON (written once: the v2 route sends these bytes)."""
         with self.store.use(session_id) as rec, rec.work:
             return self._attribute(rec)
 
@@ -164,17 +168,17 @@ class AttributionService:
             last = rec.last_result
             if last is not None and last.computed_from == rec.computed_from():
                 return last
-            return self._attribute(rec)
+            return self._attribute(rec)[0]
 
-    def _attribute(self, rec: SessionRecord) -> AttributeResponse:
-        """A new result, kept as the session's last one. A result the engine cannot compute or that cannot be
-        written as JSON is refused (422) and not kept: the session stays readable."""
+    def _attribute(self, rec: SessionRecord) -> tuple[AttributeResponse, bytes]:
+        """A new result and its JSON, the result kept as the session's last one. A result the engine cannot
+        compute or that cannot be written as JSON is refused (422) and not kept: the session stays readable."""
         started = time.perf_counter()
         try:
             result = rec.engine.attribute()
             response = AttributeResponse(session_id=rec.id, revision=rec.revision + 1,
                                          computed_from=rec.computed_from(), result=result)
-            size = len(response.model_dump_json()) * RESULT_JSON_FACTOR
+            body = response.model_dump_json().encode()
         except Exception as exc:
             log.error("attribution failed", exc_info=exc, extra={"session_id": rec.id})
             raise ServiceError(422, "unattributable_evidence",
@@ -182,8 +186,8 @@ class AttributionService:
                                f"{exc}); its earlier results are kept") from None
         self.metrics.attributed(result, time.perf_counter() - started)
         rec.revision += 1
-        rec.keep_result(response, size)
-        return response
+        rec.keep_result(response, len(body) * RESULT_JSON_FACTOR)
+        return response, body
 
     # -- catalog -----------------------------------------------------------------------------------------------
     def rules(self) -> RulesView:

@@ -52,9 +52,10 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         return await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
 
     @api.post("/sessions/{session_id}/attribute", response_model=AttributeResponse, responses=unknown, dependencies=auth)
-    async def attribute(session_id: SessionId) -> AttributeResponse:
+    async def attribute(session_id: SessionId) -> Response:
         """Compute the result from everything ingested so far; may be called any number of times."""
-        return await in_thread(service.attribute, session_id, limiter=service.attribution_slots)
+        _, body = await in_thread(service.attribute_json, session_id, limiter=service.attribution_slots)
+        return Response(body, media_type="application/json")  # the JSON the core wrote: not written twice
 
     @api.get("/sessions/{session_id}", response_model=SessionState, responses=error_responses(404, 422))
     async def get_session(session_id: SessionId) -> SessionState:
