@@ -119,12 +119,7 @@ class AttributionService:
             before = rec.engine.event_keys()
             rec.engine.merge_state(state)
             _commit_reader_state(trial, rec.engine)
-            added = round(per_event * (rec.engine.event_keys() - before))
-            for key, _observations, _nbytes, origins in state.stats:
-                if key not in rec.streams:
-                    rec.streams.add(key)
-                    added += stream_bytes(key, origins)
-            rec.retained += added
+            rec.retained += round(per_event * (rec.engine.event_keys() - before)) + _new_stream_bytes(rec, state)
             ack = rec.add_batch(prepared.count, prepared.nbytes, prepared.truncated_lines)
         self.metrics.ingested(prepared.format, prepared.count, prepared.nbytes, prepared.truncated_lines)
         return ack
@@ -214,6 +209,16 @@ def _check_writable(state: IngestState) -> None:
     except pydantic_core.PydanticSerializationError as exc:
         raise ServiceError(422, "unreadable_batch", f"this batch holds text that cannot be written as JSON ({exc}); "
                                                     "nothing of it was taken") from None
+
+
+def _new_stream_bytes(rec: SessionRecord, state: IngestState) -> int:
+    """Bytes of the stream counters `state` adds to the session (streams it did not hold yet), now noted as held."""
+    added = 0
+    for key, _observations, _nbytes, origins in state.stats:
+        if key not in rec.streams:
+            rec.streams.add(key)
+            added += stream_bytes(key, origins)
+    return added
 
 
 def _fork_reader_state(session: Session, trial: Session) -> None:
