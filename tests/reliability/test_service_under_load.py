@@ -92,7 +92,7 @@ def _read_all(sock: socket.socket) -> bytes:
 def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, record: Record) -> None:
     server = start_server(FIRSTFAULT_BODY_TIMEOUT_S="3")
     stalled, trickling = [], []
-    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n{\"workload_id\": ")
     for _ in range(40):                       # half a body, then nothing
         sock = _open(server)
@@ -130,7 +130,7 @@ def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, rec
 def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_server) -> None:
     server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024))
     sock = _open(server)
-    sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
     chunk = b"x" * 65536
     sent = 0
