@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import shutil
 import socket
@@ -17,16 +18,27 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.reliability.support import Record, percentile
+from firstfault.service.app import create_app
+from firstfault.service.settings import Settings
+from tests.reliability import support
+from tests.reliability.support import Record, examples, percentile
 from tests.service.live_server import Server, raw_text_batch
+
+with warnings.catch_warnings():  # starlette's notice about httpx, not about this code
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 CONTEXT = {"workload_id": "load", "scheduler": "slurm", "nodes": ["n1", "n2", "n3", "n4"],
            "start_time": "2026-03-02T08:00:00Z", "end_time": "2026-03-02T09:00:00Z", "scheduler_state": "FAILED"}
@@ -628,3 +640,52 @@ def test_schemathesis_with_the_token_and_many_examples(start_server, tmp_path: P
     assert run.returncode == 0, run.stdout[-4000:]
     assert server.process.poll() is None and '"level": "error"' not in server.log()
     record(max_examples=250, seconds=round(time.monotonic() - started))
+
+
+# -- any time, any text, through the HTTP app --------------------------------------------------------------------------
+_SURROGATE = st.integers(0xD800, 0xDFFF).map(chr)
+_TEXT = st.text(st.characters() | _SURROGATE, max_size=12)
+_WHEN = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59))
+_STAMP = st.tuples(_WHEN, st.sampled_from(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S+14:00",
+                                           "%Y-%m-%dT%H:%M:%S-14:00", "%b %d %H:%M:%S", "[%a %b %d %H:%M:%S %Y]",
+                                           "E%m%d %H:%M:%S.000"])).map(lambda w: w[0].strftime(w[1]))
+_LINE = st.builds("{} {} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name={}, GPU has fallen off the bus.".format,
+                  _STAMP, _TEXT, _TEXT) | _TEXT
+_ENVELOPE = st.builds(lambda line, host: json.dumps({"body": line, "attributes": {"hostname": host}}), _LINE, _TEXT)
+_RAW_TEXT = st.fixed_dictionaries({"format": st.just("raw_text"), "source": st.just("syslog"),
+                                   "text": st.lists(_LINE, max_size=6).map("\n".join)},
+                                  optional={"node": _TEXT, "utc_offset_minutes": st.integers(-840, 840)})
+_LOKI = st.fixed_dictionaries({"format": st.just("raw_loki_streams"), "source": st.just("syslog"), "streams": st.lists(
+    st.fixed_dictionaries({"stream": st.dictionaries(st.sampled_from(["hostname", "job"]), _TEXT, max_size=2),
+                           "values": st.lists(st.tuples(st.integers(0, 2**63).map(str), _ENVELOPE | _LINE),
+                                              max_size=4)}), max_size=3)})
+
+
+@settings(max_examples=examples(60, 1200), deadline=None, derandomize=not support.LONG,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_RAW_TEXT | _LOKI, min_size=1, max_size=3))
+def test_any_time_and_any_text_is_taken_or_refused_never_a_5xx(batches: list[dict[str, Any]]) -> None:
+    """Stamps from year 1 to 9999 in every format, at the extreme zone offsets, and any text, lone surrogates
+    included (sent as the `\\udXXX` escapes a JSON writer emits), in raw text and in Loki envelopes: every batch
+    is taken or refused with a 4xx, every read of the session answers 2xx, and every observation taken is counted."""
+    client = _http_app()
+    sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+    taken = 0
+    for batch in batches:
+        response = client.post(f"/v2/sessions/{sid}/observations", content=json.dumps(batch).encode(),
+                               headers={"content-type": "application/json", "Idempotency-Key": "k"})
+        assert response.status_code < 500, response.text
+        if response.status_code == 202 and not response.json()["replayed"]:
+            taken += response.json()["accepted"]
+        client.delete(f"/v2/sessions/{sid}/nothing")  # a path that does not exist: 404, not a 5xx
+    assert client.get(f"/v2/sessions/{sid}").json()["observations"] == taken
+    attributed = client.post(f"/v2/sessions/{sid}/attribute")
+    assert attributed.status_code == 200, attributed.text
+    assert attributed.json()["computed_from"]["observations"] == taken
+    assert client.get(f"/latest/attributor/{sid}/attribution").status_code == 200
+    assert client.get(f"/v2/sessions/{sid}").status_code == 200
+
+
+@functools.cache
+def _http_app() -> TestClient:
+    return TestClient(create_app(Settings()), base_url="http://localhost", raise_server_exceptions=False)
