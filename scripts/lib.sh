@@ -13,8 +13,9 @@ ensure_venv() {
     .venv/bin/python -m pip install -q --upgrade pip
   fi
   local stamp=".venv/.installed-${extra:-base}"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q -e "$spec"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+    # constraints.txt: the exact versions CI tested (scripts/freeze-constraints writes it)
+    .venv/bin/python -m pip install -q -c constraints.txt -e "$spec"
     touch "$stamp"
   fi
 }

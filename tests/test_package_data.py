@@ -20,3 +20,18 @@ def test_every_data_file_is_package_data() -> None:
     assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
     for needed in ("rules/data/nvlink5_decode.toml", "dashboard/templates/workload.html", "dashboard/static/style.css"):
         assert PACKAGE / needed in declared
+
+
+def test_version_answers_without_importing_the_package_parts() -> None:
+    """`firstfault --version` is answered before the engine, service or Blueprint are imported (a start-up budget
+    in imports, not seconds: docs/benchmarks.md has the timing)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from firstfault.cli import main; rc = main(['--version']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('firstfault.engine', 'firstfault.service', "
+            "'firstfault.blueprint', 'pydantic', 'rich')))); sys.exit(rc)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    version_line, loaded = run.stdout.splitlines()
+    assert version_line.startswith("firstfault ") and loaded == "[]"

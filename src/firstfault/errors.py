@@ -68,6 +68,11 @@ class HttpError(FirstfaultError):
         self.body = body
 
 
+class OutputError(FirstfaultError):
+    """An output could not deliver what it was given (Alertmanager or a webhook unreachable, a refusal); the
+    message says what was kept for a later attempt."""
+
+
 class SlurmError(FirstfaultError):
     """sacct or scontrol failed or answered something unreadable."""
 

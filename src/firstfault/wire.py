@@ -17,19 +17,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Json, field_validator, model_validator
 
+from firstfault.engine.inputs import EARLIEST, LATEST, WINDOW, clean_labels, clean_text, dated
 from firstfault.engine.model import (
     ExecutionContext,
     MetricSample,
     Observation,
     Provenance,
     SourceKind,
-    utc,
 )
 from firstfault.engine.session import Session
 
-# Times outside this window are refused: they are certainly wrong, and arithmetic near datetime's limits fails.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+# Structured times (an observation's, a context's, a Loki or Prometheus sample's) outside the engine's window
+# (engine/inputs.py: 1970-2200) are refused with a 4xx: they are certainly wrong, and arithmetic near datetime's
+# limits fails. Stamps inside log text are the engine's to read: one outside the window leaves its line undated.
 _NS = 1_000_000_000
 # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped (the service's default too).
 WIRE_MAX_LINE_BYTES = 64 * 1024
@@ -41,15 +41,13 @@ Origin = Annotated[str, Field(min_length=1, max_length=4096)]
 
 
 def bounded_utc(value: datetime | None) -> datetime | None:
-    """An aware UTC time within [1970, 2200), or ValueError."""
+    """An aware UTC time within the engine's window, or ValueError."""
     if value is None:
         return None
-    if not 1900 < value.year < 2300:
-        raise ValueError("time must lie between 1970 and 2200")
-    value = utc(value)
-    if not EARLIEST <= value < LATEST:
-        raise ValueError("time must lie between 1970 and 2200")
-    return value
+    time = dated(value)
+    if time is None:
+        raise ValueError(f"time must lie between {WINDOW}")
+    return time
 
 
 class ContextBody(ExecutionContext):
@@ -99,7 +97,7 @@ class RawTextBatch(BaseModel):
 def _loki_ns(value: str | int) -> int:
     ns = int(value) if isinstance(value, int) or value.isdigit() else -1
     if not EARLIEST.timestamp() * _NS <= ns < LATEST.timestamp() * _NS:
-        raise ValueError("Loki timestamps are Unix epoch nanoseconds between 1970 and 2200")
+        raise ValueError(f"Loki timestamps are Unix epoch nanoseconds between {WINDOW}")
     return ns
 
 
@@ -184,7 +182,7 @@ ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | Prom
 
 def _prom_time(stamp: float) -> datetime:
     if not (math.isfinite(stamp) and EARLIEST.timestamp() <= stamp < LATEST.timestamp()):
-        raise ValueError("Prometheus sample times are Unix seconds between 1970 and 2200")
+        raise ValueError(f"Prometheus sample times are Unix seconds between {WINDOW}")
     return datetime.fromtimestamp(stamp, tz=UTC)
 
 
@@ -223,7 +221,8 @@ class PreparedBatch:
 
 
 class LineCleaner:
-    """Replaces invalid UTF-8 (lone surrogates) and cuts long lines with a marker; counts bytes and cuts."""
+    """Replaces lone surrogates (engine/inputs.py `clean_text`, the engine's own text rule) and cuts long lines
+    with a marker; counts bytes and cuts. Node names, origins and labels are cleaned by the engine session."""
 
     def __init__(self, max_line_bytes: int) -> None:
         self.max_line_bytes = max_line_bytes
@@ -237,10 +236,8 @@ class LineCleaner:
                 return self._cut(line.encode("ascii"))
             self.nbytes += size + 1
             return line
-        raw = line.encode("utf-8", "surrogatepass")
-        if b"\xed" in raw:  # a surrogate code point: not valid UTF-8
-            line = raw.decode("utf-8", "replace")
-            raw = line.encode("utf-8")
+        line = clean_text(line)
+        raw = line.encode("utf-8")
         if len(raw) > self.max_line_bytes:
             return self._cut(raw)
         self.nbytes += len(raw) + 1
@@ -343,11 +340,11 @@ def _series_node(labels: dict[str, str], node_label: str) -> str | None:
 
 def _prepare_prometheus(batch: PromBatch) -> PreparedBatch:
     prepared = PreparedBatch(format=batch.format)
-    for series in batch.series():
-        labels = dict(sorted(series.metric.items()))
+    for series in batch.series():  # the engine's models are built here: their text is cleaned here
+        labels = clean_labels(dict(sorted(series.metric.items())))
         name = labels.get("__name__", "")
         node = _series_node(labels, batch.node_label)
-        origin = batch.origin or f"prometheus:{name or '{}'}"
+        origin = clean_text(batch.origin or f"prometheus:{name or '{}'}")
         provenance = Provenance(origin=origin[:4096], labels=labels)
         for stamp, raw in series.samples():
             value = float(raw)

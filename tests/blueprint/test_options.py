@@ -45,7 +45,7 @@ def test_every_default_is_the_documented_one() -> None:
         "1d", None, "json", timedelta(minutes=15), "sacct", "scontrol", timedelta(seconds=120))
     promql = parse_options(PromqlOptions, words("metrics", "promql", "url", "http://p"), environ={})
     assert (promql.defaults, promql.changes_only, promql.node_label, promql.ib_node_label, promql.step) == (
-        True, True, "Hostname", "instance", None)
+        True, True, "auto", "auto", None)
     attribution = parse_options(AttributionOptions, words("attribution", "service_url", "http://s"), env=False)
     assert (attribution.timeout, attribution.retries, attribution.token) == (timedelta(seconds=120), 4, None)
 

@@ -13,6 +13,7 @@ from blueprint_helpers import make_workload, run_blueprint
 from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import spec_from_words
 from firstfault.engine import ExecutionContext
+from firstfault.errors import NothingInScope
 
 NODES = ["gpu-p01", "gpu-p02"]
 START, END = "2026-06-01T10:30:00Z", "2026-06-01T10:50:00Z"
@@ -71,3 +72,24 @@ def test_an_unreachable_prometheus_is_an_error_report(tmp_path: Path, capsys: py
     assert code == 0 and result["diagnosis"] is not None
     report = next(r for r in result["connector_reports"] if r["connector"] == "promql")
     assert report["status"] == "error" and "ConnectError" in report["reason"]
+
+
+def test_auto_finds_the_label_each_family_names_its_nodes_by(prometheus_url: str) -> None:
+    """`node_label auto` (the default): the Xid gauge by dcgm-exporter's `Hostname`, power by a Kubernetes
+    relabelling's `kubernetes_node`, and InfiniBand errors scraped by IP only through node_uname_info's
+    `nodename` (an FQDN) - each series lands on its allocated node."""
+    batches = {b.origin: b for b in _collect(
+        prometheus_url, "defaults", "off", "query", 'xid=DCGM_FI_DEV_XID_ERRORS{$node_label=~"$nodes"}',
+        "query", 'power=DCGM_FI_DEV_POWER_USAGE{$node_label=~"$nodes"}',
+        "query", 'ib_errors=node_infiniband_port_errors_received_total{$node_label=~"$nodes"}')}
+    found = {name: (b.node_label, sorted({s["metric"][b.node_label] for s in b.result}))
+             for name, b in batches.items()}
+    assert found == {"promql:xid": ("Hostname", NODES), "promql:power": ("kubernetes_node", NODES),
+                     "promql:ib_errors": ("instance", NODES)}
+
+
+def test_an_explicit_label_is_used_as_given(prometheus_url: str) -> None:
+    """`node_label Hostname` queries that label only: the power series (named by kubernetes_node) are not found."""
+    with pytest.raises(NothingInScope, match="no series"):
+        _collect(prometheus_url, "node_label", "Hostname", "defaults", "off",
+                 "query", 'power=DCGM_FI_DEV_POWER_USAGE{$node_label=~"$nodes"}')

@@ -166,7 +166,7 @@ def _blueprint(jobs: dict[str, str], db: Path, capsys: pytest.CaptureFixture[str
     wanted = ",".join(ids or [v for k, v in jobs.items() if k != "out"])
     code, results, err = run_blueprint([
         "--connector", "context", "slurm", "jobs", wanted, *extra,
-        "--connector", "logs", "files", "label", "stdout", "applog", "{stdout}",
+        "--connector", "logs", "files", "label", "stdout", "applog", "{stdout}", "roots", jobs["out"],
         "--connector", "logs", "files", "label", "syslog", "syslog", f"{jobs['out']}/{syslog}/{{node}}.log",
         "--connector", "logs", "files", "label", "slurmctld", "scheduler", str(SLURM_CONF.parent / "log" / "slurmctld.log"),
         "--connector", "output", "db", "sqlite", "path", str(db),
@@ -298,3 +298,39 @@ def test_a_node_logging_in_local_time_keeps_its_fault(slurm_jobs: dict[str, str]
     assert [c["node"] for c in diagnosis["culprit_nodes"]] == ["node2"]
     assert "Xid" in diagnosis["root_cause"]["evidence"][0]["text"]
     assert any("UTC+8" in note and "syslog-local/node2.log" in note for note in diagnosis["coverage"]["adjustments"])
+
+
+def test_a_job_output_path_outside_the_roots_is_not_read(slurm_cluster: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Two real jobs name their output with `--output`: one a symlink inside the allowed root that leads to a
+    mode-600 file outside it, one that file's sibling directly. sacct/scontrol record those paths; the Blueprint
+    refuses both, says why in the report, and stores none of their content."""
+    allowed, private = tmp_path / "jobs", tmp_path / "private"
+    allowed.mkdir()
+    private.mkdir()
+    for directory in (allowed, private):
+        directory.chmod(0o777)
+    secret = private / "secret"
+    secret.write_text("SECRET-TOKEN-1234\n")
+    secret.chmod(0o600)
+    (allowed / "link.out").symlink_to(secret)
+    jobs = {name: slurm("sbatch", "--parsable", "-J", f"ff-{name}", "-w", "node1", "-o", str(output), "--open-mode=append",
+                        "--wrap", "echo '[rank0]: step 1 loss 2.0'; exit 1").split(";")[0]
+            for name, output in (("via-symlink", allowed / "link.out"), ("outside", private / "direct.out"))}
+    wait_for("the two jobs", lambda: all(_state(j) == "" for j in jobs.values()), 90)
+    wait_for("sacct to record them", lambda: _accounted(list(jobs.values())), 60, 1)
+    db = tmp_path / "r.db"
+    code, results, err = run_blueprint([
+        "--connector", "context", "slurm", "jobs", ",".join(jobs.values()),
+        "--connector", "logs", "files", "label", "stdout", "applog", "{stdout}", "roots", str(allowed),
+        "--connector", "output", "db", "sqlite", "path", str(db), "--connector", "output", "stdout"], capsys)
+    assert code == 0, err
+    by_job = {r["context"]["job_id"]: r for r in results}
+    for name, job in jobs.items():
+        report = _report(by_job[job], "stdout")
+        assert report["status"] == "error" and report["observation_count"] == 0, report
+        where = secret.resolve() if name == "via-symlink" else (private / "direct.out").resolve()
+        assert f"refused: it resolves to {where}, outside the allowed roots ({allowed.resolve()})" in report["reason"]
+        assert by_job[job]["diagnosis"]["coverage"]["partial"] is True
+    assert "SECRET-TOKEN" in secret.read_text() and "step 1" in secret.read_text()   # the job wrote through the link
+    assert "SECRET-TOKEN" not in db.read_bytes().decode("latin-1")

@@ -138,6 +138,8 @@ class Discarding:
     def write(self, result) -> None:
         self.written += 1
 
+    def flush(self) -> None: ...
+
     def close(self) -> None: ...
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from firstfault.dashboard.app import create_app
+from tests.dashboard.fleet import build_fleet
 from tests.dashboard.helpers import CHROMIUM, CHROMIUM_ARGS, Dashboard, samples_db
 
 with warnings.catch_warnings():
@@ -20,6 +21,12 @@ with warnings.catch_warnings():
 def sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled samples, attributed by the real Blueprint into SQLite."""
     return samples_db(tmp_path_factory.mktemp("samples") / "results.db")
+
+
+@pytest.fixture(scope="session")
+def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small fleet's results (tests/dashboard/fleet.py), attributed by the real Blueprint into SQLite."""
+    return build_fleet(tmp_path_factory.mktemp("fleet"))
 
 
 @pytest.fixture(scope="session")

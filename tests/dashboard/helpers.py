@@ -22,12 +22,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
-def blueprint_into(db: Path, *configs: Path) -> None:
-    """Attribute static workload directories into a SQLite database with the real Blueprint (in-process)."""
+def blueprint_into(db: Path, *configs: Path, extra_args: list[str] | None = None) -> None:
+    """Attribute static workload directories into a SQLite database with the real Blueprint (in-process);
+    `extra_args` declare more connectors (a collector)."""
     argv = ["blueprint", "--no-progress", "--quiet"]
     for config in configs:
         argv += ["--configs", str(config)]
-    code = main([*argv, "--connector", "output", "db", "sqlite", "path", str(db)])
+    code = main([*argv, *(extra_args or []), "--connector", "output", "db", "sqlite", "path", str(db)])
     assert code == 0, f"the Blueprint failed ({code})"
 
 
@@ -47,8 +48,8 @@ class Dashboard(LiveProcess):
     """A running `firstfault dashboard` subprocess."""
 
     @classmethod
-    def start(cls, db: Path, log_dir: Path) -> Dashboard:
-        live = LiveProcess.launch(["dashboard", "--db", str(db), "--log-level", "warning"], log_dir=log_dir,
+    def start(cls, db: Path, log_dir: Path, *options: str) -> Dashboard:
+        live = LiveProcess.launch(["dashboard", "--db", str(db), "--log-level", "warning", *options], log_dir=log_dir,
                                   health_path="/healthz", stop_signal=signal.SIGINT)
         return cls(**live.__dict__)
 

@@ -20,16 +20,22 @@ def errors() -> list[str]:
     return []
 
 
-@pytest.fixture
-def page(browser: object, live: Dashboard, errors: list[str]) -> Iterator[object]:
-    context = browser.new_context(viewport=VIEWPORT, base_url=live.url)  # type: ignore[attr-defined]
+def watched_page(browser: object, url: str, errors: list[str]) -> Iterator[object]:
+    """A page on `url` whose script errors and console errors are collected; none may have happened at the end
+    (no script error, no CSP violation, no failed resource)."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=url)  # type: ignore[attr-defined]
     page = context.new_page()
     page.set_default_timeout(15_000)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     yield page
     context.close()
-    assert errors == [], errors   # no script error, no CSP violation, no failed resource
+    assert errors == [], errors
+
+
+@pytest.fixture
+def page(browser: object, live: Dashboard, errors: list[str]) -> Iterator[object]:
+    yield from watched_page(browser, live.url, errors)
 
 
 def shot(page: object, name: str, full_page: bool = False, selector: str | None = None, docs: bool = True) -> None:

@@ -142,7 +142,8 @@ def test_malformed_parameters_are_400_pages(client: TestClient, query: str) -> N
 
 @pytest.mark.parametrize("query", ["/workload?id=nope", "/workload?id=nvlink-walkthrough&attempt=3",
                                    "/workload?id=nvlink-walkthrough&run=999999", "/nodes/no-such-node",
-                                   "/runs/999999.json", "/no/such/page"])
+                                   "/runs/999999.json", f"/runs/{2**64}.json", f"/runs/-{2**63 + 1}.json",
+                                   "/no/such/page"])
 def test_unknown_things_are_404_pages(client: TestClient, query: str) -> None:
     r = client.get(query)
     assert r.status_code == 404, query

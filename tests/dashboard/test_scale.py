@@ -94,10 +94,11 @@ def test_pages_sorts_and_filters_over_100k_rows(big: TestClient, big_db: Path) -
     assert ">100,000</span>" in html
     blame_counts = Counter(n for i in IDS for n in synthetic.culprits(i))
     html = get(big, "/nodes", timings)
-    top = re.search(r'class="node culprit" href="/nodes/([^"]+)">.*?role=culprit">([\d,]+)</a>', html, re.DOTALL)
+    top = re.search(r'class="node culprit" href="/nodes/([^"]+)">.*?role=culprit&amp;failed=1">([\d,]+)</a>', html,
+                    re.DOTALL)
     assert top and int(top.group(2)) == max(blame_counts.values()) == blame_counts[top.group(1)]
     html = get(big, "/nodes/gpu-0040", timings)
-    assert f">{len(blamed)}</span><span class=\"l\">workloads it was blamed for" in html
+    assert f">{len(blamed)}</span><span class=\"l\">failed workloads it was blamed for" in html
     get(big, "/rules", timings)
 
     slowest = sorted(timings.items(), key=lambda kv: -kv[1])[:5]

@@ -184,3 +184,23 @@ def test_rule_case_expectations_are_typed() -> None:
     with pytest.raises(TypeError, match="Expect"):
         RuleCase(evidence={}, expect={"fired": True})  # type: ignore[arg-type]
     assert Expect(fired=True, demoted=["XID-45"]).as_dict() == {"fired": True, "demoted": ["XID-45"]}
+
+
+def test_a_verified_catalog_is_not_verified_again_until_it_changes(tmp_path, monkeypatch) -> None:
+    """The CLI's start-up: the first engine over a catalog runs every inline case and leaves a marker in the cache;
+    the next one over the same catalog and engine code skips them; a changed catalog is verified anew (a broken
+    case still fails)."""
+    from firstfault.tools import verify
+
+    verify.verified_engine(cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("verified-*"))) == 1
+
+    def must_not_run(catalog: object) -> None:
+        raise AssertionError("verified again")
+
+    monkeypatch.setattr(verify, "verify_catalog", must_not_run)
+    verify.verified_engine(cache_dir=tmp_path)
+    monkeypatch.undo()
+    bad = _extractor("BrokenCaseRule", r"widget failure \d+", "widget failure: none", "all good")
+    with pytest.raises(CatalogError, match="BrokenCaseRule"):
+        verify.verified_engine(load_catalog(extra_files=[("zz_test.toml", bad)]), cache_dir=tmp_path)

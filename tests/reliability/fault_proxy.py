@@ -6,7 +6,13 @@ test server) and, for the next requests, injects the faults queued in `faults`:
   connection (what a proxy that dies mid-answer leaves: the client sees the body end early);
 - `"garbage"`: answer 200 with a complete, well-framed body that is JSON cut in the middle;
 - `"hang"`: read the request and never answer (until the proxy stops);
-- a float: wait that many seconds, then forward.
+- a float: wait that many seconds, then forward;
+- `"trickle"`: forward, send the upstream's status and headers, then its body one byte every `trickle_every`
+  seconds (until the client gives up or the proxy stops);
+- `"trickle_headers"`: send the status line and then header bytes one at a time, every `trickle_every` seconds,
+  never ending the headers;
+- `"huge"`: answer 200 with a well-formed start of a Loki/Prometheus answer that never ends (a stream of 1 MiB
+  chunks, declared as 4 GiB), until the client hangs up.
 
 `requests` counts the requests received; `released` ends every hang.
 """
@@ -30,6 +36,8 @@ class FaultProxy:
         self.requests = 0
         self.lock = threading.Lock()
         self.released = threading.Event()
+        self.trickle_every = 0.5
+        self.huge_bytes_sent = 0
         handler = type("Handler", (_Handler,), {"proxy": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
@@ -85,15 +93,57 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(fault, int):
             self._send(fault, [("Content-Type", "text/plain")], f"injected HTTP {fault}".encode())
             return
+        if fault == "trickle_headers":
+            self._trickle(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"a" * 10**6)
+            return
+        if fault == "huge":
+            self._huge()
+            return
         if fault == "garbage":
             self._send(200, [("Content-Type", "application/json")], b'{"status": "success", "data": {"resultT')
             return
         status, headers, data = self._forward(body)
+        if fault == "trickle":
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.flush()
+            self._trickle(data)
+            return
         if fault == "truncate":
             self._send(status, headers, data[: len(data) // 2], declared=len(data))
             self.close_connection = True
             return
         self._send(status, headers, data)
+
+    def _trickle(self, data: bytes) -> None:
+        """`data` one byte at a time, `trickle_every` seconds apart, until the client hangs up or the proxy stops."""
+        self.close_connection = True
+        try:
+            for byte in data:
+                if self.proxy.released.wait(self.proxy.trickle_every):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except OSError:
+            return
+
+    def _huge(self) -> None:
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(4 * 2**30))
+        self.end_headers()
+        chunk = b'{"stream": {"hostname": "gpu-l01"}, "values": [["1780310100000000000", "' + b"x" * 2**20 + b'"]]}, '
+        try:
+            self.wfile.write(b'{"status": "success", "data": {"resultType": "streams", "result": [')
+            while not self.proxy.released.is_set() and self.proxy.huge_bytes_sent < 4 * 2**30:
+                self.wfile.write(chunk)
+                self.proxy.huge_bytes_sent += len(chunk)
+        except OSError:
+            return
 
     def do_GET(self) -> None:
         self._handle()

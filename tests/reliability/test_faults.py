@@ -106,6 +106,35 @@ def test_loki_lasting_faults_are_reported_and_the_run_goes_on(loki, tmp_path: Pa
     assert "collector error logs loki: 1 workload" in err
 
 
+@pytest.mark.parametrize("fault", ["trickle", "trickle_headers"])
+def test_loki_answers_that_trickle_are_cut_at_the_request_deadline(loki, tmp_path: Path, fault: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A server sending a byte every 0.5 s (of the body, or of endless headers) never goes silent long enough for
+    an idle timeout; the request's total deadline (`timeout 1s`) cuts each attempt. Were it only an idle timeout,
+    the collector would run until `--collect-timeout` abandoned it, with that reason instead."""
+    server, proxy = loki
+    proxy.faults = [fault] * 3
+    code, result, err = _loki_run(tmp_path, capsys, proxy.url, "retries", "2", "timeout", "1s",
+                                  "collect_timeout", "120s")
+    report = report_of(result, "loki")
+    assert report["status"] == "error" and "ReadTimeout" in report["reason"] and "gave up after 3" in report["reason"]
+    assert result["diagnosis"]["coverage"]["partial"] is True
+    assert any(issue.startswith("logs loki: ") for issue in result["diagnosis"]["coverage"]["issues"])
+
+
+def test_a_huge_loki_answer_is_abandoned_at_the_size_cap(loki, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An answer that never ends (4 GiB declared) is read only up to `max_answer` (1 MiB here): the report is an
+    error saying so, it is not retried, the result is partial and the rest of the workload is attributed."""
+    server, proxy = loki
+    proxy.faults = ["huge"]
+    code, result, err = _loki_run(tmp_path, capsys, proxy.url, "max_answer", "1", "retries", "2")
+    report = report_of(result, "loki")
+    assert report["status"] == "error" and "larger than 1 MiB" in report["reason"], report
+    assert proxy.requests == 1 and proxy.huge_bytes_sent < 64 * 2**20      # abandoned, not read to the end
+    assert result["diagnosis"] is not None and result["diagnosis"]["coverage"]["partial"] is True
+
+
 def test_loki_failing_mid_pagination_keeps_the_pages_delivered(loki, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     server, proxy = loki
@@ -161,11 +190,14 @@ def test_prometheus_transient_faults_are_retried(prometheus: FaultProxy, faults:
 
 
 @pytest.mark.parametrize("faults,reason", [
-    (["garbage"], "not JSON"), ([500, 500], "gave up after 2 attempts"), ([2.0, 2.0], "ReadTimeout")])
+    (["garbage"], "not JSON"), ([500, 500], "gave up after 2 attempts"), ([2.0, 2.0], "ReadTimeout"),
+    (["trickle", "trickle"], "ReadTimeout"), (["huge"], "the answer is larger than 1 MiB")])
 def test_prometheus_lasting_faults_fail_one_query_and_the_others_are_delivered(prometheus: FaultProxy, faults: list,
                                                                                reason: str) -> None:
+    """Including a body trickled a byte every 0.5 s (cut at the 1 s request deadline) and an endless answer (cut
+    at `max_answer`, not retried)."""
     prometheus.faults = list(faults)
-    batches, _, error = _promql(prometheus.url, "retries", "1", "timeout", "1s")
+    batches, _, error = _promql(prometheus.url, "retries", "1", "timeout", "1s", "max_answer", "1")
     assert error is not None and "CollectorError" in error and "1 of 2 queries failed" in error and reason in error
     assert [b.origin for b in batches] == ["promql:temp"]               # the second query still delivered
 

@@ -7,21 +7,30 @@ a 10 MB line, a binary file, NUL padding, unreadable files), tests/service/test_
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
+import os
 import random
 import re
 import shutil
 import sqlite3
-from datetime import datetime, timedelta
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from firstfault.blueprint.base import Window
 from firstfault.blueprint.collectors.files import FileScope, read_batches
-from firstfault.engine import Attribution, Engine, SourceKind
+from firstfault.cli import main
+from firstfault.engine import Attribution, Engine, ExecutionContext, Observation, SourceKind
+from firstfault.engine.model import MetricSample, Provenance
 from firstfault.engine.timestamps import TimestampParser
 from firstfault.samples import samples_root
+from firstfault.wire import LokiBatch, PromBatch, RawTextBatch, prepare
 from tests.blueprint.blueprint_helpers import make_workload as make_static_workload
 from tests.blueprint.blueprint_helpers import run_blueprint
 from tests.reliability.support import Record, measured
@@ -313,7 +322,7 @@ def test_the_blueprint_reads_a_file_named_twice_once(tmp_path: Path, capsys: pyt
 def test_reading_a_file_keeps_a_bounded_piece_of_each_line(tmp_path: Path) -> None:
     path = tmp_path / "long.log"
     path.write_bytes(b"y" * (3 * 1024 * 1024) + b"\nshort\n")
-    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None), max_bytes=1 << 30))
+    batches = list(read_batches(path, FileScope("n1", SourceKind.SYSLOG, "long.log", None, (path.parent.resolve(),)), max_bytes=1 << 30))
     lines = [line for batch in batches for line in batch.lines]
     assert [len(line) for line in lines] == [1024 * 1024, 5]
 
@@ -341,3 +350,209 @@ def test_evidence_text_is_cut_at_max_evidence_chars(engine: Engine, make_workloa
     (evidence,) = engine.analyze_path(root).root_cause.evidence
     assert evidence.text.startswith(XID79) and evidence.text.endswith(" chars]")
     assert len(evidence.text) < 4096 + 64
+
+
+# -- times at the edge of the calendar ------------------------------------------------------------------------------
+# Each stamps an Xid 79 on n1 earlier (or far later) than n2's real one. Before the time window, a year-1 line became
+# the root cause with high confidence, and the offsets and the zone-less 9999 overflowed date arithmetic (a traceback).
+EDGE_STAMPS = ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "0001-01-01 00:00:00", "[Jan 01 0001 00:00:00]",
+               "1969-12-31T23:59:59Z", "9999-12-31T23:59:30Z", "9999-12-31 23:59:30", "9999-12-31T23:00:00-05:00",
+               "[Fri Dec 31 23:59:59 9999]", "2200-01-01T00:00:00Z"]
+XID79_N2 = XID79.replace(" n1 ", " n2 ").replace("00:10:00", "00:20:00")
+
+
+def _json_bytes(result: Attribution) -> bytes:
+    """What a caller writes out: the result as JSON, non-ASCII kept, encoded as UTF-8 (must never fail)."""
+    return json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
+
+
+def _assert_undated_edge_line(result: Attribution, origin: str) -> None:
+    assert verdict(result)[3] == "XID-79" and result.root_cause.node == "n2", verdict(result)
+    assert result.coverage.partial
+    assert any(issue.startswith(f"{origin}:1: stamped ") and "outside 1970-01-01 and 2200-01-01" in issue
+               for issue in result.coverage.issues), result.coverage.issues
+    (kept,) = [s for s in result.symptoms if s.node == "n1"]
+    assert kept.evidence[0].time_inferred and kept.first_time == result.workload.end_time   # kept, undated
+    _json_bytes(result)
+
+
+@pytest.mark.parametrize("stamp", EDGE_STAMPS)
+def test_a_stamp_at_the_edge_of_the_calendar_leaves_its_line_undated(stamp: str, make_workload,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """analyze: the line is kept as evidence without a time, the coverage names its file and line, the result is
+    partial, and its absurd time does not make it the root cause. The CLI prints the result, not a traceback."""
+    root = make_workload({"n1/syslog": [stamp + XID79.removeprefix("Jan  1 00:10:00")], "n2/syslog": [XID79_N2]})
+    assert main(["analyze", str(root), "--json"]) == 0
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    _assert_undated_edge_line(Attribution.model_validate_json(out.out), "n1/syslog.log")
+
+
+@pytest.mark.parametrize("stamp", EDGE_STAMPS)
+def test_a_stamp_at_the_edge_of_the_calendar_over_the_wire(stamp: str, engine: Engine) -> None:
+    """The service's and the Blueprint's path (a raw_text batch through firstfault.wire) gives the same answer."""
+    context = ExecutionContext(workload_id="w", nodes=["n1", "n2"], start_time=datetime(2025, 1, 1, tzinfo=UTC),
+                               end_time=datetime(2025, 1, 1, 2, tzinfo=UTC), scheduler_state="FAILED")
+    session = engine.session(context)
+    for node, line in (("n1", stamp + XID79.removeprefix("Jan  1 00:10:00")), ("n2", XID79_N2)):
+        prepare(RawTextBatch(format="raw_text", node=node, source="syslog", origin=f"{node}/syslog", text=line),
+                65536).apply(session)
+    _assert_undated_edge_line(session.attribute(), "n1/syslog")
+
+
+@pytest.mark.parametrize("field", ["start_time", "end_time"])
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:30Z"])
+def test_a_workload_time_at_the_edge_of_the_calendar_is_not_used(field: str, when: str, make_workload,
+                                                                 engine: Engine) -> None:
+    """A scenario's start or end outside the window is set aside with an issue: rules that add the clock-skew
+    tolerance to the job's end no longer overflow."""
+    times = {"start": "2025-01-01T00:00:00Z", "end": "2025-01-01T02:00:00Z"} | {field.removesuffix("_time"): when}
+    root = make_workload({"n1/syslog": [XID79], "n2/applog": ["2025-01-01T00:20:00Z ok"]}, **times)
+    result = engine.analyze_path(root)
+    assert getattr(result.workload, field) is None and result.coverage.partial
+    assert any(issue.startswith(f"workload {field} ") and "not used" in issue for issue in result.coverage.issues)
+    assert verdict(result)[2] == ["n1"]
+    _json_bytes(result)
+
+
+def test_sample_and_transport_times_outside_the_window_are_not_used(engine: Engine) -> None:
+    """Library callers of the session (times given with lines and samples) meet the same window."""
+    session = engine.session(ExecutionContext(workload_id="w", nodes=["n1"]))
+    session.ingest_lines("n1", SourceKind.SYSLOG, [XID79], "loki", times=[datetime(1, 1, 1)])
+    session.ingest([Observation(source=SourceKind.NODE_METRICS, node="n1", observed_at=datetime(9999, 12, 31),
+                                metric=MetricSample(name="DCGM_FI_DEV_XID_ERRORS", labels={"gpu": "0"}, value=79),
+                                provenance=Provenance(origin="prom"))])
+    result = session.attribute()
+    issues = result.coverage.issues
+    assert any(i.startswith("loki:1: time 0001-01-01T00:00:00") for i in issues), issues
+    assert any(i.startswith("prom: sample time 9999-12-31T00:00:00") for i in issues), issues
+    assert result.root_cause.time == datetime(2025, 1, 1, 0, 10, tzinfo=UTC) or result.root_cause.time is None
+    _json_bytes(result)
+
+
+# -- text that UTF-8 cannot encode -----------------------------------------------------------------------------------
+def test_a_lone_surrogate_hostname_in_a_loki_envelope_is_replaced(engine: Engine) -> None:
+    """One Loki line whose JSON envelope names a host `\\ud800` poisoned the session: every result failed to
+    encode. The engine's text rule replaces it with U+FFFD (one per UTF-8 byte of the surrogate)."""
+    line = json.dumps({"body": XID79, "attributes": {"hostname": "\ud800"}})
+    batch = LokiBatch.model_validate({"format": "raw_loki_streams", "source": "syslog", "streams": [
+        {"stream": {"job": "\udfff"}, "values": [["1735690200000000000", line]]}]})
+    session = engine.session(ExecutionContext(workload_id="w"))
+    prepare(batch, 65536).apply(session)
+    result = session.attribute()
+    assert result.root_cause.node == "\ufffd" * 3
+    assert result.root_cause.evidence[0].provenance.labels == {"job": "\ufffd" * 3}
+    assert "\ud800" not in _json_bytes(result).decode("utf-8")
+
+
+def test_lone_surrogates_in_prometheus_labels_are_replaced(engine: Engine) -> None:
+    """The Blueprint hands the wire what `json.loads` made of a Prometheus answer: `\\ud800` escapes are lone
+    surrogates there."""
+    series = {"metric": {"__name__": "DCGM_FI_DEV_XID_ERRORS", "Hostname": "n\ud800", "gpu": "\udc00"},
+              "values": [[1735690200, "79"]]}
+    batch = PromBatch.model_validate({"format": "prometheus_metrics", "result": [series]})
+    session = engine.session(ExecutionContext(workload_id="w"))
+    prepare(batch, 65536).apply(session)
+    result = session.attribute()
+    assert {s.node for s in result.symptoms} <= {"n\ufffd\ufffd\ufffd"}
+    _json_bytes(result)
+
+
+def test_a_node_directory_whose_name_is_not_utf8(make_workload, engine: Engine) -> None:
+    """Linux file names are bytes: a directory `n\\xff` reaches Python as `n\\udcff` (a lone surrogate)."""
+    root = make_workload({"n1/syslog": [XID79]})
+    odd = Path(os.fsdecode(bytes(root) + b"/n\xff"))
+    odd.mkdir()
+    (odd / "applog.log").write_text("2025-01-01T00:20:00Z [rank8]: RuntimeError: NCCL error: unhandled system error\n")
+    result = engine.analyze_path(root)
+    (odd_source,) = [s for s in result.coverage.sources if s.node != "n1"]
+    assert odd_source.node == "n\ufffd\ufffd\ufffd" and odd_source.origins == ["n\ufffd\ufffd\ufffd/applog.log"]
+    _json_bytes(result)
+
+
+def test_session_text_passes_one_rule(engine: Engine) -> None:
+    """Node names, origins, labels, lines and the context's text given to a session by a library caller."""
+    context = ExecutionContext(workload_id="w", nodes=["n1", "n\udc80"], metadata={"k\ud800": "v\udfff"})
+    session = engine.session(context)
+    session.ingest_lines("n\udc80", SourceKind.SYSLOG, [XID79 + " \ud800\x00\x07"], "o\ud800",
+                         labels={"l": "\udcff"})
+    result = session.attribute()
+    assert result.workload.nodes == ["n1", "n\ufffd\ufffd\ufffd"]
+    assert result.root_cause.node == "n\ufffd\ufffd\ufffd"
+    assert result.root_cause.evidence[0].text.endswith(" \ufffd\ufffd\ufffd\x00\x07")   # NUL and BEL are kept
+    _json_bytes(result)
+
+
+# -- what a workload directory may point at -------------------------------------------------------------------------
+def test_links_out_of_the_workload_and_special_files_are_never_read(make_workload, tmp_path: Path) -> None:
+    """A link to a file, a directory or /proc/kmsg outside the workload, and FIFOs inside and outside it: none is
+    read (before, a FIFO or /proc/kmsg blocked `analyze` forever and a linked secret became evidence); each is
+    named in the coverage with its reason, and the rest is analysed. Run as the CLI, in a process of its own."""
+    outside = tmp_path / "outside"
+    (outside / "n9").mkdir(parents=True)
+    (outside / "secret.log").write_text(XID79.replace("GPU has", "SECRET GPU has") + "\n")
+    (outside / "n9" / "syslog.log").write_text(XID79 + "\n")
+    os.mkfifo(outside / "pipe")
+    root = make_workload({"n1/applog": ["2025-01-01T00:20:00Z ok"], "n2/syslog": [XID79_N2]}, nodes=["n1", "n2", "n3"])
+    (root / "n1" / "syslog.log").symlink_to(outside / "secret.log")
+    (root / "n2" / "applog.log").symlink_to(outside / "pipe")
+    (root / "n3").symlink_to(outside / "n9", target_is_directory=True)
+    (root / "n1" / "scheduler.log").symlink_to("/proc/kmsg")
+    os.mkfifo(root / "n2" / "scheduler.log")
+    (root / "n2" / "rotated.gz").write_bytes(gzip.compress((XID79_N2 + "\n").encode()))
+    (root / "n2" / "syslog.log.gz").symlink_to(root / "n2" / "rotated.gz")   # inside the workload: followed
+    run = subprocess.run([sys.executable, "-m", "firstfault", "analyze", str(root), "--json"], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    result = Attribution.model_validate_json(run.stdout)
+    issues = result.coverage.issues
+    for name in ("n1/syslog.log", "n2/applog.log", "n3", "n1/scheduler.log"):
+        assert any(i.startswith(f"{root / name}: a symlink out of the workload directory") for i in issues), (name, issues)
+    assert f"{root / 'n2/scheduler.log'}: a FIFO, not a regular file; not read" in issues
+    assert "SECRET" not in run.stdout and result.coverage.partial
+    assert verdict(result)[2] == ["n2"]
+    (n2_syslog,) = [s for s in result.coverage.sources if s.node == "n2" and s.source == SourceKind.SYSLOG]
+    assert n2_syslog.origins == ["n2/syslog.log", "n2/syslog.log.gz"]
+
+
+def test_a_gzip_that_inflates_without_end_is_read_up_to_the_cap(make_workload, engine: Engine) -> None:
+    """A few kB of gzip that decompress to 64 MiB, with the cap at 1 MiB: the fault in the first MiB is found, the
+    rest is skipped, and the result says so."""
+    root = make_workload({"n2/applog": ["2025-01-01T00:20:00Z ok"]})
+    with gzip.open(root / "n2" / "syslog.log.gz", "wb") as out:
+        out.write((XID79_N2 + "\n").encode())
+        zeros = b"\n" * (1024 * 1024)
+        for _ in range(64):
+            out.write(zeros)
+    capped = copy.copy(engine)
+    capped.params = replace(engine.params, max_decompressed_bytes=1024 * 1024)
+    result = capped.analyze_path(root)
+    assert verdict(result)[2] == ["n2"] and result.coverage.partial
+    assert f"n2/syslog.log.gz: decompresses to more than {1024 * 1024} bytes (max_decompressed_bytes); read up to " \
+           "there, the rest skipped" in result.coverage.issues
+    (source,) = [s for s in result.coverage.sources if s.source == SourceKind.SYSLOG]
+    assert source.bytes <= 1024 * 1024 + 1
+
+
+def test_the_decompression_cap_is_set_on_the_command_line(make_workload, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_workload({"n2/applog": ["2025-01-01T00:20:00Z ok"]})
+    (root / "n2" / "syslog.log.gz").write_bytes(gzip.compress((XID79_N2 + "\n").encode() + b"\n" * (3 * 1024 * 1024)))
+    assert main(["analyze", str(root), "--json", "--max-decompressed-mib", "2"]) == 0
+    result = Attribution.model_validate_json(capsys.readouterr().out)
+    assert verdict(result)[2] == ["n2"]
+    assert any(i.startswith("n2/syslog.log.gz: decompresses to more than 2097152 bytes") for i in result.coverage.issues)
+    with pytest.raises(SystemExit) as refused:
+        main(["analyze", str(root), "--max-decompressed-mib", "0"])
+    assert refused.value.code == 2 and "a whole number of MiB >= 1" in capsys.readouterr().err
+
+
+def test_the_blueprints_file_reader_keeps_lines_stamped_at_the_edge_of_the_calendar(tmp_path: Path) -> None:
+    """The Blueprint reads files through the engine's timestamp parser: a stamp outside the window is no stamp (the
+    line keeps the fate of the lines before it), so the reader no longer stops at it with an OverflowError."""
+    path = tmp_path / "n1.log"
+    edge = [stamp + XID79.removeprefix("Jan  1 00:10:00") for stamp in EDGE_STAMPS]
+    path.write_text("\n".join(["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]) + "\n")
+    window = Window(datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 1, 1, 2, tzinfo=UTC))
+    scope = FileScope("n1", SourceKind.SYSLOG, "n1.log", window, (tmp_path.resolve(),), utc_offset=timedelta(hours=-5))
+    lines = [line for batch in read_batches(path, scope) for line in batch.lines]
+    assert lines == ["2025-01-01T00:10:00Z first", *edge, "2025-01-01T00:11:00Z last"]

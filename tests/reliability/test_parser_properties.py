@@ -4,7 +4,11 @@ or raises the project's own documented error, never anything else.
 | parser | documented error |
 |---|---|
 | Xid lines and the NVLink5 / Xid 74 decode (engine ingest + pipeline) | none: a result |
-| timestamps (`TimestampParser.parse`) | none: a time or None |
+| timestamps (`TimestampParser`), across the whole calendar and any text | none: a time in the window or None |
+| a session's lines of any time and text (library, file and `raw_text` paths) | none: every line counted |
+| `scenario.toml` times across the whole calendar | `EvidenceError` |
+| `firstfault.wire`'s structured times | `ValueError` (a 4xx) |
+| times people type (`firstfault.timeinput.parse_time`) | `ConfigError` |
 | Slurm node lists and accounting (`expand_nodes`, `parse_sacct_text`, `parse_sacct_json`) | `SlurmError` |
 | the TOML rule loader (`load_catalog`) | `CatalogError` |
 | Loki streams: the service's `raw_loki_streams` batches, the Blueprint's `query_range` answers | 4xx `ServiceError` / `CollectorError` |
@@ -13,10 +17,13 @@ or raises the project's own documented error, never anything else.
 
 from __future__ import annotations
 
+import io
 import json
 import string
+import tempfile
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,13 +43,15 @@ from firstfault.blueprint.contexts.slurm import (
 )
 from firstfault.engine import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.catalog import load_catalog
+from firstfault.engine.inputs import EARLIEST, LATEST
 from firstfault.engine.timestamps import TimestampParser
-from firstfault.errors import CatalogError, CollectorError, ServiceError, SlurmError
+from firstfault.errors import CatalogError, CollectorError, ConfigError, EvidenceError, ServiceError, SlurmError
 from firstfault.rules.gpu_driver import decode_nvlink5, decode_xid74
 from firstfault.service.http import strict_validate
 from firstfault.service.v2 import BATCH
+from firstfault.timeinput import parse_time
 from firstfault.tools.verify import default_engine, load_verified_catalog
-from firstfault.wire import prepare
+from firstfault.wire import RawTextBatch, bounded_utc, prepare
 from tests.reliability import support
 from tests.reliability.support import examples
 
@@ -146,6 +155,138 @@ def test_timestamps_round_trip(moment: datetime, fmt: str, prefix: str, rest: st
     assert parsed is not None
     whole_seconds = fmt in ("syslog", "dmesg -T", "bracketed")
     assert parsed == (moment.replace(microsecond=0) if whole_seconds else moment)
+
+
+# -- timestamps across the whole calendar, text with lone surrogates ----------------------------------------------
+# Every stamp format the engine reads, written with any year (1-9999), any zone offset and any text after it: the
+# parser answers with a time inside the engine's window or with none (saying which stamp lay outside), and never
+# raises; a session given such lines counts every one of them and its result always encodes.
+EDGES = [datetime.min, datetime.max, datetime(1, 1, 1, 0, 30), datetime(9999, 12, 31, 23, 59, 30),
+         datetime(1969, 12, 31, 23, 59, 59), datetime(2199, 12, 31, 23, 59, 59), datetime(2200, 1, 1)]
+ANY_MOMENT = st.sampled_from(EDGES) | st.datetimes(datetime.min, datetime.max)
+ANY_REFERENCE = st.none() | ANY_MOMENT.map(lambda t: t.replace(tzinfo=UTC))
+OFFSETS = (st.sampled_from([-(24 * 60 - 1), -60, 0, 60, 24 * 60 - 1]) | st.integers(-(24 * 60 - 1), 24 * 60 - 1)).map(
+    lambda m: f"{'+' if m >= 0 else '-'}{abs(m) // 60:02d}:{abs(m) % 60:02d}")
+ANY_TEXT = st.text(max_size=120)   # every code point, lone surrogates included
+MON = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+DAY = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+
+def _stamp(t: datetime, fmt: str, offset: str) -> str:
+    """`t` in one of the formats `TimestampParser` reads (years zero-padded by hand: strftime does not pad them)."""
+    clock = f"{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return {
+        "iso": f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{clock}.{t.microsecond:06d}Z",
+        "iso-offset": f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{clock}{offset}",
+        "iso-zoneless": f"{t.year:04d}-{t.month:02d}-{t.day:02d} {clock},{t.microsecond // 1000:03d}",
+        "syslog": f"{MON[t.month - 1]} {t.day:>2} {clock}",
+        "dmesg -T": f"[{DAY[t.weekday()]} {MON[t.month - 1]} {t.day:>2} {clock} {t.year:04d}]",
+        "glog": f"E{t.month:02d}{t.day:02d} {clock}.{t.microsecond:06d}",
+        "bracketed": f"[{MON[t.month - 1]} {t.day:02d} {t.year:04d} {clock}]",
+    }[fmt]
+
+
+STAMP_FORMATS = ["iso", "iso-offset", "iso-zoneless", "syslog", "dmesg -T", "glog", "bracketed"]
+STAMPED = st.builds(_stamp, ANY_MOMENT, st.sampled_from(STAMP_FORMATS), OFFSETS)
+
+
+@PROPERTIES
+@given(stamp=STAMPED, prefix=st.sampled_from(["", "[rank3]:", "12: ", "  "]), rest=ANY_TEXT, reference=ANY_REFERENCE)
+def test_stamps_across_the_calendar_give_a_time_in_the_window_or_none(stamp: str, prefix: str, rest: str,
+                                                                       reference: datetime | None) -> None:
+    parsed = TimestampParser(reference).parse_stamp(f"{prefix}{stamp} {rest}")
+    if parsed.time is not None:
+        assert EARLIEST <= parsed.time < LATEST and parsed.time.utcoffset() == timedelta(0)
+        assert parsed.outside is None
+    elif parsed.outside is not None:
+        assert parsed.outside in f"{prefix}{stamp} {rest}"
+
+
+XID_TEXT = " n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."
+EVIDENCE_LINES = st.lists(st.one_of(STAMPED.map(lambda stamp: stamp + XID_TEXT), STAMPED.map(lambda s: f"{s} {{}}"),
+                                    ANY_TEXT.map(lambda t: t.replace("\n", " ").replace("\r", " ")),
+                                    st.just(XID_TEXT.strip())), min_size=1, max_size=12)
+
+
+def _no_line_lost(result: Attribution, lines: list[str]) -> None:
+    """Every line is counted in the coverage, every Xid line is evidence (undated or not), and the result encodes."""
+    assert sum(s.observations for s in result.coverage.sources) == len(lines)
+    xid_lines = sum(1 for line in lines if line.endswith(XID_TEXT.strip()))
+    assert sum(s.count for s in result.symptoms if s.symptom == "XID-79") == xid_lines
+    json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
+
+
+@FEW
+@given(lines=EVIDENCE_LINES)
+def test_a_session_counts_every_line_of_any_time_and_text(lines: list[str]) -> None:
+    """The library path (lines given to a session) and the file path (the same lines as a file's bytes)."""
+    session = default_engine().session(CONTEXT)
+    session.ingest_lines("n1", SourceKind.SYSLOG, lines, "fuzz")
+    _no_line_lost(session.attribute(), lines)
+    session = default_engine().session(CONTEXT)
+    data = "\n".join(lines).encode("utf-8", "surrogatepass") + b"\n"
+    session.ingest_stream("n1", SourceKind.SYSLOG, io.BytesIO(data), "n1/syslog.log")
+    _no_line_lost(session.attribute(), lines)
+
+
+@FEW
+@given(lines=EVIDENCE_LINES, node=ANY_TEXT.filter(lambda n: 0 < len(n) <= 255))
+def test_raw_text_batches_count_every_line_of_any_time_and_text(lines: list[str], node: str) -> None:
+    """The service's and the Blueprint's path: a raw_text batch through firstfault.wire."""
+    session = default_engine().session(CONTEXT)
+    batch = RawTextBatch(format="raw_text", node=node, source="syslog", text="\n".join(lines) + "\n")
+    prepare(batch, 2048).apply(session)
+    result = session.attribute()
+    assert sum(s.observations for s in result.coverage.sources) == len(lines)
+    json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
+
+
+@FEW
+@given(start=ANY_MOMENT, end=ANY_MOMENT, offset=OFFSETS, lines=EVIDENCE_LINES)
+def test_a_workload_of_any_times_is_analysed_or_refused_with_an_evidence_error(start: datetime, end: datetime,
+                                                                             offset: str, lines: list[str]) -> None:
+    """scenario.toml's start and end anywhere in the calendar (TOML datetimes with any offset): analyze gives a
+    result that counts every line, or an EvidenceError naming the problem."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "scenario.toml").write_text(
+            f'id = "w"\n[workload]\nnodes = ["n1"]\nstart_time = {start.isoformat()}{offset}\n'
+            f'end_time = {end.isoformat()}Z\n', encoding="utf-8")
+        (root / "n1").mkdir()
+        (root / "n1" / "syslog.log").write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + b"\n")
+        try:
+            result = default_engine().analyze_path(root)
+        except EvidenceError as exc:
+            assert str(exc)
+            return
+    _no_line_lost(result, lines)
+
+
+@PROPERTIES
+@given(moment=ANY_MOMENT, offset=OFFSETS)
+def test_wire_times_are_in_the_window_or_refused(moment: datetime, offset: str) -> None:
+    """firstfault.wire's structured times (bodies, contexts): the engine's window, or a ValueError (a 4xx)."""
+    value = datetime.fromisoformat(moment.isoformat() + offset)
+    try:
+        bounded = bounded_utc(value)
+    except ValueError as exc:
+        assert "between 1970-01-01 and 2200-01-01" in str(exc)
+        return
+    assert bounded is not None and EARLIEST <= bounded < LATEST
+
+
+@PROPERTIES
+@given(text=ANY_TEXT | st.builds(lambda n, unit: f"{n}{unit}", st.integers(0, 10**30) | st.floats(0, 1e300),
+                                 st.sampled_from(["", "ms", "s", "m", "h", "d", "w"]))
+       | ANY_MOMENT.map(datetime.isoformat) | st.builds(lambda t, o: t.isoformat() + o, ANY_MOMENT, OFFSETS))
+def test_times_people_type_parse_or_raise_config_error(text: str) -> None:
+    """firstfault.timeinput (CLI, configuration, dashboard queries): a time, or a ConfigError naming the text."""
+    try:
+        value = parse_time(text, now=datetime(2026, 3, 2, tzinfo=UTC))
+    except ConfigError as exc:
+        assert str(exc)
+        return
+    assert value.tzinfo is not None
 
 
 # -- Slurm -----------------------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ fixed window (2026-06-01 09:30 to 11:30 UTC). At 10:41:15 GPU 3 of gpu-p02 falls
 DCGM_FI_DEV_XID_ERRORS gauge jumps from 0 to 79 and stays there. Everything else is healthy. The fixed
 window keeps the data deterministic; tests/blueprint/test_promql.py queries inside it.
 
+Two families name their nodes the other ways deployments do: DCGM_FI_DEV_POWER_USAGE by a Kubernetes relabelling
+(`kubernetes_node`), and node_infiniband_port_errors_received_total only by the scrape target's IP
+(`instance="10.9.0.N:9100"`), which node_exporter's node_uname_info maps to the host (`nodename`, an FQDN here).
+
 Usage: python3 prometheus_backfill.py OUTPUT.om
 """
 
@@ -20,6 +24,7 @@ END = int(datetime(2026, 6, 1, 11, 30, tzinfo=timezone.utc).timestamp())
 XID_AT = int(datetime(2026, 6, 1, 10, 41, 15, tzinfo=timezone.utc).timestamp())
 XID_NODE, XID_GPU, XID = "gpu-p02", 3, 79
 STEP = 15
+TARGETS = {"10.9.0.1": "gpu-p01", "10.9.0.2": "gpu-p02"}   # node_exporter scrape targets by IP
 
 
 def gpu_series(name: str, value_of) -> list[str]:
@@ -43,6 +48,15 @@ def main(out: str) -> None:
         ("node_infiniband_link_downed_total", "counter", "Number of times the link failed to recover.", [
             f'node_infiniband_link_downed_total{{instance="{node}:9100",device="mlx5_{d}",port="1"}} 0 {t}'
             for node in NODES for d in range(2) for t in range(START, END + 1, STEP)]),
+        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", [
+            f'DCGM_FI_DEV_POWER_USAGE{{kubernetes_node="{node}",gpu="{gpu}"}} 400 {t}'
+            for node in NODES for gpu in range(GPUS) for t in range(START, END + 1, STEP)]),
+        ("node_infiniband_port_errors_received_total", "counter", "Number of packets received with errors.", [
+            f'node_infiniband_port_errors_received_total{{instance="{ip}:9100",device="mlx5_0",port="1"}} 0 {t}'
+            for ip in TARGETS for t in range(START, END + 1, STEP)]),
+        ("node_uname_info", "gauge", "Labeled system information as provided by the uname system call.", [
+            f'node_uname_info{{instance="{ip}:9100",nodename="{node}.cluster.local",sysname="Linux"}} 1 {t}'
+            for ip, node in TARGETS.items() for t in range(START, END + 1, STEP)]),
     ]
     lines: list[str] = []
     for name, kind, help_text, series in families:

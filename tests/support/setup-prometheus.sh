@@ -8,9 +8,11 @@ URL=http://127.0.0.1:19090
 HERE=$(cd "$(dirname "$0")" && pwd)
 export DEBIAN_FRONTEND=noninteractive
 
-has_backfill() {
+has_backfill() {   # the latest family too: a server holding an older backfill is rebuilt
   curl -sf "$URL/api/v1/query?query=count(DCGM_FI_DEV_XID_ERRORS)&time=2026-06-01T10:00:00Z" 2>/dev/null |
-    grep -q '"value":\[[0-9.]*,"8"\]'
+    grep -q '"value":\[[0-9.]*,"8"\]' &&
+  curl -sf "$URL/api/v1/query?query=count(node_uname_info)&time=2026-06-01T10:00:00Z" 2>/dev/null |
+    grep -q '"value":\[[0-9.]*,"2"\]'
 }
 if curl -sf "$URL/-/ready" >/dev/null 2>&1 && has_backfill; then echo "prometheus already up"; exit 0; fi
 

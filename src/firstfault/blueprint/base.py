@@ -33,7 +33,11 @@ class Window:
         start = ctx.start_time or ctx.end_time
         end = ctx.end_time or datetime.now(timezone.utc)
         assert start is not None
-        return cls(start - margin, end + margin)
+        try:
+            return cls(start - margin, end + margin)
+        except OverflowError:
+            raise CollectorError(f"the workload's window ({start.isoformat()} to {end.isoformat()}) widened by "
+                                 f"{margin} falls off the calendar") from None
 
 
 @dataclass(frozen=True)

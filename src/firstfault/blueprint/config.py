@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from firstfault.errors import ConfigError
 from firstfault.timeinput import parse_duration
+
+T = TypeVar("T")
 
 KINDS = ("context", "logs", "metrics", "output", "attribution")
 OptionValue = str | list[str]
@@ -151,12 +153,20 @@ def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
         config.interval = parse_duration(doc.pop("interval"))
     if "collect_timeout" in doc:
         config.collect_timeout = parse_duration(doc.pop("collect_timeout"))
-    config.workers = int(doc.pop("workers", config.workers))
-    config.watch = bool(doc.pop("watch", config.watch))
-    config.force = bool(doc.pop("force", config.force))
+    config.workers = _typed(path, "workers", doc.pop("workers", config.workers), int)
+    config.watch = _typed(path, "watch", doc.pop("watch", config.watch), bool)
+    config.force = _typed(path, "force", doc.pop("force", config.force), bool)
     if doc:
         raise ConfigError(f"{path}: unknown settings {', '.join(sorted(doc))}")
     return config, configs
+
+
+def _typed(path: Path, key: str, value: Any, kind: type[T]) -> T:
+    """A setting of the config file, of exactly this TOML type (a bool is not an integer, "no" is not false)."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{path}: `{key}` must be {'an integer' if kind is int else 'true or false'}, "
+                          f"not {value!r}")
+    return value
 
 
 def _as_list(value: Any) -> list[Any]:

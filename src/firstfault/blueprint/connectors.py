@@ -22,7 +22,7 @@ from firstfault.blueprint.collectors.k8s import PodLogsCollector
 from firstfault.blueprint.collectors.loki import LokiCollector
 from firstfault.blueprint.collectors.promql import PromqlCollector
 from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec
-from firstfault.blueprint.contexts.kueue import KueueContexts
+from firstfault.blueprint.contexts.kueue import KueueContexts, KueueRecords
 from firstfault.blueprint.contexts.slurm import SlurmContexts
 from firstfault.blueprint.contexts.static import StaticContexts, StaticEvidence
 from firstfault.blueprint.options import (
@@ -33,8 +33,10 @@ from firstfault.blueprint.options import (
     parse_options,
     render_table,
 )
+from firstfault.blueprint.outputs.alertmanager import AlertmanagerOutput
 from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
+from firstfault.blueprint.outputs.webhook import WebhookOutput
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
 from firstfault.errors import ConfigError
@@ -46,6 +48,7 @@ class Output(Protocol):
 
     def already_attributed(self, ctx: ExecutionContext) -> bool: ...
     def write(self, result: AttributionBlueprintResult) -> None: ...
+    def flush(self) -> None: ...   # the end of a discovery pass: deliver what is still owed
     def close(self) -> None: ...
 
 
@@ -56,7 +59,8 @@ COLLECTORS: dict[tuple[str, str], Any] = {
     ("logs", "k8s"): PodLogsCollector,
     ("metrics", "promql"): PromqlCollector,
 }
-OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput}
+OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput, "alertmanager": AlertmanagerOutput,
+                           "webhook": WebhookOutput}
 
 
 @dataclass
@@ -109,6 +113,9 @@ def build_plan(config: BlueprintConfig) -> Plan:
         contexts.append(cls(spec))
     if any(isinstance(c, StaticContexts) for c in contexts):
         collectors.append(StaticEvidence())
+        timeouts.append(run_timeout)
+    if any(isinstance(c, KueueContexts) for c in contexts):
+        collectors.append(KueueRecords())
         timeouts.append(run_timeout)
     for spec in config.of_kind("logs") + config.of_kind("metrics"):
         cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)

@@ -75,8 +75,11 @@ class HttpOptions(Options):
     url: str | None = option(None, "the base URL", required=True)
     tenant: str | None = option(None, "sent as `X-Scope-OrgID` (multi-tenant Loki, Mimir)")
     token: str | None = option(None, "bearer token")
-    timeout: timedelta = option(timedelta(seconds=30), "per request")
+    timeout: timedelta = option(timedelta(seconds=30), "the whole of one request (connecting, sending, the "
+                                                       "answer): a server that trickles is cut at it")
     retries: int = option(4, "retries on connection errors, 429 and 5xx, with exponential backoff")
+    max_answer: int = option(64, "the largest answer read, in MiB (decoded); a larger one is abandoned and the "
+                                 "collector reports an `error` (what it delivered before is kept)")
 
 
 @dataclass(frozen=True)

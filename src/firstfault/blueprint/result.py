@@ -12,6 +12,12 @@ from firstfault.engine import Attribution, ExecutionContext
 
 RESULT_SCHEMA_VERSION = "1.0"
 ReportStatus = Literal["ok", "empty", "error"]
+# How an attribution run is stored: `ok`; `partial` (attributed, but evidence was lost or set aside: a collector
+# failed, or the engine could not use a file or a line - the diagnosis's `coverage.issues` say what; a later run
+# attributes it again) or `error` (not attributed at all).
+RunStatus = Literal["ok", "partial", "error"]
+# The largest row id (and integer) SQLite stores: a run id beyond it names no run.
+MAX_ROW_ID = 2**63 - 1
 Mode = Literal["embedded", "service"]
 
 
@@ -58,8 +64,24 @@ class AttributionBlueprintResult(BaseModel):
     def failed_connectors(self) -> list[ConnectorReport]:
         return [r for r in self.connector_reports if r.status == "error"]
 
+    def status(self) -> RunStatus:
+        if self.diagnosis is None:
+            return "error"
+        return "partial" if self.diagnosis.coverage.issues else "ok"
+
+
+# The attempts with their latest run (a view every migration that rebuilds `attribution_runs` recreates).
+_LATEST_VIEW = """
+CREATE VIEW latest_attributions AS
+SELECT a.id AS attempt_id, a.workload_id, a.attempt, a.scheduler, a.job_id, a.name, a.start_time, a.end_time,
+       a.scheduler_state, a.exit_code, a.nodes_json, r.id AS run_id, r.attributed_at, r.status, r.error, r.mode,
+       r.catalog_hash, r.terminal_state, r.outcome, r.sub_domain, r.root_symptom, r.root_node,
+       r.culprit_nodes_json, r.failed_connectors, r.total_s
+FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id;
+"""
 
 # The results database, versioned: each entry is (version, what it adds, SQL). `SCHEMA_VERSION` is the newest.
+# They run with foreign keys off (a table rebuild drops the table the others refer to; outputs/sqlite.py).
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "workload attempts, attribution runs, run nodes, connector reports", """
 CREATE TABLE workload_attempts (
@@ -129,12 +151,40 @@ CREATE TABLE connector_reports (
 CREATE INDEX connector_reports_run ON connector_reports(run_id);
 CREATE INDEX connector_reports_status ON connector_reports(status, connector);
 
-CREATE VIEW latest_attributions AS
-SELECT a.id AS attempt_id, a.workload_id, a.attempt, a.scheduler, a.job_id, a.name, a.start_time, a.end_time,
-       a.scheduler_state, a.exit_code, a.nodes_json, r.id AS run_id, r.attributed_at, r.status, r.error, r.mode,
-       r.catalog_hash, r.terminal_state, r.outcome, r.sub_domain, r.root_symptom, r.root_node,
-       r.culprit_nodes_json, r.failed_connectors, r.total_s
-FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id;
-"""),
+""" + _LATEST_VIEW),
+    (2, "attribution runs may be `partial`: attributed while evidence was lost or set aside (attributed again)",
+     """
+DROP VIEW latest_attributions;
+CREATE TABLE attribution_runs_v2 (
+    id                      INTEGER PRIMARY KEY,
+    attempt_id              INTEGER NOT NULL REFERENCES workload_attempts(id),
+    attributed_at           TEXT NOT NULL,
+    status                  TEXT NOT NULL CHECK (status IN ('ok', 'partial', 'error')),
+    error                   TEXT,
+    mode                    TEXT NOT NULL,
+    catalog_hash            TEXT NOT NULL,
+    terminal_state          TEXT,
+    outcome                 TEXT,
+    sub_domain              TEXT,
+    root_symptom            TEXT,
+    root_node               TEXT,
+    culprit_nodes_json      TEXT NOT NULL,
+    failed_connectors       INTEGER NOT NULL,
+    collect_s               REAL NOT NULL,
+    attribute_s             REAL NOT NULL,
+    total_s                 REAL NOT NULL,
+    connector_reports_json  TEXT NOT NULL,
+    result_json             TEXT NOT NULL
+);
+INSERT INTO attribution_runs_v2 SELECT * FROM attribution_runs;
+UPDATE attribution_runs_v2 SET status = 'partial' WHERE status = 'ok' AND (failed_connectors > 0
+    OR json_array_length(result_json, '$.diagnosis.coverage.issues') > 0);
+DROP TABLE attribution_runs;
+ALTER TABLE attribution_runs_v2 RENAME TO attribution_runs;
+CREATE INDEX attribution_runs_attempt ON attribution_runs(attempt_id, id);
+CREATE INDEX attribution_runs_time ON attribution_runs(attributed_at);
+CREATE INDEX attribution_runs_outcome ON attribution_runs(outcome, attributed_at);
+CREATE INDEX attribution_runs_sub_domain ON attribution_runs(sub_domain, attributed_at);
+""" + _LATEST_VIEW),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

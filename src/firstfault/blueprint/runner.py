@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -110,7 +111,7 @@ class Runner:
                         reports.append(_run_collector(collector, ctx, session.add,
                                                       timeout or self.config.collect_timeout.total_seconds()))
                 collect_s = time.monotonic() - started
-                diagnosis = session.attribute()
+                diagnosis = with_gaps(session.attribute(), reports)
                 attribute_s = time.monotonic() - started - collect_s
             finally:
                 session.close()
@@ -158,7 +159,14 @@ class Runner:
         for ctx, connector in found:
             if _key(ctx) in self.done:
                 continue
-            if not self.config.force and any(o.already_attributed(ctx) for o in self.plan.outputs):
+            try:
+                attributed = not self.config.force and any(o.already_attributed(ctx) for o in self.plan.outputs)
+            except Exception as exc:  # noqa: BLE001 - a workload the outputs cannot look up fails alone
+                self.summary.failed += 1
+                self.summary.problem(f"workload {ctx.workload_id} attempt {ctx.attempt}: cannot be looked up in "
+                                     f"the outputs: {_describe(exc)}")
+                continue
+            if attributed:
                 self.summary.skipped += 1
                 self.done[_key(ctx)] = index.get(id(connector), -1)
                 continue
@@ -199,6 +207,7 @@ class Runner:
                         self.done[_key(result.context)] = index.get(id(connector), -1)
                     advance(result.context.workload_id)
                 start_more()
+        self._flush()
         return processed
 
     def watch(self, cycles: int | None = None, sleep: Callable[[float], None] | None = None) -> None:
@@ -250,6 +259,14 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - an output failing must not lose the other outputs
                 self.summary.problem(f"output {output.label}: {_describe(exc)}")
 
+    def _flush(self) -> None:
+        """The end of a pass: outputs deliver what they still owe (a failed or due alert delivery)."""
+        for output in self.plan.outputs:
+            try:
+                output.flush()
+            except Exception as exc:  # noqa: BLE001 - reported like a failed write
+                self.summary.problem(f"output {output.label}: {_describe(exc)}")
+
     @contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[str], None]]:
         if not self.show_progress or total == 0:
@@ -272,9 +289,9 @@ class Runner:
                 table.add_row(name, str(count))
             self.console.print(table)
         for name, count in sorted(s.collector_errors.items()):
-            self.console.print(f"[yellow]collector error[/yellow] {name}: {count} workload(s)")
+            self.console.print(f"[yellow]collector error[/yellow] {escape(name)}: {count} workload(s)")
         for problem in s.problems:
-            self.console.print(f"[red]problem[/red] {problem}", markup=True, highlight=False)
+            self.console.print(f"[red]problem[/red] {escape(problem)}", markup=True, highlight=False)
         if s.problem_count > len(s.problems):
             self.console.print(f"{s.problem_count} problems in all; the last {len(s.problems)} are shown")
 
@@ -386,16 +403,24 @@ def within(batches: Iterable[Batch], timeout: float, label: str) -> Iterator[Bat
 
 def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..., None],
                    timeout: float | None = None) -> ConnectorReport:
-    """Run one collector into the session; its failure becomes its report (a backend failure propagates)."""
+    """Run one collector into the session; its failure becomes its report (a backend failure propagates).
+
+    A batch the engine or the service refuses is lost alone: the collector's other batches (other files, other
+    nodes) still go in, and the report is an `error` naming the batch's origin and the reason."""
     started = time.monotonic()
     count = 0
     nodes: set[str] = set()
+    refused: list[str] = []
     status: ReportStatus = "ok"
     reason = ""
     try:
         batches = collector.collect(ctx)
         for batch in (within(batches, timeout, collector.label) if timeout else batches):
-            add(batch)
+            try:
+                add(batch)
+            except CollectorError as exc:
+                refused.append(f"{batch.origin}: {exc}")
+                continue
             count += batch.count()
             nodes |= batch.nodes()
         if count == 0:
@@ -408,9 +433,24 @@ def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..
         status, reason = "error", str(exc)
     except Exception as exc:  # noqa: BLE001 - one collector failing never stops the run or the others
         status, reason = "error", _describe(exc)
+    if refused:
+        also = reason if status == "error" else ""
+        status = "error"
+        reason = "; ".join(filter(None, [f"{len(refused)} batch(es) refused: {'; '.join(refused[:3])}", also]))
     return ConnectorReport(connector=collector.label, kind=collector.kind, status=status, reason=reason,
                            observation_count=count, nodes=sorted(nodes),
                            seconds=round(time.monotonic() - started, 4))
+
+
+def with_gaps(diagnosis: Attribution, reports: list[ConnectorReport]) -> Attribution:
+    """The diagnosis marked partial when a collector failed to deliver evidence: each failure (its connector
+    and reason, which names the file or request) becomes a coverage issue. Unchanged when none failed."""
+    gaps = [f"{r.kind} {r.connector}: {r.reason}" for r in reports if r.status == "error"]
+    if not gaps:
+        return diagnosis
+    coverage = diagnosis.coverage.model_copy(update={"partial": True,
+                                                     "issues": [*diagnosis.coverage.issues, *gaps]})
+    return diagnosis.model_copy(update={"coverage": coverage})
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,9 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable
-
-from rich.console import Console
-from rich.markup import escape
+from importlib.metadata import version
 
 from firstfault.errors import FirstfaultError
 
@@ -30,6 +28,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="firstfault",
         description="Say why a distributed GPU workload failed: the fault that began it and the node it began on.")
+    parser.add_argument("--version", action="version", version=f"firstfault {version('firstfault')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     parts = _PART_COMMANDS[:1] if command in _ENGINE_COMMANDS else _PART_COMMANDS
@@ -41,6 +40,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--version"]:   # answered before any part of the package is imported
+        print(f"firstfault {version('firstfault')}")
+        return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def error(message: str) -> int:
     """Print a one-line error for people (no traceback) and return the CLI's error exit status."""
+    from rich.console import Console  # imported here: a command that succeeds does not pay for it
+    from rich.markup import escape
+
     Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
     return 2
 

@@ -18,7 +18,9 @@ from urllib.parse import quote
 from rich.console import Console
 
 from firstfault.cli import error
-from firstfault.errors import DatabaseError
+from firstfault.dashboard.db import RepeatPolicy
+from firstfault.errors import ConfigError, DatabaseError
+from firstfault.timeinput import parse_duration
 
 DEFAULT_PORT = 8080
 QUICKSTART_DB = Path(".firstfault") / "quickstart.db"
@@ -32,6 +34,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--db", type=Path, default=_env_path("FIRSTFAULT_SQLITE_PATH"), metavar="FILE",
                    help="the results database (default: $FIRSTFAULT_SQLITE_PATH)")
     _server_options(p)
+    _repeat_options(p)
     p.set_defaults(func=cmd_dashboard)
 
     q = sub.add_parser("quickstart", help="attribute the bundled samples into SQLite and open the dashboard",
@@ -42,6 +45,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    help=f"the database to write (default: {QUICKSTART_DB}; attempts already in it are kept)")
     q.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     _server_options(q)
+    _repeat_options(q)
     q.set_defaults(func=cmd_quickstart)
 
 
@@ -56,6 +60,20 @@ def _server_options(p: argparse.ArgumentParser) -> None:
                         "400 (DNS rebinding). Default: $FIRSTFAULT_ALLOWED_HOSTS, else the loopback names and --host")
 
 
+def _repeat_options(p: argparse.ArgumentParser) -> None:
+    default = RepeatPolicy()
+    p.add_argument("--repeat-workloads", type=int, default=default.workloads, metavar="N",
+                   help=f"a node is a repeat offender when it was the culprit of at least N distinct failed workloads "
+                        f"within the window (default {default.workloads}; attempts of one workload count once)")
+    p.add_argument("--repeat-window", default=f"{default.window.days}d", metavar="DURATION",
+                   help=f"the repeat-offender window, e.g. 24h, 7d, 2w (default {default.window.days}d)")
+
+
+def _repeat_policy(args: argparse.Namespace) -> RepeatPolicy:
+    """ConfigError when the options do not make a policy."""
+    return RepeatPolicy(args.repeat_workloads, parse_duration(args.repeat_window))
+
+
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value) if value else None
@@ -65,9 +83,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.db is None:
         return error("give the results database: --db FILE (or set FIRSTFAULT_SQLITE_PATH)")
     try:
-        app = _app(args.db, args)
+        app = _app(args.db, _repeat_policy(args), args)
         sock = _bind(args.host, args.port)
-    except (DatabaseError, OSError) as exc:
+    except (DatabaseError, ConfigError, OSError) as exc:
         return error(str(exc))
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     url = _url(args.host, sock.getsockname()[1])
@@ -80,8 +98,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     db_path: Path = args.db.expanduser()
     try:
+        repeat = _repeat_policy(args)
         sock = _bind(args.host, args.port)  # before the work: a busy port fails at once
-    except OSError as exc:
+    except (ConfigError, OSError) as exc:
         return error(str(exc))
     console.print("[bold]firstfault quickstart[/bold]: attributing the bundled samples (in-process Blueprint) …")
     started = time.monotonic()
@@ -90,7 +109,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         sock.close()
         return code
     try:
-        app = _app(db_path, args)
+        app = _app(db_path, repeat, args)
     except DatabaseError as exc:
         sock.close()
         return error(str(exc))
@@ -150,11 +169,11 @@ def _attribute_samples(db_path: Path, console: Console) -> int:
     return 0
 
 
-def _app(db_path: Path, args: argparse.Namespace) -> Any:
+def _app(db_path: Path, repeat: RepeatPolicy, args: argparse.Namespace) -> Any:
     from firstfault.dashboard.app import create_app
     from firstfault.service.settings import trusted_hosts
 
-    return create_app(db_path, allowed_hosts=trusted_hosts(args.host, args.allowed_hosts))
+    return create_app(db_path, repeat=repeat, allowed_hosts=trusted_hosts(args.host, args.allowed_hosts))
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -44,7 +44,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         return error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
     zones = tuple(parse_timezone_option(text) for text in args.timezone)
-    engine = _engine(Params(source_timezones=zones) if zones else None)
+    params = Params(source_timezones=zones, max_decompressed_bytes=args.max_decompressed_mib * 1024 * 1024)
+    engine = _engine(None if params == Params() else params)
     timings = Timings()
     result = engine.analyze_path(path, workers=args.workers, timings=timings)
     with timings.phase("output"):
@@ -63,16 +64,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers(text: str) -> int:
-    if text == "auto":
-        return 0
+def _at_least_one(text: str, wanted: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError("an integer >= 1, or auto") from None
+        raise argparse.ArgumentTypeError(wanted) from None
     if value < 1:
-        raise argparse.ArgumentTypeError("an integer >= 1, or auto")
+        raise argparse.ArgumentTypeError(wanted)
     return value
+
+
+def _mebibytes(text: str) -> int:
+    return _at_least_one(text, "a whole number of MiB >= 1")
+
+
+def _workers(text: str) -> int:
+    return 0 if text == "auto" else _at_least_one(text, "an integer >= 1, or auto")
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
@@ -255,6 +262,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    help="read the zone-less stamps of a node's source as local time of ZONE (an IANA name; NODE or "
                         "SOURCE may be *), e.g. '*:syslog=Asia/Singapore'; repeatable. Without it, a stream that fits "
                         "the workload's window only at one whole-hour offset is read at that offset")
+    p.add_argument("--max-decompressed-mib", type=_mebibytes, default=Params().max_decompressed_bytes // 1024**2,
+                   metavar="MIB", help="read a .gz evidence file up to this many decompressed MiB (default %(default)s, "
+                                       "8 GiB); past it the rest is skipped and the result says it is partial")
     p.add_argument("--timings", type=Path, default=None, metavar="FILE",
                    help="write where the time went (seconds per phase, bytes, lines) as JSON to FILE ('-': stderr)")
     p.set_defaults(func=cmd_analyze)

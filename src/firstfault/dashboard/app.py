@@ -25,9 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from firstfault import __version__
-from firstfault.blueprint.result import AttributionBlueprintResult
+from firstfault.blueprint.result import MAX_ROW_ID, AttributionBlueprintResult
 from firstfault.dashboard import filters, views
-from firstfault.dashboard.db import NOT_ATTRIBUTED, ResultsDB, node_href, since_for, workload_href
+from firstfault.dashboard.db import NOT_ATTRIBUTED, RepeatPolicy, ResultsDB, node_href, since_for, workload_href
 from firstfault.dashboard.filters import BadRequest
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.errors import CatalogError
@@ -73,11 +73,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: Sequence[str]) -> FastAPI:
-    """The dashboard over one results database (checked now: a bad file fails here, not at the first page).
-    It answers only requests whose Host header names one of `allowed_hosts` (400 otherwise), so a page of another
-    site cannot reach it through DNS rebinding."""
-    results = ResultsDB(db_path)
+def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPolicy | None = None, *,
+               allowed_hosts: Sequence[str]) -> FastAPI:
+    """The dashboard over one results database (checked now: a bad file fails here, not at the first page);
+    `repeat` says when a node is a repeat offender (default: RepeatPolicy()). It answers only requests whose Host
+    header names one of `allowed_hosts` (400 otherwise), so a page of another site cannot reach it through DNS
+    rebinding."""
+    results = ResultsDB(db_path, repeat)
     if catalog is None:
         try:
             catalog = load_catalog()
@@ -91,7 +93,8 @@ def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: 
 
     def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         info = results.info()
-        html = env.get_template(template).render(request_path=request.url.path, db=info, **context)
+        html = env.get_template(template).render(request_path=request.url.path, db=info, repeat=results.repeat,
+                                                 **context)
         return HTMLResponse(html, status_code=status_code)
 
     @app.middleware("http")
@@ -180,7 +183,8 @@ def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: 
             return link(sort=column, order=order, page=1)
 
         return page(request, "workloads.html", f=f, raw=raw, listing=listing, link=link, sort_link=sort_link,
-                    active=bool(f.terminal_state or f.outcome or f.sub_domain or f.node or f.since or f.until or f.q))
+                    active=bool(f.terminal_state or f.outcome or f.sub_domain or f.node or f.since or f.until or f.q
+                                or f.failed))
 
     @app.get("/workload", response_class=HTMLResponse)
     def workload(request: Request) -> HTMLResponse:
@@ -205,6 +209,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: 
         inline_json = len(detail.result_json) <= MAX_INLINE_JSON
         return page(request, "workload.html", detail=detail, row=detail.row, result=parsed, d=d,
                     parse_error=parse_error, headline=views.headline(d) if d else None,
+                    gaps=views.evidence_gaps(parsed) if parsed else [],
                     timeline=views.timeline(d) if d else None,
                     symptom_rows=views.symptom_order(d)[:MAX_ROWS] if d else [], max_rows=MAX_ROWS,
                     pretty_json=(json.dumps(detail.result, indent=2, ensure_ascii=False) if detail.result
@@ -212,7 +217,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None, *, allowed_hosts: 
 
     @app.get("/runs/{run_id}.json")
     def run_json(run_id: int) -> Response:
-        found = results.run_json(run_id)
+        found = results.run_json(run_id) if -MAX_ROW_ID <= run_id <= MAX_ROW_ID else None
         if found is None:
             raise NotFound(f"No attribution run {run_id}.")
         body, workload_id, attempt = found

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from firstfault.blueprint.result import SCHEMA_VERSION
-from firstfault.errors import DatabaseError
+from firstfault.errors import ConfigError, DatabaseError
 
 # What a list can be sorted by: the name used in URLs -> the SQL expression (never taken from the request).
 SORT_COLUMNS: dict[str, str] = {
@@ -37,6 +38,51 @@ _REQUIRED_TABLES = {"workload_attempts", "attribution_runs", "run_nodes", "conne
 
 
 @dataclass(frozen=True)
+class RepeatPolicy:
+    """When a node is a repeat offender: the culprit of at least `workloads` distinct failed workloads (the
+    attempts of one workload - a requeue, a retry - count once) whose ends fall within one `window`."""
+
+    workloads: int = 3
+    window: timedelta = timedelta(days=7)
+
+    def __post_init__(self) -> None:
+        if self.workloads < 2:
+            raise ConfigError(f"a repeat offender is the culprit of at least 2 workloads (got {self.workloads})")
+        if self.window <= timedelta(0):
+            raise ConfigError("the repeat-offender window must be longer than zero")
+
+
+@dataclass(frozen=True)
+class RepeatOffence:
+    """The densest window of a node's culprit record: how many distinct workloads it was blamed for in it, and
+    when the first and the last of them ended."""
+
+    workloads: int
+    first: datetime
+    last: datetime
+
+
+def densest_window(events: list[tuple[datetime, str]], window: timedelta) -> RepeatOffence | None:
+    """The window of length `window` holding the most distinct workloads of (end time, workload id) events
+    (the latest such window on a tie); None without events."""
+    ordered = sorted(events)
+    inside: Counter[str] = Counter()
+    best: RepeatOffence | None = None
+    start = 0
+    for end_time, workload in ordered:
+        inside[workload] += 1
+        while end_time - ordered[start][0] > window:
+            gone = ordered[start][1]
+            inside[gone] -= 1
+            if not inside[gone]:
+                del inside[gone]
+            start += 1
+        if best is None or len(inside) >= best.workloads:
+            best = RepeatOffence(len(inside), ordered[start][0], end_time)
+    return best
+
+
+@dataclass(frozen=True)
 class WorkloadFilters:
     """A validated workload query (see filters.py for how it is parsed from a request)."""
 
@@ -48,6 +94,7 @@ class WorkloadFilters:
     since: datetime | None = None
     until: datetime | None = None
     q: str | None = None
+    failed: bool = False   # only failures (an outcome other than Pass)
     sort: str = "time"
     order: str = "desc"
     page: int = 1
@@ -134,6 +181,7 @@ class NodeStats:
     symptom_by_sub_domain: list[Count]
     culprit_root_symptoms: list[Count]
     last_culprit_time: str | None
+    repeat: RepeatOffence | None = None   # set when the node is a repeat offender
 
 
 @dataclass(frozen=True)
@@ -143,6 +191,7 @@ class NodeRank:
     symptom: int
     last_time: str | None
     sub_domains: list[Count] = field(default_factory=list)
+    repeat: RepeatOffence | None = None   # set when the node is a repeat offender
 
 
 @dataclass(frozen=True)
@@ -259,6 +308,8 @@ _LATEST = "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id
 # the nodes (and the connector reports) of the latest run of each attempt
 _NODES = ("run_nodes n JOIN attribution_runs r ON r.id = n.run_id "
           "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
+# a failure: the latest run names an outcome other than Pass (node history and culprit counts read only these)
+_FAILED = "r.outcome IS NOT NULL AND r.outcome != 'Pass'"
 _REPORTS = ("connector_reports c JOIN attribution_runs r ON r.id = c.run_id "
             "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
 
@@ -310,6 +361,8 @@ def _where(f: WorkloadFilters) -> tuple[str, list[Any]]:
     if f.until:
         clauses.append("a.end_time < ?")
         params.append(iso(f.until))
+    if f.failed:
+        clauses.append(_FAILED)
     if f.q:
         like = f"%{_escape_like(f.q)}%"
         clauses.append("(a.workload_id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\' OR a.job_id LIKE ? ESCAPE '\\' "
@@ -321,8 +374,9 @@ def _where(f: WorkloadFilters) -> tuple[str, list[Any]]:
 class ResultsDB:
     """Typed read-only queries. One connection per thread (FastAPI runs sync routes in a thread pool)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, repeat: RepeatPolicy | None = None) -> None:
         self.path = path
+        self.repeat = repeat or RepeatPolicy()
         self.schema_version = check_database(path)
         self._local = threading.local()
         self._cache: dict[str, tuple[int, Any]] = {}
@@ -443,10 +497,12 @@ class ResultsDB:
         return (row[0], row[1], int(row[2])) if row else None
 
     def node(self, node: str, page: int = 1, per_page: int = 50) -> tuple[NodeStats, Page] | None:
+        repeat = self.repeat_offence(node)
         with self._read() as db:
+            # every workload it ran; as culprit or with symptoms, only the failures
             counts = dict(db.execute(
-                f"SELECT n.role, COUNT(*) FROM {_NODES} "
-                "WHERE n.node = ? GROUP BY n.role", (node,)).fetchall())
+                f"SELECT n.role, COUNT(*) FROM {_NODES} WHERE n.node = ? AND (n.role = 'allocated' OR {_FAILED}) "
+                "GROUP BY n.role", (node,)).fetchall())
             if not counts:
                 known = db.execute("SELECT 1 FROM run_nodes WHERE node = ? LIMIT 1", (node,)).fetchone()
                 if known is None:
@@ -455,15 +511,15 @@ class ResultsDB:
             def by(role: str, column: str) -> list[Count]:
                 return [Count(k or "", c) for k, c in db.execute(
                     f"SELECT {column}, COUNT(*) FROM {_NODES} "
-                    f"WHERE n.node = ? AND n.role = ? GROUP BY 1 ORDER BY 2 DESC, 1", (node, role))]
+                    f"WHERE n.node = ? AND n.role = ? AND {_FAILED} GROUP BY 1 ORDER BY 2 DESC, 1", (node, role))]
 
             last = db.execute(f"SELECT MAX(a.end_time) FROM {_NODES} "
-                              "WHERE n.node = ? AND n.role = 'culprit'", (node,)).fetchone()[0]
+                              f"WHERE n.node = ? AND n.role = 'culprit' AND {_FAILED}", (node,)).fetchone()[0]
             stats = NodeStats(node, counts.get("allocated", 0), counts.get("culprit", 0), counts.get("symptom", 0),
                               by("culprit", "r.sub_domain"), by("symptom", "r.sub_domain"),
-                              by("culprit", "r.root_symptom"), last)
+                              by("culprit", "r.root_symptom"), last, repeat)
             involved = ("FROM " + _NODES + " "
-                        "WHERE n.node = ? AND n.role IN ('culprit', 'symptom')")
+                        f"WHERE n.node = ? AND n.role IN ('culprit', 'symptom') AND {_FAILED}")
             total = db.execute(f"SELECT COUNT(DISTINCT r.id) {involved}", (node,)).fetchone()[0]
             rows = db.execute(
                 f"SELECT {_ROW_COLUMNS}, GROUP_CONCAT(n.role) {involved} GROUP BY r.id "
@@ -472,22 +528,49 @@ class ResultsDB:
         page_rows = [_row(r[:21], tuple(sorted(set(str(r[21]).split(","))))) for r in rows]
         return stats, Page(page_rows, total, page, per_page)
 
+    def repeat_offenders(self) -> dict[str, RepeatOffence]:
+        """The repeat offenders under this database's RepeatPolicy, by node."""
+        return self._cached("repeat", self._offences)  # type: ignore[no-any-return]
+
+    def repeat_offence(self, node: str) -> RepeatOffence | None:
+        """One node's RepeatOffence when it is a repeat offender (through the node index: a node page stays cheap)."""
+        return self._offences(node).get(node)
+
+    def _offences(self, node: str | None = None) -> dict[str, RepeatOffence]:
+        """The repeat offenders among every node, or one node."""
+        events: dict[str, list[tuple[datetime, str]]] = {}
+        only, params = (" AND n.node = ?", (node,)) if node is not None else ("", ())
+        with self._read() as db:
+            for culprit, workload, end in db.execute(
+                    f"SELECT n.node, a.workload_id, a.end_time FROM {_NODES} WHERE n.role = 'culprit'{only} AND "
+                    f"{_FAILED} AND a.end_time IS NOT NULL", params):
+                try:
+                    ended = datetime.fromisoformat(end)
+                except (TypeError, ValueError):   # a time the Blueprint did not write: not placed in a window
+                    continue
+                ended = ended if ended.tzinfo else ended.replace(tzinfo=UTC)
+                events.setdefault(str(culprit), []).append((ended, str(workload)))
+        found = {n: densest_window(e, self.repeat.window) for n, e in events.items()}
+        return {n: o for n, o in found.items() if o is not None and o.workloads >= self.repeat.workloads}
+
     def node_ranking(self, q: str | None = None, limit: int = 200) -> list[NodeRank]:
-        """Nodes that were a culprit or showed symptoms, most often blamed first."""
+        """Nodes that were a culprit or showed symptoms in failed workloads, most often blamed first."""
         def compute() -> list[NodeRank]:
             counts: dict[str, list[Any]] = {}
             with self._read() as db:
                 for node, count, when in db.execute(
                         f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {_LATEST}, json_each(r.culprit_nodes_json) j "
-                        "WHERE r.culprit_nodes_json != '[]' GROUP BY 1"):
+                        f"WHERE r.culprit_nodes_json != '[]' AND {_FAILED} GROUP BY 1"):
                     counts[str(node)] = [count, 0, when]
                 for node, count, when in db.execute(
-                        f"SELECT n.node, COUNT(*), MAX(a.end_time) FROM {_NODES} WHERE n.role = 'symptom' GROUP BY 1"):
+                        f"SELECT n.node, COUNT(*), MAX(a.end_time) FROM {_NODES} WHERE n.role = 'symptom' AND {_FAILED} "
+                        "GROUP BY 1"):
                     entry = counts.setdefault(str(node), [0, 0, None])
                     entry[1] = count
                     entry[2] = max(filter(None, (entry[2], when)), default=None)
             ranked = sorted(counts.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
-            return [NodeRank(n, c, s, t) for n, (c, s, t) in ranked]
+            offenders = self.repeat_offenders()
+            return [NodeRank(n, c, s, t, repeat=offenders.get(n)) for n, (c, s, t) in ranked]
 
         ranking: list[NodeRank] = self._cached("node_ranking", compute)
         if q:
@@ -501,6 +584,7 @@ class ResultsDB:
     def _overview(self, since: datetime | None, max_buckets: int) -> Overview:
         where, params = ("WHERE a.end_time >= ?", [iso(since)]) if since else ("", [])
         also = " AND" if where else " WHERE"
+        offenders = self.repeat_offenders()
         with self._read() as db:
             first, last = db.execute(
                 "SELECT MIN(end_time), MAX(end_time) FROM workload_attempts WHERE latest_run_id IS NOT NULL"
@@ -529,13 +613,14 @@ class ResultsDB:
             last_blamed: dict[str, str] = {}
             for node, sub, count, when in db.execute(
                     f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {_LATEST}, "
-                    f"json_each(r.culprit_nodes_json) j {where}{also} r.culprit_nodes_json != '[]' GROUP BY 1, 2",
-                    params):
+                    f"json_each(r.culprit_nodes_json) j {where}{also} r.culprit_nodes_json != '[]' AND {_FAILED} "
+                    "GROUP BY 1, 2", params):
                 blamed.setdefault(str(node), {})[sub or ""] = count
                 last_blamed[str(node)] = max(last_blamed.get(str(node), ""), when or "")
             ranked = sorted(blamed, key=lambda n: (-sum(blamed[n].values()), -_epoch(last_blamed[n]), n))
             top_culprits = [NodeRank(n, sum(blamed[n].values()), 0, last_blamed[n] or None,
-                                     [Count(k, c) for k, c in sorted(blamed[n].items(), key=lambda kv: -kv[1])])
+                                     [Count(k, c) for k, c in sorted(blamed[n].items(), key=lambda kv: -kv[1])],
+                                     offenders.get(n))
                             for n in ranked[:10]]
             top_roots = [Count(k, c) for k, c in db.execute(
                 f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} {where}{also} r.root_symptom IS NOT NULL "
@@ -570,9 +655,9 @@ class ResultsDB:
 
     def _rule_counts(self, sample: int) -> tuple[dict[str, int], int, int]:
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status = 'ok'").fetchone()[0]
+            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status != 'error'").fetchone()[0]
             rows = db.execute(
-                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status = 'ok'
+                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status != 'error'
                                     ORDER BY r.attributed_at DESC LIMIT ?)
                 SELECT name, COUNT(DISTINCT id) FROM (
                     SELECT recent.id, json_extract(t.value, '$.rule') AS name

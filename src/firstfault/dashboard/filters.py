@@ -89,7 +89,7 @@ def workload_filters(params: Mapping[str, str]) -> WorkloadFilters:
         outcome=_choice(params, "outcome", OUTCOMES),
         sub_domain=_choice(params, "sub_domain", SUB_DOMAINS),
         node=node, role=role, since=since, until=until,
-        q=_text(params, "q", 200),
+        q=_text(params, "q", 200), failed=_choice(params, "failed", ("0", "1")) == "1",
         sort=_choice(params, "sort", list(SORT_COLUMNS)) or "time",
         order=_choice(params, "order", ("asc", "desc")) or "desc",
         page=integer(params, "page", 1, 1), per_page=per_page)
@@ -111,6 +111,7 @@ def query_string(f: WorkloadFilters, raw: Mapping[str, str], **changes: object) 
     pairs = {"state": g.terminal_state, "outcome": g.outcome, "sub_domain": g.sub_domain, "node": g.node,
              "role": g.role, "from": raw.get("from") if "since" not in changes else _iso(g.since),
              "to": raw.get("to") if "until" not in changes else _iso(g.until), "q": g.q,
+             "failed": "1" if g.failed else None,
              "sort": g.sort if g.sort != "time" else None, "order": g.order if g.order != "desc" else None,
              "page": g.page if g.page != 1 else None, "per_page": g.per_page if g.per_page != 50 else None}
     return urlencode({k: v for k, v in pairs.items() if v not in (None, "")})

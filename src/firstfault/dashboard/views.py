@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.dashboard.db import Bucket, node_href
 from firstfault.engine.model import Attribution, SymptomView
 
@@ -81,7 +82,7 @@ def fmt_duration(seconds: float) -> str:
     hours, minutes = divmod(minutes, 60)
     if hours < 48:
         return f"{hours}h {minutes:02d}m"
-    return f"{hours // 24}d {hours % 24}h"
+    return f"{hours // 24}d {hours % 24}h" if hours % 24 else f"{hours // 24}d"
 
 
 # -- the headline -------------------------------------------------------------------------------------------
@@ -159,6 +160,51 @@ def symptom_order(d: Attribution) -> list[tuple[int, SymptomView]]:
     rank = {"root": 0, "bad": 1, "demoted": 2, "interesting": 2, "context": 3}
     never = datetime.max.replace(tzinfo=UTC)
     return sorted(enumerate(d.symptoms), key=lambda p: (rank[_kind(p[1], root_key)], p[1].first_time or never, p[0]))
+
+
+# -- incomplete evidence ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvidenceGap:
+    """Evidence a collector delivered less of than it should have (the workload page's warning lists them)."""
+
+    kind: str                        # the collector's kind (`logs`, `metrics`), or `engine` for what it could not read
+    connector: str
+    status: str                      # error | empty | partial (or another status a connector reports)
+    reason: str
+    nodes: tuple[str, ...] = ()      # the allocated nodes it delivered nothing for
+
+
+# Coverage issues the engine derives from which nodes had evidence at all. They are not a collector's shortfall:
+# a job's stdout is one file, read for its batch host, and a node with a quiet syslog has nothing to report.
+_DERIVED_ISSUES = ("no evidence at all from ", "evidence from nodes outside the allocation ignored")
+
+
+def evidence_gaps(result: AttributionBlueprintResult) -> list[EvidenceGap]:
+    """Where a collector really returned less than it should have, from its reports and the engine's coverage:
+
+    - a report with status `error`; or any other status than `ok` (`empty`, `partial`) when the workload ran on
+      nodes, which should have had evidence;
+    - a collector that delivered for two or more of the allocated nodes but not for all: a per-node source that
+      missed nodes (one that delivered for one node only is taken to be job-wide, like a job's stdout);
+    - a problem the engine had reading what was delivered (lines or events dropped).
+
+    Nodes without a log of some source (the other nodes of a job whose stdout is one file) are not a gap."""
+    allocated = result.context.nodes
+    gaps: list[EvidenceGap] = []
+    for report in result.connector_reports:
+        if report.status == "error" or (report.status != "ok" and allocated):
+            gaps.append(EvidenceGap(report.kind, report.connector, report.status, report.reason))
+            continue
+        delivered = set(report.nodes)
+        covered = [n for n in allocated if n in delivered]
+        missed = tuple(n for n in allocated if n not in delivered)
+        if len(covered) > 1 and missed:
+            reason = f"delivered for {len(covered)} of {len(allocated)} nodes, nothing for {len(missed)}"
+            gaps.append(EvidenceGap(report.kind, report.connector, "partial", reason, missed))
+    if result.diagnosis is not None:
+        gaps += [EvidenceGap("engine", "", "partial", issue) for issue in result.diagnosis.coverage.issues
+                 if not issue.startswith(_DERIVED_ISSUES)]
+    return gaps
 
 
 # -- the timeline across nodes ------------------------------------------------------------------------------

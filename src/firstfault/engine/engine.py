@@ -14,7 +14,13 @@ from typing import Any
 
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.compiled import CompiledCatalog
-from firstfault.engine.evidence import EvidenceFile, evidence_files, open_evidence, read_context
+from firstfault.engine.evidence import (
+    DecompressedEvidence,
+    EvidenceFile,
+    evidence_files,
+    open_evidence,
+    read_context,
+)
 from firstfault.engine.ingest import IngestState
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
@@ -66,13 +72,17 @@ class Engine:
     def ingest_file(self, session: Session, node: str, source: SourceKind, path: Path, origin: str | None = None) -> None:
         """Scan one evidence file into a session; unreadable or binary files become coverage issues."""
         name = origin or str(path)
+        limit = self.params.max_decompressed_bytes
         try:
-            with open_evidence(path) as stream:
+            with open_evidence(path, limit) as stream:
                 head = stream.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES] if hasattr(stream, "peek") else b""
                 if looks_binary(head):
                     session.record_issue(f"{name}: binary content, not a log file; skipped")
                     return
                 session.ingest_stream(node, source, stream, name)
+                if isinstance(stream, DecompressedEvidence) and stream.exceeded:
+                    session.record_issue(f"{name}: decompresses to more than {limit} bytes "
+                                         "(max_decompressed_bytes); read up to there, the rest skipped")
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             session.record_issue(f"{name}: cannot be read: {exc.__class__.__name__}: {exc}")
 
@@ -90,8 +100,8 @@ class Engine:
             session = self.session(context)
             if not files:
                 session.record_issue(f"{directory}: no evidence files (<node>/applog.log, syslog.log, scheduler.log)")
-            for name in ignored:
-                session.record_issue(f"{directory / name}: not an evidence file name; ignored")
+            for name, reason in ignored:
+                session.record_issue(f"{directory / name}: {reason}")
             sizes = [_size(item.path) for item in files]
         if workers <= 0:
             workers = auto_workers(len(files), sum(sizes))

@@ -96,10 +96,14 @@ SUBDOMAIN_OUTCOME: dict[SubDomain, Outcome] = {
 
 
 def utc(dt: datetime) -> datetime:
-    """Normalise a datetime to an aware UTC datetime (naive values are taken as UTC)."""
+    """Normalise a datetime to an aware UTC datetime (naive values are taken as UTC). ValueError (what a pydantic
+    validator reports) when its offset moves it past datetime's limits (`0001-01-01T00:00:00+01:00`)."""
     if dt.tzinfo is None:
         return dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc)
+    try:
+        return dt.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"{dt.isoformat()} lies past the limits of the calendar in UTC") from None
 
 
 class FrozenModel(BaseModel):

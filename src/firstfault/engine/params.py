@@ -21,6 +21,9 @@ class Params:
     max_event_keys: int = 200_000
     max_values_per_attribute: int = 64
     max_evidence_chars: int = 4096
+    # A `.gz` evidence file is decompressed up to this many bytes (8 GiB); the rest is not read and the result
+    # says so (partial): a small file that inflates without end costs bounded time.
+    max_decompressed_bytes: int = 8 * 1024**3
     # Streams whose zone-less stamps are local time, as (node, source, IANA zone); "*" matches any node or
     # source. Set by `analyze --timezone`; a stream without an entry is inferred (engine/clock.py).
     source_timezones: tuple[tuple[str, str, str], ...] = ()

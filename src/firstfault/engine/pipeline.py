@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 from typing import TYPE_CHECKING
 
 from firstfault.engine.model import (
@@ -48,7 +50,9 @@ def _trace_extraction(ws: Workspace) -> None:
     for event in ws.events:
         key = (event.rule, event.type, event.symptom or "")
         count, nodes = found.get(key, (0, set()))
-        found[key] = (count + event.count, nodes | ({event.node} if event.node else set()))
+        if event.node:
+            nodes.add(event.node)
+        found[key] = (count + event.count, nodes)
     ws.phase = Phase.EXTRACTION.name
     for (rule, event_type, symptom), (count, nodes) in sorted(found.items()):
         ws.rule = rule
@@ -132,6 +136,12 @@ def _symptom_view(s: WorkSymptom) -> SymptomView:
                        demoted_by=s.demoted_by, reason=s.reason)
 
 
+def _gpu_ids(s: WorkSymptom) -> set[str]:
+    """The GPUs a symptom names: PCI bus ids (kernel lines, DCGM's pci_bus_id), else DCGM UUIDs, else NVML indices
+    written `gpu:<N>` (a metric with only a `gpu` label)."""
+    return s.value_set("pci") or s.value_set("uuid") or {f"gpu:{i}" for i in s.value_set("gpu")}
+
+
 def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     for s in symptoms:
         value = s.attributes.get(key)
@@ -192,7 +202,42 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
                     missing_sources=missing, partial=partial, issues=issues, adjustments=session.notes())
 
 
+class _CyclicGcPause:
+    """Pauses the cyclic garbage collector while any pipeline runs (reference-counted across threads).
+
+    Attribution builds hundreds of thousands of objects that outlive it (the result) and no reference cycles:
+    reference counting frees whatever it drops. Left running, the cyclic collector walks the whole heap (the
+    session's events included) several times per run, which cost a 10,000-node session more than all the rules
+    together. Collection resumes when the last pipeline ends; a collector someone else disabled stays disabled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._running += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0 and self._resume:
+                gc.enable()
+
+
+_GC_PAUSE = _CyclicGcPause()
+
+
 def run_pipeline(session: Session) -> Attribution:
+    with _GC_PAUSE:
+        return _run_pipeline(session)
+
+
+def _run_pipeline(session: Session) -> Attribution:
     catalog = session.compiled.catalog
     timed = session.timings.phase
     with timed("pipeline.EVENTS"):
@@ -230,14 +275,15 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
         root_cause = RootCause(
             symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
-            node=lead.node, gpu=_first_value(root, "pci"), link=_first_value(root, "link"), time=lead.first_time,
+            node=lead.node, gpu=next(iter(sorted(_gpu_ids(lead))), None), link=_first_value(root, "link"),
+            time=lead.first_time,
             evidence=_root_evidence(root, decision.corroborating), rule=lead.rule, decided_by=decision.decided_by)
     culprits = []
     for node in sorted(decision.culprits):
         symptoms = decision.culprits[node]
         culprits.append(CulpritNode(
             node=node, symptoms=sorted({s.name for s in symptoms}),
-            gpus=sorted({v for s in symptoms for v in s.value_set("pci")}),
+            gpus=sorted({v for s in symptoms for v in _gpu_ids(s)}),
             links=sorted({v for s in symptoms for v in s.value_set("link")}),
             next_action=_next_action(symptoms)))
     candidates = []

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 from firstfault.engine.captures import match_groups
 from firstfault.engine.catalog import Extractor
 from firstfault.engine.clock import (
+    MAX_ZONE_HOURS,
     StreamClock,
     configured_zone,
     describe_offset,
@@ -26,6 +27,7 @@ from firstfault.engine.clock import (
 )
 from firstfault.engine.compiled import CompiledCatalog
 from firstfault.engine.ingest import Accumulator
+from firstfault.engine.inputs import WINDOW, clean_text, dated
 from firstfault.engine.model import EventType, Evidence, ExecutionContext, Provenance, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.scanner import read_blocks
@@ -177,8 +179,13 @@ class LineReader:
         """
         if times is not None and len(times) != len(lines):
             raise ValueError("times must give one entry per line")
-        cleaned = [line.replace("\r", "").replace("\n", " ") for line in lines]
-        data = "\n".join(cleaned).encode("utf-8", errors="replace")
+        if utc_offset is not None and abs(utc_offset) > timedelta(hours=MAX_ZONE_HOURS):
+            raise ValueError(f"utc_offset must lie within {MAX_ZONE_HOURS} hours of UTC")
+        joined = "\n".join(line.replace("\r", "").replace("\n", " ") for line in lines)
+        try:
+            data = joined.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: the engine's text rule replaces them
+            data = clean_text(joined).encode("utf-8")
         self.accumulator.count(node, source.value, origin, len(lines), len(data) + 1)
         hits = self.compiled.scanners[source].scan(data)
         if hits:
@@ -205,14 +212,21 @@ class LineReader:
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
             text = raw.decode("utf-8", errors="replace")
-            time = times[line_no - first_line] if times is not None else None
+            time = self._transport_time(times[line_no - first_line], origin, line_no) if times is not None else None
+            undated = False  # stamped outside the engine's window: kept, without a time
             if time is None:
-                time, zoned = self.timestamps.parse_zoned(text)
-                if time is not None and stream_clock is not None:
-                    stream_clock.saw(time, zoned)
-                if time is not None and utc_offset and not zoned:
-                    time -= utc_offset
-            inherited = time is None
+                stamp = self.timestamps.parse_stamp(text)
+                time = stamp.time
+                if stamp.outside is not None:
+                    undated = True
+                    self.accumulator.issue(f"{origin}:{line_no}: stamped {stamp.outside!r}, outside {WINDOW}; "
+                                           "the line is kept without a time")
+                elif time is not None:
+                    if stream_clock is not None:
+                        stream_clock.saw(time, stamp.zoned)
+                    if utc_offset and not stamp.zoned:
+                        time -= utc_offset
+            inherited = time is None and not undated
             if inherited:
                 found = self._last_time_of(data, start, stop=prev_end, utc_offset=utc_offset)
                 time = prev_time if found is _PREVIOUS else (found if isinstance(found, datetime) else last_time)
@@ -225,6 +239,17 @@ class LineReader:
                             inherited, acc)
             prev_end, prev_time = end, time
         return last_time
+
+    def _transport_time(self, given: datetime | None, origin: str, line_no: int) -> datetime | None:
+        """The time a transport gave a line, when it lies in the engine's window; outside it, None (the line's own
+        stamp is read instead) and a coverage issue."""
+        if given is None:
+            return None
+        time = dated(given)
+        if time is None:
+            self.accumulator.issue(f"{origin}:{line_no}: time {given.isoformat()} outside {WINDOW}; the line's own "
+                                   "stamp is read instead")
+        return time
 
     def _time_went_back(self, origin: str, line_no: int, before: datetime, now: datetime) -> None:
         """A stream is read as chronological (progress markers keep their first and last match only): a line

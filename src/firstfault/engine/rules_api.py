@@ -64,7 +64,7 @@ class Expect:
 
     `root_symptom` is a prefix of the root cause's symptom; `fired`: True when the rule must leave a trace
     entry, False when it must not; `demoted`: symptom prefixes that must end up interesting; `active`: prefixes
-    that must stay bad.
+    that must stay bad; `absent`: prefixes no symptom may have (a near-miss that must not produce one).
     """
 
     sub_domain: str | None = None
@@ -74,6 +74,7 @@ class Expect:
     fired: bool | None = None
     demoted: Sequence[str] = ()
     active: Sequence[str] = ()
+    absent: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.sub_domain is not None and self.sub_domain not in {d.value for d in SubDomain}:
@@ -152,7 +153,8 @@ def _register(kind: RuleKind, name: str, phase: Phase, doc: str, cases: Cases,
 
 def filter_rule(name: str, *, phase: Phase = Phase.FILTER, doc: str, cases: Cases = (),
                 after: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a filter: reads and rewrites `ws.events` before symptoms are materialised."""
+    """Register a filter: reads the event stream (`ws.events`, `ws.events_of`) and rewrites it (`ws.emit`,
+    `ws.drop`) before symptoms are materialised."""
     return _register("filter", name, phase, doc, cases, after)
 
 

@@ -4,6 +4,9 @@
 after `attribute()`; `attribute()` recomputes from everything ingested so far and never consumes state. What is
 kept is the `Accumulator`'s coalesced events (engine/ingest.py), so memory does not grow with the number of
 matching lines; reading and dating lines is the `LineReader`'s work (engine/reader.py).
+
+The session's methods are the engine's ingest boundary: the context, node names, origins, labels and lines they
+are given pass engine/inputs.py there (times within the window, text without lone surrogates).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import BinaryIO
 
 from firstfault.engine.compiled import CompiledCatalog
 from firstfault.engine.ingest import Accumulator, IngestState
+from firstfault.engine.inputs import WINDOW, clean_labels, clean_provenance, clean_text, dated, sane_context
 from firstfault.engine.model import Attribution, Event, Evidence, ExecutionContext, Observation, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.pipeline import run_pipeline
@@ -22,18 +26,24 @@ from firstfault.engine.scanner import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES
 from firstfault.engine.timing import Timings
 
 
+def _clean_node(node: str | None) -> str | None:
+    return None if node is None else clean_text(node)
+
+
 class Session:
     """Accumulated evidence of one workload attempt (thread-safe for concurrent ingest)."""
 
     def __init__(self, context: ExecutionContext, compiled: CompiledCatalog, params: Params | None = None,
                  *, block_size: int = DEFAULT_BLOCK_SIZE, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        self.context = context
+        self.context, problems = sane_context(context)
         self.compiled = compiled
         self.params = params or Params()
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
         self.state = Accumulator(self.params)
-        self.reader = LineReader(context, compiled, self.params, self.state, block_size=block_size,
+        for problem in problems:
+            self.state.issue(problem)
+        self.reader = LineReader(self.context, compiled, self.params, self.state, block_size=block_size,
                                  max_line_bytes=max_line_bytes)
         # Where ingest time went (read, scan, hits) and how much was read; never part of the result.
         self.timings = Timings()
@@ -41,7 +51,7 @@ class Session:
     # -- ingest ----------------------------------------------------------------------------------------
     def ingest_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> int:
         """Scan one log stream (a file, a pod log) of one node. Returns the number of lines read."""
-        cost = self.reader.read_stream(node, source, stream, origin)
+        cost = self.reader.read_stream(_clean_node(node), source, stream, clean_text(origin))
         with self.state.lock:
             t = self.timings
             t.add("ingest.scan", *cost.scan)
@@ -58,8 +68,9 @@ class Session:
                      times: list[datetime | None] | None = None, first_line: int = 1,
                      labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
         """Scan a batch of lines of one stream (see `LineReader.read_lines`)."""
-        return self.reader.read_lines(node, source, lines, origin, times=times, first_line=first_line,
-                                      labels=labels, utc_offset=utc_offset)
+        return self.reader.read_lines(_clean_node(node), source, lines, clean_text(origin), times=times,
+                                      first_line=first_line, labels=None if labels is None else clean_labels(labels),
+                                      utc_offset=utc_offset)
 
     def ingest(self, observations: Iterable[Observation]) -> int:
         """Ingest normalised observations one by one (metric samples and single lines)."""
@@ -78,15 +89,23 @@ class Session:
 
     def _ingest_metric(self, obs: Observation) -> None:
         assert obs.metric is not None
-        self.state.count(obs.node, obs.source.value, obs.provenance.origin, 1, 0)
+        node, provenance = _clean_node(obs.node), clean_provenance(obs.provenance)
+        metric = obs.metric
+        name, labels = clean_text(metric.name), clean_labels(metric.labels)
+        if name is not metric.name or labels is not metric.labels:
+            metric = metric.model_copy(update={"name": name, "labels": labels})
+        self.state.count(node, obs.source.value, provenance.origin, 1, 0)
+        time = None if obs.observed_at is None else dated(obs.observed_at)
+        if time is None and obs.observed_at is not None:
+            self.state.issue(f"{provenance.origin}: sample time {obs.observed_at.isoformat()} outside {WINDOW}; "
+                             "the sample is kept without a time")
         for extractor in self.compiled.catalog.metric_extractors:
-            if not obs.metric.name.startswith(extractor.metric_prefixes):
+            if not metric.name.startswith(extractor.metric_prefixes):
                 continue
-            for spec in extractor.func(obs.metric):
-                time = obs.observed_at
-                evidence = Evidence(source=obs.source, node=obs.node, time=time, text=spec.evidence.text,
-                                    provenance=obs.provenance)
-                self.state.add(spec.type, obs.node, spec.symptom, extractor.name, time, evidence, spec.attributes)
+            for spec in extractor.func(metric):
+                evidence = Evidence(source=obs.source, node=node, time=time, text=spec.evidence.text,
+                                    provenance=provenance)
+                self.state.add(spec.type, node, spec.symptom, extractor.name, time, evidence, spec.attributes)
 
     def record_issue(self, message: str) -> None:
         """Record an evidence problem (unreadable file, bad encoding ...) that makes the result partial."""

@@ -3,12 +3,17 @@
 Only lines that matched an extractor (and a few lines before them) are parsed, so plain `re` is fine here.
 Formats without a year (syslog, glog) take the year that puts the stamp closest to the workload window.
 Formats without a zone are UTC (corpus convention; collectors normalise to UTC).
+Every stamp read passes the engine's time window (engine/inputs.py): one outside it (year 1, year 9999, an offset
+that overflows) gives no time, and `parse_stamp` says which text it was, for the coverage note.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
+
+from firstfault.engine.inputs import dated
 
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
@@ -55,6 +60,17 @@ def _zone(text: str | None) -> timezone:
     return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
 
 
+class Stamp(NamedTuple):
+    """What a line's prefix said about its time."""
+
+    time: datetime | None  # UTC, inside the engine's window
+    zoned: bool  # the stamp carried a zone of its own (ISO 8601 `Z` or `+hh:mm`)
+    outside: str | None = None  # a stamp that was read but lies outside the window (`time` is then None)
+
+
+_NO_STAMP = Stamp(None, False)
+
+
 class TimestampParser:
     """Parses the time of a log line. `reference` (the workload window) resolves year-less formats."""
 
@@ -62,46 +78,65 @@ class TimestampParser:
         self.reference = reference
 
     def parse(self, line: str) -> datetime | None:
-        return self.parse_zoned(line)[0]
+        return self.parse_stamp(line).time
 
     def parse_zoned(self, line: str) -> tuple[datetime | None, bool]:
         """The line's time, and whether its stamp carried a zone of its own (ISO 8601 `Z` or `+hh:mm`): a stamp
         without one is read as UTC, which a stream written in local time contradicts (engine/clock.py)."""
+        stamp = self.parse_stamp(line)
+        return stamp.time, stamp.zoned
+
+    def parse_stamp(self, line: str) -> Stamp:
+        """The line's stamp (never raises): its time when it lies in the window, else the text read."""
         text = line[:_MAX_PREFIX_CHARS]
         for _ in range(3):
             found = self._parse_here(text)
-            if found[0] is not None:
-                return found
+            if found is not None:
+                when, zoned, matched = found
+                time = None if when is None else dated(when)
+                return Stamp(time, zoned) if time is not None else Stamp(None, zoned, matched.strip())
             stripped = _NON_TIME_PREFIX.sub("", text, count=1)
             if stripped == text:
                 break
             text = stripped
-        return None, False
+        return _NO_STAMP
 
-    def _parse_here(self, text: str) -> tuple[datetime | None, bool]:
+    def _parse_here(self, text: str) -> tuple[datetime | None, bool, str] | None:
+        """The stamp at the start of `text`: (its time, zoned, the matched text), the time None when it cannot be
+        placed at all (past datetime's limits); None when there is no stamp."""
+        m: re.Match[str] | None = None
         try:
             if m := _ISO.match(text):
                 y, mo, d, h, mi, s, frac, zone = m.groups()
                 dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), _micro(frac), _zone(zone))
-                return dt.astimezone(timezone.utc), zone is not None
+                return dt.astimezone(timezone.utc), zone is not None, m.group()
             if m := _SYSLOG.match(text):
                 mon, d, h, mi, s, frac = m.groups()
                 if mon in _MONTHS:
-                    return self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac)), False
+                    return self._placed(self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac)), m)
             if m := _DMESG_T.match(text):
                 mon, d, h, mi, s, y = m.groups()
                 if mon in _MONTHS:
-                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False
+                    return (datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc),
+                            False, m.group())
             if m := _BRACKET_MDY.match(text):
                 mon, d, y, h, mi, s = m.groups()
                 if mon in _MONTHS:
-                    return datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False
+                    return (datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=timezone.utc),
+                            False, m.group())
             if m := _GLOG.match(text):
                 mo, d, h, mi, s, frac = m.groups()
-                return self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), False
+                return self._placed(self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), m)
         except ValueError:  # out-of-range field values: not a timestamp after all
-            return None, False
-        return None, False
+            return None
+        except OverflowError:  # a valid stamp whose zone moves it past datetime's limits
+            return None, True, m.group() if m else ""
+        return None
+
+    @staticmethod
+    def _placed(when: datetime | None, m: re.Match[str]) -> tuple[datetime | None, bool, str] | None:
+        """A year-less stamp that found its year (zone-less), or no stamp (no reference to find it from)."""
+        return None if when is None else (when, False, m.group())
 
     def _with_year(self, month: int, day: int, hour: int, minute: int, second: int, micro: int) -> datetime | None:
         ref = self.reference

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from firstfault.engine.catalog import Catalog, SymptomDef
@@ -33,6 +35,7 @@ class EmitSpec:
     attributes: dict[str, Any] = field(default_factory=dict)
     count: int = 1
     last_time: datetime | None = None
+    values: dict[str, list[str]] = field(default_factory=dict)  # several values of one attribute (blamed nodes)
 
 
 @dataclass
@@ -92,12 +95,25 @@ class Decision:
 
 
 class Workspace:
+    """What rules read and change. Every query a rule makes costs what it returns, not the size of the workspace
+    (a 10,000-node session runs each rule once per node): events are indexed by type and dropped by identity,
+    symptoms are indexed by node."""
+
     def __init__(self, context: ExecutionContext, catalog: Catalog, params: Params, events: list[Event]) -> None:
         self.context = context
         self.catalog = catalog
         self.params = params
-        self.events = events
-        self.symptoms: list[WorkSymptom] = []
+        # The event stream by position (dicts keep insertion order; deletion is O(1)), the same events per type,
+        # and the position of each event by identity.
+        self._events: dict[int, Event] = {}
+        self._by_type: dict[str, dict[int, Event]] = {}
+        self._position: dict[int, int] = {}
+        self._next = 0
+        for event in events:
+            self._add(event)
+        self._symptoms: list[WorkSymptom] = []
+        self._by_node: dict[str | None, list[WorkSymptom]] | None = None
+        self._allocation: tuple[set[str], dict[str, str]] | None = None  # canonical_node's index of the nodes
         self.context_events: list[Event] = []
         self.facts: dict[str, Any] = {}
         self.decision = Decision()
@@ -111,24 +127,53 @@ class Workspace:
                                      node=node, symptom=symptom))
 
     # -- event stream (filters) ------------------------------------------------------------------------
+    @property
+    def events(self) -> list[Event]:
+        """The event stream, in order (a copy: change it with `emit` and `drop`)."""
+        return list(self._events.values())
+
+    def _add(self, event: Event) -> None:
+        position, self._next = self._next, self._next + 1
+        self._events[position] = event
+        self._by_type.setdefault(event.type, {})[position] = event
+        self._position[id(event)] = position
+
     def emit(self, spec: EmitSpec) -> Event:
         event = Event(type=spec.type, node=spec.node, symptom=spec.symptom, time=spec.time or spec.evidence.time,
                       last_time=spec.last_time or spec.time or spec.evidence.time, count=spec.count,
-                      evidence=spec.evidence, attributes=dict(spec.attributes), rule=self.rule)
-        self.events.append(event)
+                      evidence=spec.evidence, attributes=dict(spec.attributes),
+                      values={k: list(v) for k, v in spec.values.items()}, rule=self.rule)
+        self._add(event)
         if spec.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING):
             self.note("emit", f"{spec.type} {spec.symptom}", node=spec.node, symptom=spec.symptom)
         return event
 
     def drop(self, event: Event, reason: str) -> None:
-        self.events.remove(event)
+        """Take `event` (an event of this stream, not a copy of one) off the stream."""
+        position = self._position.pop(id(event), None)
+        if position is None:
+            raise ValueError(f"not an event of this workspace: {event.type} {event.symptom or ''}")
+        del self._events[position]
+        del self._by_type[event.type][position]
         self.note("consume", f"{event.type} {event.symptom or ''}: {reason}".strip(), node=event.node,
                   symptom=event.symptom)
 
     def events_of(self, type_prefix: str) -> list[Event]:
-        return [e for e in self.events if e.type.startswith(type_prefix)]
+        """The events whose type starts with `type_prefix`, in stream order."""
+        of_types = [events.items() for t, events in self._by_type.items() if t.startswith(type_prefix)]
+        return [event for _, event in heapq.merge(*of_types, key=itemgetter(0))]
 
     # -- symptoms (refiners) ---------------------------------------------------------------------------
+    @property
+    def symptoms(self) -> list[WorkSymptom]:
+        """The materialised symptoms, earliest first (the list is set once, by the MATERIALIZE phase)."""
+        return self._symptoms
+
+    @symptoms.setter
+    def symptoms(self, value: list[WorkSymptom]) -> None:
+        self._symptoms = value
+        self._by_node = None
+
     def active(self, *, role: str | None = None, node: str | None = None, prefix: str | None = None,
                sub_domain: SubDomain | None = None) -> list[WorkSymptom]:
         return self.select(status="bad", role=role, node=node, prefix=prefix, sub_domain=sub_domain)
@@ -137,12 +182,10 @@ class Workspace:
                prefix: str | None = None, sub_domain: SubDomain | None = None,
                family: str | None = None) -> list[WorkSymptom]:
         out = []
-        for s in self.symptoms:
+        for s in self._symptoms if node is None else self._of_node(node):
             if status is not None and s.status != status:
                 continue
             if role is not None and s.role != role:
-                continue
-            if node is not None and s.node != node:
                 continue
             if prefix is not None and not s.name.startswith(prefix):
                 continue
@@ -152,6 +195,14 @@ class Workspace:
                 continue
             out.append(s)
         return out
+
+    def _of_node(self, node: str) -> list[WorkSymptom]:
+        """The symptoms of one node, in the order of `symptoms`."""
+        if self._by_node is None:
+            self._by_node = {}
+            for s in self._symptoms:
+                self._by_node.setdefault(s.node, []).append(s)
+        return self._by_node.get(node, [])
 
     def demote(self, symptom: WorkSymptom, reason: str) -> None:
         """Turn a bad symptom into an interesting one; its evidence and provenance are kept."""
@@ -182,14 +233,13 @@ class Workspace:
         """The allocated node a host name refers to (exact, or by short name); None if it is not allocated."""
         if not name:
             return None
-        nodes = self.context.nodes
-        if name in nodes:
-            return name
-        short = name.split(".")[0]
-        for node in nodes:
-            if node.split(".")[0] == short:
-                return node
-        return None
+        if self._allocation is None:
+            shorts: dict[str, str] = {}
+            for node in self.context.nodes:
+                shorts.setdefault(node.split(".")[0], node)
+            self._allocation = (set(self.context.nodes), shorts)
+        exact, shorts = self._allocation
+        return name if name in exact else shorts.get(name.split(".")[0])
 
     def undated(self, symptom: WorkSymptom) -> bool:
         """True when the symptom's time is only the job-end fallback (no line carried or inherited a time)."""

@@ -79,19 +79,34 @@ def _concerns(ws: Workspace, s: WorkSymptom) -> set[str]:
     return ({s.node} if s.node else set()) | set(blamed_nodes(ws, s))
 
 
-def _outranked(ws: Workspace, s: WorkSymptom, concurrent: list[WorkSymptom]) -> bool:
-    """A stronger report of the same incident started together with `s`: one about the same nodes, or a job-wide
-    one. Strength ranks reports of one incident (the kernel's Xid over the application's CUDA error); it cannot
-    tell which of two faults on different nodes began the failure."""
-    mine = _concerns(ws, s)
-    rivals = [o for o in concurrent if o is not s and (not mine or not _concerns(ws, o) or mine & _concerns(ws, o))]
-    return any(o.definition.strength >= s.definition.strength + STRENGTH_MARGIN for o in rivals)
+def _not_outranked(ws: Workspace, concurrent: list[WorkSymptom]) -> list[WorkSymptom]:
+    """The candidates no stronger report of the same incident started together with: one about the same nodes,
+    or a job-wide one. Strength ranks reports of one incident (the kernel's Xid over the application's CUDA error);
+    it cannot tell which of two faults on different nodes began the failure.
+
+    Linear in the candidates: the strongest rival of a candidate is the strongest job-wide candidate, or the
+    strongest candidate about one of its nodes (a candidate never outranks itself: STRENGTH_MARGIN > 0)."""
+    concerns = [_concerns(ws, s) for s in concurrent]
+    strongest = max((s.definition.strength for s in concurrent), default=0)
+    job_wide = max((s.definition.strength for s, nodes in zip(concurrent, concerns, strict=True) if not nodes),
+                   default=None)
+    by_node: dict[str, int] = {}
+    for s, nodes in zip(concurrent, concerns, strict=True):
+        for node in nodes:
+            by_node[node] = max(by_node.get(node, s.definition.strength), s.definition.strength)
+    leading = []
+    for s, nodes in zip(concurrent, concerns, strict=True):
+        rival = strongest if not nodes else max([by_node[n] for n in nodes] + ([] if job_wide is None else [job_wide]))
+        if rival < s.definition.strength + STRENGTH_MARGIN:
+            leading.append(s)
+    return leading
 
 
 def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
     concurrent = _concurrent(ws, roots)
-    leading = [s for s in concurrent if not _outranked(ws, s, concurrent)]
-    outranked = sorted({s.name for s in concurrent if s not in leading})
+    leading = _not_outranked(ws, concurrent)
+    kept = {id(s) for s in leading}
+    outranked = sorted({s.name for s in concurrent if id(s) not in kept})
     if outranked:
         ws.note("rank", "outranked by a stronger candidate that started together: " + ", ".join(outranked))
     groups = _groups(leading)
@@ -200,18 +215,28 @@ def demote_explained(ws: Workspace) -> None:
     if lead is None or lead.role != "root":  # no root cause found: nothing explains the rest
         return
     keep = {id(s) for s in decision.root}
+    root_nodes = {r.node for r in decision.root}
     for s in ws.active():
         if id(s) in keep:
             continue
-        if s.role == "symptom":
+        if s.role == "symptom" and _began_before(ws, s, lead):
+            reason = f"began before the root cause {lead.name} on {lead.node or '-'}, but names no cause of its own"
+        elif s.role == "symptom":
             reason = f"downstream of the root cause {lead.name} on {lead.node or '-'}"
         elif s.first_time and lead.first_time and s.first_time > lead.first_time:
             reason = f"started after the root cause {lead.name}"
-            if s.sub_domain == lead.sub_domain and s.node in {r.node for r in decision.root}:
+            if s.sub_domain == lead.sub_domain and s.node in root_nodes:
                 decision.corroborating.append(s)  # the same fault reported again later on that node
         else:
             reason = f"outranked by {lead.name} ({lead.sub_domain.value}), which started at the same time"
         ws.demote(s, reason)
+
+
+def _began_before(ws: Workspace, s: WorkSymptom, lead: WorkSymptom) -> bool:
+    """A downstream symptom dated earlier than the root cause by more than the clock-skew tolerance (a hang that the
+    scheduler's action only ended)."""
+    first, root = _start(ws, s), _start(ws, lead)
+    return first is not None and root is not None and first < root - timedelta(seconds=ws.params.clock_skew_s)
 
 
 @refiner("AfterTheEnd", phase=Phase.REFINE_EARLY, doc="""

@@ -179,13 +179,15 @@ def _fatal(row: DecodeRow) -> bool:
     return row.immediate not in ("IGNORE", "XID_154_EVAL")
 
 
-def _driver_major(ws: Workspace, node: str | None) -> int | None:
+def _driver_majors(ws: Workspace) -> dict[str | None, int]:
+    """The driver's major version per node: the first driver-version report of the node that names one."""
+    majors: dict[str | None, int] = {}
     for event in ws.events_of(f"{EventType.CONTEXT}.driver_version"):
-        if event.node == node:
+        if event.node not in majors:
             m = _DRIVER_RE.match(str(event.attributes.get("version") or event.attributes.get("version_old") or ""))
             if m:
-                return int(m.group(1))
-    return None
+                majors[event.node] = int(m.group(1))
+    return majors
 
 
 _WALKTHROUGH_CASE = RuleCase(
@@ -218,10 +220,11 @@ code informational. Each decode is also published as an XID_parser.info event fo
 def handle_xid_burst_events(ws: Workspace) -> None:
     bursts = ws.events_of(EventType.XID_BURST)
     codes_by_node = {(e.node, _code(e)) for e in bursts}
+    majors = _driver_majors(ws)
     for event in bursts:
         ws.drop(event, "decoded")
         code = _code(event)
-        symptom, bad, attributes = _decode_event(ws, event, code)
+        symptom, bad, attributes = _decode_event(ws, event, code, majors.get(event.node))
         _emit_decoded(ws, event, symptom, bad, attributes)
         caused_by = _CAUSED_BY_RE.search(event.evidence.text)
         if caused_by:
@@ -232,7 +235,7 @@ def _code(event: Event) -> int:
     return int((event.symptom or "XID-0").removeprefix("XID-"))
 
 
-def _decode_event(ws: Workspace, event: Event, code: int) -> tuple[str, bool, dict[str, object]]:
+def _decode_event(ws: Workspace, event: Event, code: int, driver_major: int | None) -> tuple[str, bool, dict[str, object]]:
     attributes: dict[str, object] = dict(event.attributes)
     symptom = f"XID-{code}"
     bad = ws.catalog.symptom(symptom).role != "context"
@@ -247,7 +250,7 @@ def _decode_event(ws: Workspace, event: Event, code: int) -> tuple[str, bool, di
         attributes["decode"] = "IntrInfo/errorStatus not printed: cannot be decoded, kept as a fatal candidate"
         return symptom, True, attributes
     decoded = decode_nvlink5(code, int(str(attributes["intrinfo"]), 16), int(str(attributes.get("error_status", "0x0")), 16),
-                             str(attributes.get("unit", "")), _driver_major(ws, event.node))
+                             str(attributes.get("unit", "")), driver_major)
     if decoded is None:
         attributes["decode"] = "no row of the NVLink5 decode sheet matches; kept as a fatal candidate"
         return symptom, True, attributes

@@ -10,6 +10,7 @@ single node can be blamed. NCCL on a loopback or bridge interface only breaks jo
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from datetime import timedelta
 
 from firstfault.engine.model import SubDomain
@@ -24,13 +25,14 @@ _OWN_LINK_EVENTS = ("IB link down", "IB port error")
 
 
 def _resolve(ws: Workspace, peer: str) -> str | None:
-    node = ws.facts.get("ip_to_node", {}).get(peer)
+    node = ws.facts.get("ip_to_node", {}).get(peer) or ws.facts.get("host_to_node", {}).get(peer)
     return node or ws.canonical_node(peer)
 
 
 def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
-    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface lines, or name)."""
-    peers = {_resolve(ws, p) for p in s.value_set("peer")}
+    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface and GID lines, or
+    name): the socket peer, and the RDMA peer of a RoCE queue pair (its remote GID's IPv4 address)."""
+    peers = {_resolve(ws, p) for p in s.value_set("peer") | s.value_set("peer_rdma")}
     return {p for p in peers if p and p != s.node}
 
 
@@ -114,8 +116,9 @@ def _routable(address: str) -> bool:
 
 
 @collector("IpToNodeMap", doc="""
-Map the addresses NCCL uses (Bootstrap / OOB interface lines) to the node that printed them, so that peers
-named by IP in network errors can be resolved to nodes. An address printed by more than one node (127.0.0.1,
+Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), and the host names
+its processes print (a pod's, under Kubernetes), to the node that printed them, so that peers named by IP or host
+name in network errors can be resolved to nodes. An address printed by more than one node (127.0.0.1,
 a container bridge's 172.17.0.1) identifies no node and is left out; so are loopback and link-local ones.
 """, cases=[
     RuleCase(title="peer named by two nodes", evidence={
@@ -125,26 +128,47 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
                      "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
         "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"]},
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="RoCE peer named by its GID, which its own error line maps", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.1 remoteGids::ffff:10.8.0.3"],
+        "b/applog": ["2025-01-01T00:10:01Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.2 remoteGids::ffff:10.8.0.3"],
+        "c/applog": ["2025-01-01T00:10:02Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.1<1> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:10.8.0.3 remoteGids::ffff:10.8.0.1"]},
+        expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="peer named by its pod's host name", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z job-worker-0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.1.5<0>",
+                     "2025-01-01T00:10:00Z job-worker-0:1:1 [0] NCCL WARN NET/IB : Got completion from peer job-worker-2<1> with error 12, opcode 2, len 1, vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z job-worker-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.2.5<0>",
+                     "2025-01-01T00:10:00Z job-worker-1:1:1 [0] NCCL WARN NET/IB : Got completion from peer job-worker-2<1> with error 12, opcode 2, len 1, vendor err 129"],
+        "c/applog": ["2025-01-01T00:00:01Z job-worker-2:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.5<0>"]},
+        expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
 ])
 def ip_to_node_map(ws: Workspace) -> None:
+    addresses = _claims(ws, "ip_map", "address", _routable)
+    hosts = _claims(ws, "host_alias", "host", lambda host: ws.canonical_node(host) is None)
+    ws.facts["ip_to_node"] = {ip: next(iter(nodes)) for ip, nodes in addresses.items() if len(nodes) == 1}
+    ws.facts["host_to_node"] = {host: next(iter(nodes)) for host, nodes in hosts.items() if len(nodes) == 1}
+    shared = sorted(ip for ip, nodes in addresses.items() if len(nodes) > 1)
+    if ws.facts["ip_to_node"] or shared:
+        ws.note("collect", f"{len(ws.facts['ip_to_node'])} node addresses from NCCL interface lines"
+                + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
+    if ws.facts["host_to_node"]:
+        ws.note("collect", f"{len(ws.facts['host_to_node'])} process host names (pods) mapped to their nodes")
+
+
+def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -> dict[str, set[str]]:
+    """Which nodes printed each value of a fact (an address, a host name): one node identifies it, several none."""
     claims: dict[str, set[str]] = {}
-    for event in ws.facts_of("ip_map"):
+    for event in ws.facts_of(fact):
         if not event.node:
             continue
-        for address in set(event.values.get("address", [])) | {str(event.attributes.get("address", ""))}:
-            if address and _routable(address):
-                claims.setdefault(address, set()).add(event.node)
-    mapping = {ip: next(iter(nodes)) for ip, nodes in claims.items() if len(nodes) == 1}
-    ws.facts["ip_to_node"] = mapping
-    shared = sorted(ip for ip, nodes in claims.items() if len(nodes) > 1)
-    if mapping or shared:
-        ws.note("collect", f"{len(mapping)} node addresses from NCCL interface lines"
-                + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
+        for value in set(event.values.get(key, [])) | {str(event.attributes.get(key, ""))}:
+            if value and usable(value):
+                claims.setdefault(value, set()).add(event.node)
+    return claims
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
-NCCL on a loopback or bridge interface only fails jobs that span several nodes; on a single-node job it is
-harmless and is demoted.
+NCCL on a loopback or bridge interface, or a rendezvous address on loopback, only fails jobs that span several
+nodes; on a single-node job it is harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -153,12 +177,16 @@ harmless and is demoted.
         "n1/applog": ["2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"],
         "n2/applog": ["2025-01-01T00:00:01Z n2:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
         expect=Expect(fired=False, sub_domain="configuration")),
+    RuleCase(title="a single node meets on localhost", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z MASTER_ADDR=localhost MASTER_PORT=29500 WORLD_SIZE=8"]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Rendezvous address is loopback"])),
 ])
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for s in ws.active(prefix="NCCL on a non-routable interface"):
-        ws.demote(s, "single-node job: NCCL traffic stays on the host")
+    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback"):
+        for s in ws.active(prefix=name):
+            ws.demote(s, "single-node job: its processes meet on the host")
 
 
 

@@ -10,11 +10,12 @@ their message and errno instead.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
 
-from firstfault.engine.model import EventType
+from firstfault.engine.model import Event, EventType, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import Workspace
+from firstfault.engine.workspace import EmitSpec, Workspace
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 
@@ -24,9 +25,14 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
-    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions)
+    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); Ray Train's run-level error
+    # after a worker failed ("Please inspect the previous error messages")
     "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
-    "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+    "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
+    # TensorFlow's status errors (tf.errors) that carry no verdict of their own: an unknown or internal status,
+    # an aborted, cancelled, unavailable or timed-out operation - Horovod and collective ops raise them when
+    # another rank failed. (InvalidArgument, NotFound and ResourceExhausted do say what went wrong.)
+    "UnknownError", "InternalError", "AbortedError", "CancelledError", "UnavailableError", "DeadlineExceededError",
     # OSError's connection family and timeouts: what a process sees when its peer is gone
     "ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
     "BrokenPipeError", "TimeoutError",
@@ -34,14 +40,26 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # carries a status (DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL ...) the way RuntimeError carries a C++ message
     "RuntimeError", "OSError", "IOError", "EnvironmentError", "SystemError", "MemoryError", "OutOfMemoryError",
     "AcceleratorError", "CudaError", "XlaRuntimeError", "JaxRuntimeError",
+    # PaddlePaddle's wrapper of an external library's failure (CUDA, NCCL, cuDNN), read by its message
+    "ExternalError",
 })
+# An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
+# says that it failed, not why; and a message that sends the reader to another error (an earlier one, another rank's)
+# is a report of that error. Neither is the program's own fault.
+_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
+_POINTS_ELSEWHERE = re.compile(
+    r"(?i)previous error|error messages? above|(?:see|inspect|check) the (?:\w+ )?(?:log|errors?|exceptions?|output)"
+    r"(?: \w+)? (?:above|before|earlier)|caused by an? (?:exception|error|failure) (?:on|in|of) (?:one of the|another|"
+    r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
+    r"(?:has |have )?(?:failed|exited|crashed|died)")
 
 
 @filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
-types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT), and drop an
-exception whose line another extractor already explains (a CUDA error, an errno, a missing module), so that line
-keeps its specific meaning.
+types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
+for a failure: ...FailedError, ...FailureError), an exception whose message points to another error (an earlier one,
+another rank's), and an exception whose line another extractor already explains (a CUDA error, an errno, a missing
+module), so that line keeps its specific meaning.
 """, cases=[
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
@@ -52,6 +70,17 @@ keeps its specific meaning.
     RuleCase(title="a line another rule explains", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
         expect=Expect(fired=True, sub_domain="configuration")),
+    RuleCase(title="a type named for a failure", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
+        "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
+        "previous error messages for a cause."]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
+        "docs)"]},
+        expect=Expect(sub_domain="application", root_symptom="Python exception")),
 ])
 def python_exception_family(ws: Workspace) -> None:
     generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
@@ -62,8 +91,10 @@ def python_exception_family(ws: Workspace) -> None:
                                                                                       EventType.NODE_INTERESTING)}
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if name in NOT_THE_PROGRAMS_FAULT:
+        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
+        elif _POINTS_ELSEWHERE.search(event.evidence.text):
+            ws.drop(event, f"{name}: its message points to another error")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
 
@@ -120,3 +151,124 @@ def semaphore_before_enospc(ws: Workspace) -> None:
             continue
         for s in enospc:
             ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
+
+
+STALL_S = 1200.0  # training progress that stopped this long before the workload ended is a stall (a hang)
+
+
+def _dated(event: Event) -> datetime | None:
+    """The last time an event carries on its own line (None for lines that only inherited a time)."""
+    return None if event.evidence.time_inferred else (event.last_time or event.time)
+
+
+@filter_rule("TrainingStall", phase=Phase.FILTER, doc=f"""
+Synchronous training makes progress on every rank or on none. When the last training-progress line (on any node)
+comes more than {STALL_S / 60:.0f} minutes before a workload that did not complete ended (its end time, else its
+last dated failure line), the workload hung: a `Training stalled` symptom is placed at the last progress line, naming when
+and where progress stopped and how long nothing followed. It is a downstream symptom: a root cause that began the
+stall (an Xid, a dead peer) explains it; without one it is what the answer names, and no node is blamed.
+""", cases=[
+    RuleCase(title="steps stop, the watchdog fires much later", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T00:50:00Z [rank0]:[E0101 00:50:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."]},
+        context={"scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], root_symptom="Training stalled")),
+    RuleCase(title="an Xid began the stall", evidence={
+        "n1/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)],
+        "n2/syslog": ["Jan  1 00:19:30 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                      "the bus."]},
+        context={"scheduler_state": "FAILED", "end_time": "2025-01-01T01:00:00Z"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], demoted=["Training stalled"])),
+    RuleCase(title="working until a crash", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 50)] + [
+        "2025-01-01T00:50:00Z [rank0]: KeyError: 'lr'"]},
+        context={"scheduler_state": "FAILED", "end_time": "2025-01-01T00:51:00Z"},
+        expect=Expect(fired=False, sub_domain="application")),
+    RuleCase(title="a completed job that saved for long after its last step", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
+        context={"scheduler_state": "COMPLETED", "end_time": "2025-01-01T01:30:00Z"},
+        expect=Expect(fired=False, sub_domain="none")),
+])
+def training_stall(ws: Workspace) -> None:
+    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED:
+        return
+    progress = [e for e in ws.events if e.symptom == "Training progress" and _dated(e) is not None]
+    if not progress or any(e.symptom == "Workload completed" for e in ws.events):
+        return
+    last = max(progress, key=lambda e: (_dated(e), e.node or ""))
+    stopped = _dated(last)
+    failures = [t for t in (_dated(e) for e in ws.events if e.type == EventType.NODE_BAD) if t is not None]
+    end = ws.context.end_time or max(failures, default=None)
+    if stopped is None or end is None or (end - stopped).total_seconds() <= STALL_S:
+        return
+    minutes = (end - stopped).total_seconds() / 60
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=last.node, symptom="Training stalled", evidence=last.evidence,
+                     time=stopped, attributes={
+                         "meaning": f"training progress stopped at {stopped:%Y-%m-%dT%H:%M:%SZ} (last on "
+                                    f"{last.node or '-'}) and nothing resumed it in the {minutes:.0f} min before the "
+                                    "workload ended: it hung",
+                         "stalled_min": round(minutes)}))
+
+
+# Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
+# and the host's Xid 13 / Xid 31 for the same event). Where they recur tells the two apart.
+KERNEL_FAULT_REPORTS = ("CUDA illegal memory access", "XID-13", "XID-31")
+
+
+def _faults_and_restarts(hours: tuple[int, ...], max_restarts: int) -> list[str]:
+    """Rule-case lines: rank 15 faults at each hour; the elastic agent restarts the workers after all but the last."""
+    lines = []
+    for i, h in enumerate(hours):
+        lines.append(f"2025-01-01T0{h}:10:00Z [rank15]: RuntimeError: CUDA error: an illegal memory access was "
+                     "encountered")
+        if i < len(hours) - 1:
+            lines.append(f"2025-01-01T0{h}:10:05Z WARNING:torch.distributed.elastic.agent.server.api:[default] Worker "
+                         f"group FAILED. {max_restarts - i}/{max_restarts} attempts left; will restart worker group")
+    return lines
+
+
+@filter_rule("KernelFaultFollowsOneGpu", phase=Phase.FILTER, doc="""
+An illegal address or instruction (CUDA 700/715, Xid 13/31) is usually the program's bug, and a bug runs on every
+rank. When an elastic job restarted its workers at least twice, one node faulted before the first restart and
+again after the last one, and no other node of the workload ever faulted, the fault followed that node's GPU
+through every attempt: a `Kernel faults recur on one GPU` root candidate is placed on it (its application reports
+are then outranked as reports of the same incident). One fault, or faults on several nodes, stay the program's.
+""", cases=[
+    RuleCase(title="rank 15 faults in every attempt", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2, 3), max_restarts=2),
+        "n1/applog": [f"2025-01-01T0{h}:{m:02d}:00Z [rank0]: step {h * 100 + m} | loss 2.1" for h in (1, 2, 3)
+                      for m in (0, 5)]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Kernel faults recur on one GPU")),
+    RuleCase(title="faults on two nodes: the code", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2, 3), max_restarts=2),
+        "n1/applog": ["2025-01-01T02:10:00Z [rank3]: RuntimeError: CUDA error: an illegal memory access was "
+                      "encountered"]},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+    RuleCase(title="one restart only", evidence={
+        "n2/applog": _faults_and_restarts(hours=(1, 2), max_restarts=1),
+        "n1/applog": ["2025-01-01T01:00:00Z [rank0]: step 10 | loss 2.1"]},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+])
+def kernel_fault_follows_one_gpu(ws: Workspace) -> None:
+    restarts = sorted(t for e in ws.events if e.symptom == "Workers restarted" and (t := _dated(e)) is not None)
+    if len({str(e.attributes.get("attempts_left")) for e in ws.events if e.symptom == "Workers restarted"}) < 2:
+        return
+    faults: dict[str, list[Event]] = {}
+    for event in ws.events:
+        if event.symptom in KERNEL_FAULT_REPORTS and event.type == EventType.NODE_BAD and event.node:
+            faults.setdefault(ws.canonical_node(event.node) or event.node, []).append(event)
+    if len(faults) != 1:
+        return
+    node, events = next(iter(faults.items()))
+    firsts = [e.time for e in events if e.time is not None and not e.evidence.time_inferred]
+    lasts = [t for e in events if (t := _dated(e)) is not None]
+    if not firsts or min(firsts) >= restarts[0] or max(lasts) <= restarts[-1]:
+        return
+    first = min((e for e in events if e.time == min(firsts)), key=lambda e: e.symptom or "")
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom="Kernel faults recur on one GPU",
+                     evidence=first.evidence, time=min(firsts), last_time=max(lasts), attributes={
+                         **{k: v for k, v in first.attributes.items() if k == "pci"},
+                         "meaning": f"kernel faults on {node} before the first of {len(restarts)} worker restarts and "
+                                    "after the last, on no other node: the fault follows the GPU, not the code"}))

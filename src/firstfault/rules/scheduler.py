@@ -23,6 +23,7 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.election import blamed_nodes
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -33,10 +34,13 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
+# The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds.
+TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded")
 
 
 @refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
-A time limit is the cause only if the workload was still working when it struck. When training progress
+A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the workload was still working when it
+struck. When training progress
 stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit, the workload had hung: the time limit is
 demoted and the hang, unexplained by the evidence, is what remains.
 """, cases=[
@@ -58,7 +62,7 @@ def hung_before_time_limit(ws: Workspace) -> None:
     if not ends:
         return
     progress_end = max(ends)
-    for limit in ws.active(prefix="Slurm time limit"):
+    for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
         # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
         stamped = [e.time for e in limit.evidence if e.time is not None and not e.time_inferred]
@@ -70,7 +74,89 @@ def hung_before_time_limit(ws: Workspace) -> None:
             ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
 
 
-@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit",), doc="""
+# How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
+# silent node DOWN after SlurmdTimeout (300 s by default); Kubernetes marks it NotReady after the node monitor grace
+# period (40-50 s) and evicts its pods 5 minutes later (the unreachable taint's tolerationSeconds), and a
+# `kubectl describe` or `get events` line carries the time the command ran, the event's own time only as an age.
+NODE_FAILURE_DETECTION_S = 1800.0
+
+
+@refiner("PodOnLostNode", phase=Phase.REFINE_EARLY, doc="""
+A Kubernetes node failure reported through a pod's events names the pod. The node that ran it is the one whose own
+NCCL lines print that pod's host name (IpToNodeMap's host names); that node is blamed. A report whose pod maps to no
+node of the workload names nothing here and is set aside.
+""", cases=[
+    RuleCase(title="the pod's node went NotReady", evidence={
+        "w13/applog": ["2025-01-01T00:00:01Z job-worker-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.13<0>"],
+        "w11/applog": ["2025-01-01T00:00:01Z job-worker-0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.1.13<0>"],
+        "w11/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   pod/job-worker-1   Node is not ready"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w11", "w13"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["w13"], terminal_state="NODE_FAIL")),
+    RuleCase(title="a pod nobody's lines name", evidence={
+        "w11/applog": ["2025-01-01T00:10:00Z [rank0]: KeyError: 'lr'"],
+        "w11/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   pod/other-job-0   Node is not ready"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w11", "w13"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[])),
+])
+def pod_on_lost_node(ws: Workspace) -> None:
+    hosts = ws.facts.get("host_to_node", {})
+    for report in ws.active(prefix="Kubernetes node failure"):
+        pods = report.value_set("blamed_pod")
+        if not pods:
+            continue
+        nodes = sorted({hosts[p] for p in pods if p in hosts})
+        if nodes:
+            report.values["blamed_node"] = sorted(report.value_set("blamed_node") | set(nodes))
+            ws.note("localise", f"pod {', '.join(sorted(pods))} ran on {', '.join(nodes)}", node=nodes[0])
+        elif not report.value_set("blamed_node"):
+            ws.demote(report, f"names pod {', '.join(sorted(pods))}, which ran on no node of this workload that the "
+                      "evidence shows")
+
+
+@refiner("LostNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, doc=f"""
+When a node dies, its peers' RDMA operations to it fail (retry exceeded, flushes) before the scheduler notices:
+peer errors whose named peer is a node the scheduler then declared failed (Slurm DOWN, Kubernetes NotReady, a
+Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes before that declaration, are the
+node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
+(a fault in the lost node's own log, earlier, still comes first).
+""", cases=[
+    RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",
+                     "2025-01-01T00:13:11Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "a/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   Node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"], terminal_state="NODE_FAIL",
+                      demoted=["IB Error-12"])),
+    RuleCase(title="the errors name another node", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+                     "2025-01-01T00:13:11Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"],
+        "a/scheduler": ["2025-01-01T00:20:00Z   Normal   NodeNotReady   Node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="network", culprits=["c"])),
+])
+def lost_node_explains_peer_errors(ws: Workspace) -> None:
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    for report in ws.active(role="root"):
+        lost = set(blamed_nodes(ws, report))
+        declared = report.first_time
+        if report.attributes.get("terminal_state") != TerminalState.NODE_FAIL.value or not lost or declared is None:
+            continue
+        for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
+            peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
+            began = s.first_time
+            if peers and peers <= lost and s.node not in lost and began is not None and not ws.undated(s) \
+                    and declared - window <= began <= declared + timedelta(seconds=ws.params.clock_skew_s):
+                ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it "
+                          f"{(declared - began).total_seconds() / 60:.0f} min later")
+
+
+@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it.
@@ -150,7 +236,8 @@ state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CA
 host out of memory, FAILED for any other failure, COMPLETED when the workload reported success and nothing
 failed. A recorded FAILED is refined when the root itself is the scheduler's or runtime's report of a more
 specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
-failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED.
+failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
+where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
@@ -160,6 +247,12 @@ failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, o
         "n1/scheduler": ["2025-01-01T00:11:00Z   Normal   NodeNotReady   Node/n2   Node n2 status is now: NodeNotReady"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="host", culprits=["n2"], terminal_state="NODE_FAIL")),
+    RuleCase(title="a Kubernetes Job hung, then its deadline ended it", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z   Warning   DeadlineExceeded   Job/train-7   Job was active longer than specified "
+        "deadline"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
     RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -168,13 +261,26 @@ failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, o
 def terminal_state_from_evidence(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
     root = ws.decision.root
-    implied = next((str(s.attributes["terminal_state"]) for s in root if s.attributes.get("terminal_state")), None)
+    # what the scheduler's or runtime's own report of the root incident says: the root itself, else a report of the
+    # same sub_domain it outranked (a pod's OOMKilled behind the kernel's cgroup kill)
+    same_incident = [*root, *(ws.select(sub_domain=ws.decision.sub_domain) if ws.decision.sub_domain else [])]
+    implied = next((str(s.attributes["terminal_state"]) for s in same_incident if s.attributes.get("terminal_state")),
+                   None)
+    generic_failure = ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED,
+                                                                                         TerminalState.UNKNOWN)
+    limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
+    if generic_failure and limit is not None:
+        # a workload that a time limit or Job deadline ended ended by it, even one that had hung or lost a node first
+        ws.decision.terminal_state = TerminalState.TIMEOUT
+        ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "
+                "workload: TIMEOUT")
+        return
     if recorded == TerminalState.FAILED and implied and ws.decision.terminal_state == TerminalState.FAILED:
         # A generic FAILED refined by what the scheduler/runtime itself reported (e.g. a pod OOMKilled).
         ws.decision.terminal_state = TerminalState(implied)
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
         return
-    if ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED, TerminalState.UNKNOWN):
+    if generic_failure:
         failed_node = _node_declared_failed(ws)
         if failed_node:
             ws.decision.terminal_state = TerminalState.NODE_FAIL
@@ -219,13 +325,23 @@ STATE_SYMPTOMS = {
     TerminalState.OUT_OF_MEMORY: "Slurm OOM kill",
     TerminalState.CANCELLED: "Job cancelled",
 }
+# The same states as Kubernetes (and Kueue) reach them: a Job past activeDeadlineSeconds, an eviction or preemption,
+# a node lost, a container OOMKilled.
+KUBERNETES_STATE_SYMPTOMS = {
+    **STATE_SYMPTOMS,
+    TerminalState.TIMEOUT: "Job deadline exceeded",
+    TerminalState.PREEMPTED: "Kubernetes eviction",
+    TerminalState.NODE_FAIL: "Kubernetes node failure",
+    TerminalState.OUT_OF_MEMORY: "Kubernetes OOMKilled",
+}
 _SIGNAL_EXIT = re.compile(r"^\d+:(?P<signal>[1-9]\d*)$")
 
 
 @filter_rule("SchedulerStateEvidence", phase=Phase.FILTER_EARLY, doc="""
 The scheduler state and exit code recorded in the ExecutionContext are evidence too: TIMEOUT, PREEMPTED,
-NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more), and an
-exit code with a signal (e.g. 0:9) says the job was killed. They are timed at the job end, so any earlier fault
+NODE_FAIL, OUT_OF_MEMORY and CANCELLED mean what the scheduler did (cited when no log line says more; a NODE_FAIL
+blames the nodes the connector read as failed, `metadata.failed_nodes`), and an exit code with a signal (e.g. 0:9)
+says the job was killed. They are timed at the job end, so any earlier fault
 found in the logs wins over them.
 """, cases=[
     RuleCase(title="timeout without logs", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
@@ -233,13 +349,15 @@ found in the logs wins over them.
              expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="failed job", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
              context={"scheduler_state": "FAILED", "exit_code": "1:0"}, expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="Kueue names the failed node", evidence={"n1/syslog": ["Jan  1 00:00:01 n1 systemd[1]: Started Session 1."]},
+             context={"scheduler": "kubernetes", "scheduler_state": "NODE_FAIL", "exit_code": "",
+                      "nodes": ["n1", "n2"], "metadata": {"failed_nodes": "n2"}},
+             expect=Expect(fired=True, sub_domain="scheduler", culprits=["n2"], terminal_state="NODE_FAIL")),
 ])
 def scheduler_state_evidence(ws: Workspace) -> None:
     ctx = ws.context
     state = normalise_state(ctx.scheduler_state)
-    symptom = STATE_SYMPTOMS.get(state)
-    if symptom == "Slurm OOM kill" and ctx.scheduler == "kubernetes":
-        symptom = "Kubernetes OOMKilled"
+    symptom = (KUBERNETES_STATE_SYMPTOMS if ctx.scheduler == "kubernetes" else STATE_SYMPTOMS).get(state)
     signal = _SIGNAL_EXIT.match(ctx.exit_code.strip())
     if symptom is None and signal:
         symptom = "Worker killed by signal"
@@ -252,7 +370,11 @@ def scheduler_state_evidence(ws: Workspace) -> None:
     attributes = {"terminal_state": state.value} if state in STATE_SYMPTOMS else {}
     if signal:
         attributes["signal"] = signal.group("signal")
-    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes))
+    # the nodes a scheduler connector read from the scheduler's own record of a node failure (Kueue's unhealthy nodes)
+    failed = sorted({n.strip() for n in str(ctx.metadata.get("failed_nodes", "")).split(",") if n.strip()})
+    values = {"blamed_node": failed} if state == TerminalState.NODE_FAIL and failed else {}
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=symptom, evidence=evidence, attributes=attributes,
+                     values=values))
 
 
 def _job_numbers(ctx: ExecutionContext) -> set[str]:

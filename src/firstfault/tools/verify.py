@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -147,6 +148,9 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     for prefix in expect.active:
         ok = any(s.symptom.startswith(prefix) and s.status == "bad" for s in result.symptoms)
         checks.append((ok, f"no active symptom {prefix!r}"))
+    for prefix in expect.absent:
+        found = sorted({s.symptom for s in result.symptoms if s.symptom.startswith(prefix)})
+        checks.append((not found, f"unexpected symptom {', '.join(found)}"))
     for ok, message in checks:
         if not ok:
             return CaseFailure(rule.name, label, message)
@@ -207,11 +211,37 @@ def load_verified_catalog(extra_files: list[tuple[str, bytes]] | None = None) ->
 
 def verified_engine(catalog: Catalog | None = None, params: Params | None = None, *,
                     cache_dir: Path | None = None) -> Engine:
-    """An engine whose catalog passed every inline case (CatalogError naming the failures otherwise)."""
+    """An engine whose catalog passed every inline case (CatalogError naming the failures otherwise). With a
+    `cache_dir`, a catalog verified once by this engine code is not verified again: the marker's name is a hash of
+    the catalog's content hash and of the engine's and this module's source, so a change to any verifies anew."""
     engine = Engine(catalog, params, cache_dir=cache_dir)
     with engine.startup.phase("catalog.verify"):
-        verify_catalog(engine.catalog)
+        marker = _verified_marker(engine.catalog, cache_dir)
+        if marker is None or not marker.exists():
+            verify_catalog(engine.catalog)
+            _touch(marker)
     return engine
+
+
+def _verified_marker(catalog: Catalog, cache_dir: Path | None) -> Path | None:
+    if cache_dir is None:
+        return None
+    digest = hashlib.sha256(catalog.content_hash.encode())
+    here = Path(__file__).resolve()
+    for source in [here, *sorted(here.parents[1].joinpath("engine").glob("*.py"))]:   # the checks and the engine
+        digest.update(source.read_bytes())
+    return cache_dir / f"verified-{digest.hexdigest()[:32]}"
+
+
+def _touch(marker: Path | None) -> None:
+    """Record a verification; a cache that cannot be written only means verifying again next time."""
+    if marker is None:
+        return
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass
 
 
 @lru_cache(maxsize=1)

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     session = engine.session(read_context(root))
     before = peak_kib()
     lines = 0
-    for batch in read_batches(root / "n1" / "syslog.log", FileScope("n1", SourceKind.SYSLOG, "syslog.log", None)):
+    for batch in read_batches(root / "n1" / "syslog.log", FileScope("n1", SourceKind.SYSLOG, "syslog.log", None, (root.resolve(),))):
         lines += batch.count()
         ingest_batch(session, batch)
     blueprint_kib = peak_kib() - before

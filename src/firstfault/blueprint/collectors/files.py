@@ -15,6 +15,7 @@ import glob
 import gzip
 import os
 import re
+import stat
 import string
 import zlib
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,11 @@ _ROTATED = re.compile(r"^(?:\.(\d+)|-(\d{8,10}))(?:\.gz)?$|^\.gz$")
 _SOURCES = ("applog", "syslog", "scheduler")
 _HEAD_LINES = 64  # lines looked at for a file's first stamp
 _TAIL_BYTES = 64 * 1024  # bytes looked at for its last stamp
+# A line is not written after its file's last modification: a stamp later than that (plus this much for clocks
+# and local times read as UTC) is not trusted to end or scope the reading.
+_CLOCK_SLACK = timedelta(days=1)
+# What reading one file can raise besides CollectorError: that file fails, the others are still read.
+_UNREADABLE = (OSError, EOFError, zlib.error)   # gzip.BadGzipFile is an OSError
 
 
 @dataclass(frozen=True)
@@ -50,31 +56,51 @@ class FileScope:
     source: SourceKind
     origin: str
     window: Window | None
+    roots: tuple[Path, ...]              # the file is read only if its real path lies under one of these
     utc_offset: timedelta | None = None  # the file is in local time at this offset (configured or inferred)
+
+
+def open_inside(path: Path, roots: tuple[Path, ...]) -> BinaryIO:
+    """Open a log file for binary streaming only if its real path (every symlink followed) lies under one of
+    `roots` (real paths too); else CollectorError saying why it is refused. The resolved path is what is opened,
+    through the engine's `open_evidence`: a regular file only (never a FIFO or a device), `.gz` decompressed up
+    to its cap."""
+    real = Path(os.path.realpath(path))
+    if not any(real.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(r) for r in roots) or "none: set the collector's `roots`"
+        raise CollectorError(f"{path}: refused: it resolves to {real}, outside the allowed roots ({allowed})")
+    if not stat.S_ISREG(os.stat(real).st_mode):
+        raise CollectorError(f"{path}: refused: not a regular file")
+    return open_evidence(real)
 
 
 def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> Iterator[LineBatch]:
     """Consecutive-line batches of one log file (gzip read transparently); lines outside the window dropped.
 
     A line without a timestamp keeps the fate of the last stamped line (continuations of multi-line
-    messages). Files are chronological, so reading stops at the first stamped line past the window.
+    messages). Files are chronological, so reading stops at the first stamped line past the window. A stamp
+    later than the file's last write cannot be trusted: it neither drops nor ends anything, its line is read as
+    unstamped, and once the whole file is read the collector reports it (CollectorError naming the file and the
+    line), so the result says it is partial.
     """
-    with open_evidence(path) as stream:
+    untrusted: list[str] = []
+    with open_inside(path, scope.roots) as stream:
         if looks_binary(stream.peek(65536)[:65536] if hasattr(stream, "peek") else b""):
             raise CollectorError(f"{path}: binary content, not a log file")
         parser = TimestampParser(scope.window.start if scope.window else None)
         offset = scope.utc_offset
         minutes = None if offset is None else int(offset.total_seconds() // 60)
+        latest = _modified(path) + _CLOCK_SLACK
         lines: list[str] = []
         first = size = 0
         keep = True
         for number, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES), start=1):
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if scope.window is not None:
-                stamp, zoned = parser.parse_zoned(text)
+                stamp, problem = _window_stamp(parser, text, offset, latest)
+                if problem is not None:
+                    untrusted.append(f"line {number}: {problem}")
                 if stamp is not None:
-                    if offset and not zoned:
-                        stamp -= offset
                     if stamp > scope.window.end:
                         break
                     keep = stamp >= scope.window.start
@@ -90,14 +116,29 @@ def read_batches(path: Path, scope: FileScope, max_bytes: int = BATCH_BYTES) -> 
             size += len(text) + 1
         if lines:
             yield LineBatch(scope.node, scope.source, scope.origin, lines, first, minutes)
+    if untrusted:
+        raise CollectorError(f"{path}: {len(untrusted)} line(s) with an untrusted timestamp, read as unstamped "
+                             f"({untrusted[0]})")
 
 
-def stamp_range(path: Path, reference: datetime | None) -> StreamClock:
+def _window_stamp(parser: TimestampParser, text: str, offset: timedelta | None,
+                  latest: datetime) -> tuple[datetime | None, str | None]:
+    """The line's UTC time for the window (None: no stamp, or one not to trust), and why it is not trusted. (A
+    stamp outside the engine's window of sane times is no stamp already: the engine says so when it reads it.)"""
+    stamp, zoned = parser.parse_zoned(text)
+    if stamp is not None and offset and not zoned:
+        stamp -= offset
+    if stamp is not None and stamp > latest:
+        return None, f"stamped {stamp.isoformat()}, after the file was last written"
+    return stamp, None
+
+
+def stamp_range(path: Path, reference: datetime | None, roots: tuple[Path, ...]) -> StreamClock:
     """What the file's own stamps say: its first and last stamped lines (head and tail only, so a large file
     costs two short reads) and whether any carries a zone."""
     parser = TimestampParser(reference)
     clock = StreamClock()
-    with open_evidence(path) as stream:
+    with open_inside(path, roots) as stream:
         for count, raw in enumerate(bounded_lines(stream, DEFAULT_MAX_LINE_BYTES)):
             stamp, zoned = parser.parse_zoned(raw.decode("utf-8", errors="replace"))
             if stamp is not None:
@@ -128,8 +169,9 @@ def _tail(stream: BinaryIO) -> bytes:
 
 
 def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
-    """The batches of every file; a file that cannot be read (binary, unreadable, a broken gzip) does not stop
-    the others: they are all read, then the collector reports what failed (CollectorError)."""
+    """The batches of every file; a file that cannot be read whole (binary, unreadable, a broken gzip, a line
+    stamped beyond the calendar) does not stop the others: they are all read, then the collector reports what
+    failed (CollectorError)."""
     failures: list[str] = []
     count = 0
     for path, scope in files:
@@ -138,10 +180,11 @@ def read_files(files: Iterable[tuple[Path, FileScope]]) -> Iterator[LineBatch]:
             yield from read_batches(path, scope)
         except CollectorError as exc:
             failures.append(str(exc))
-        except (OSError, EOFError, zlib.error) as exc:   # gzip.BadGzipFile is an OSError
+        except _UNREADABLE as exc:
             failures.append(f"{path}: cannot be read: {exc.__class__.__name__}: {exc}")
     if failures:
-        raise CollectorError(f"{len(failures)} of {count} file(s) could not be read: {'; '.join(failures[:3])}")
+        raise CollectorError(f"{len(failures)} of {count} file(s) could not be read whole: "
+                             f"{'; '.join(failures[:3])}")
 
 
 def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[bytes]:
@@ -193,6 +236,15 @@ def expand(template: str, fields: dict[str, str]) -> str | None:
     return template.format(**{k: glob.escape(v) for k, v in fields.items() if k in names})
 
 
+def fixed_root(template: str) -> tuple[Path, ...]:
+    """The directory a template's fixed beginning names (`/var/log/nodes` for `/var/log/nodes/{node}/syslog`),
+    as a real path; none when the template begins with a field or a glob (`{stdout}`: job accounting says where)."""
+    fixed = re.split(r"[{*?\[]", template, maxsplit=1)[0]
+    directory = fixed if fixed.endswith("/") else os.path.dirname(fixed)
+    real = os.path.realpath(directory) if directory else ""
+    return (Path(real),) if directory and real != "/" else ()
+
+
 def context_fields(ctx: ExecutionContext) -> dict[str, str]:
     fields = {"job_id": ctx.job_id, "workload_id": ctx.workload_id, "attempt": str(ctx.attempt), "name": ctx.name}
     fields.update({k: v for k, v in ctx.metadata.items() if k.isidentifier() and v})
@@ -212,6 +264,11 @@ class FilesOptions(CollectorOptions, MarginOptions):
                                         "`Asia/Singapore`)", shown="inferred: a file that fits the window only at "
                                                                    "one whole-hour offset is read at it")
     rotated: bool = option(True, "read the rotated siblings")
+    roots: tuple[str, ...] = option((), "the directories files may be read from: a file whose real path (symlinks "
+                                        "followed) is elsewhere, or that is not a regular file, is refused and "
+                                        "named in the report", split=True,
+                                    shown="each template's fixed leading directories (none for a template that "
+                                          "begins with a field, such as `{stdout}`)")
 
 
 class FilesCollector:
@@ -225,6 +282,8 @@ class FilesCollector:
             [(SourceKind.SYSLOG, t) for t in options.syslog] + [(SourceKind.SCHEDULER, t) for t in options.scheduler]
         if not self.templates:
             raise ConfigError(f"logs files: give at least one path template ({', '.join(_SOURCES)} TEMPLATE)")
+        self.roots = {t: tuple(Path(os.path.realpath(r)) for r in options.roots) if options.roots
+                      else fixed_root(t) for _, t in self.templates}
         self.node_template = options.node
         self.filter_window = {s: options.window if options.window is not None else s != SourceKind.APPLOG
                               for s in SourceKind}
@@ -261,7 +320,8 @@ class FilesCollector:
                     if path in seen:
                         continue
                     seen.add(path)
-                    yield path, FileScope(node, source, str(path), window, self._utc_offset(ctx, path))
+                    roots = self.roots[template]
+                    yield path, FileScope(node, source, str(path), window, roots, self._utc_offset(ctx, path, roots))
 
     def _patterns(self, ctx: ExecutionContext, template: str,
                   missing: list[str]) -> Iterator[tuple[str | None, str]]:
@@ -278,15 +338,15 @@ class FilesCollector:
             return
         yield self._job_node(ctx, fields), pattern
 
-    def _utc_offset(self, ctx: ExecutionContext, path: Path) -> timedelta | None:
+    def _utc_offset(self, ctx: ExecutionContext, path: Path, roots: tuple[Path, ...]) -> timedelta | None:
         """The local time a file is written in: the configured zone, else inferred from its own stamps against
         the workload's window (engine/clock.py); None when it reads as UTC or cannot be decided."""
         reference = ctx.start_time or ctx.end_time
         if self.zone is not None:
             return zone_offset(self.zone, reference) if reference is not None else None
         try:
-            clock = stamp_range(path, reference)
-        except (OSError, EOFError, zlib.error):
+            clock = stamp_range(path, reference, roots)
+        except (CollectorError, *_UNREADABLE):
             return None   # read_batches reports the file
         hours = local_time_offset(clock, ctx.start_time, ctx.end_time)
         return None if hours is None else timedelta(hours=hours)

@@ -16,7 +16,7 @@ from typing import Any
 
 from firstfault.blueprint.base import LineBatch
 from firstfault.blueprint.config import ConnectorSpec
-from firstfault.blueprint.kubectl import Kubectl
+from firstfault.blueprint.kubectl import Kubectl, namespace_args, object_name
 from firstfault.blueprint.options import CollectorOptions, KubectlOptions, option, parse_options
 from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.errors import CollectorError, KubectlError, NothingInScope
@@ -58,7 +58,8 @@ class PodLogsCollector:
         if not namespace or not names:
             raise NothingInScope("the workload has no pods on record")
         try:
-            pods = self.kubectl.items("pods", "-n", namespace, *names)
+            pods = self.kubectl.items("pods", *namespace_args(namespace), "--",
+                                      *(object_name(n, "pod") for n in names))
         except KubectlError as exc:
             raise CollectorError(str(exc)) from None
         failures: list[str] = []
@@ -74,10 +75,10 @@ class PodLogsCollector:
             raise CollectorError(f"{len(failures)} container log(s) unreadable: {failures[0]}")
 
     def _log(self, namespace: str, pod: str, container: str, node: str | None, previous: bool) -> Iterator[LineBatch]:
-        args = ["logs", "-n", namespace, pod, "-c", container]
+        args = ["logs", *namespace_args(namespace), f"--container={object_name(container, 'container', 'label')}"]
         args += ["--timestamps"] if self.timestamps else []
         args += ["--previous"] if previous else []
-        text = self.kubectl.run(*args)
+        text = self.kubectl.run(*args, "--", object_name(pod, "pod"))
         lines = text.splitlines()
         origin = f"k8s:{namespace}/{pod}/{container}" + (" (previous)" if previous else "")
         for start in range(0, len(lines), BATCH_LINES):

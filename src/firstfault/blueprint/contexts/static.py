@@ -19,7 +19,7 @@ from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.engine import ExecutionContext
 from firstfault.engine.evidence import SCENARIO_FILE, evidence_files, read_context
-from firstfault.errors import ConfigError, EvidenceError, NothingInScope
+from firstfault.errors import CollectorError, ConfigError, EvidenceError, NothingInScope
 
 STATIC_DIR = "static_dir"
 
@@ -58,6 +58,10 @@ class StaticContexts:
                 except EvidenceError as exc:
                     found.problems.append(str(exc))
                     continue
+                except Exception as exc:  # noqa: BLE001 - one unreadable workload never hides the others
+                    found.problems.append(f"{directory / SCENARIO_FILE}: cannot be read: "
+                                          f"{exc.__class__.__name__}: {exc}")
+                    continue
                 ctx.metadata[STATIC_DIR] = str(directory.resolve())
                 found.contexts.append(ctx)
         return found
@@ -73,9 +77,21 @@ class StaticEvidence:
         return STATIC_DIR in ctx.metadata
 
     def collect(self, ctx: ExecutionContext) -> Iterator[LineBatch]:
+        """The workload's files; what the engine sets aside (a symlink out of the directory, a FIFO, a name
+        that is not evidence: what `analyze` records as issues) makes the report an `error` naming it."""
         directory = Path(ctx.metadata[STATIC_DIR])
-        files, _ = evidence_files(directory)
+        files, set_aside = evidence_files(directory)
+        not_read = f"{len(set_aside)} entr{'y' if len(set_aside) == 1 else 'ies'} not read: " + \
+            "; ".join(f"{directory / name}: {reason}" for name, reason in set_aside[:3])
         if not files:
-            raise NothingInScope(f"{directory}: no <node>/applog.log, syslog.log or scheduler.log")
-        yield from read_files((item.path, FileScope(item.node, item.source, str(item.path.relative_to(directory)),
-                                                    None)) for item in files)
+            raise (CollectorError(not_read) if set_aside else
+                   NothingInScope(f"{directory}: no <node>/applog.log, syslog.log or scheduler.log"))
+        roots = (directory.resolve(),)   # a workload's files never lead out of its directory
+        try:
+            yield from read_files((item.path, FileScope(item.node, item.source,
+                                                        str(item.path.relative_to(directory)), None, roots))
+                                  for item in files)
+        except CollectorError as exc:
+            raise CollectorError("; ".join([str(exc), *([not_read] if set_aside else [])])) from None
+        if set_aside:
+            raise CollectorError(not_read)

@@ -15,24 +15,43 @@ from pathlib import Path
 
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
-from firstfault.blueprint.result import MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
+from firstfault.blueprint.result import MAX_ROW_ID, MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
-from firstfault.errors import SchemaError
+from firstfault.errors import DatabaseError, SchemaError
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open (creating or migrating) a results database."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, timeout=30)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA foreign_keys=ON")
-    db.execute("PRAGMA synchronous=NORMAL")
-    migrate(db)
+    """Open (creating or migrating) a results database; DatabaseError when the file cannot be one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA synchronous=NORMAL")
+            migrate(db)
+        except BaseException:
+            db.close()
+            raise
+    except (OSError, sqlite3.Error) as exc:
+        raise DatabaseError(f"{path}: cannot be used as a results database ({exc})") from None
     return db
 
 
 def migrate(db: sqlite3.Connection) -> int:
-    """Apply the migrations this database lacks, each in its own transaction; returns the schema version."""
+    """Apply the migrations this database lacks, in one transaction; returns the schema version. Foreign keys
+    are not enforced while they run (a table rebuild drops a table the others refer to) and are checked before
+    the commit."""
+    enforced = db.execute("PRAGMA foreign_keys").fetchone()[0]
+    db.execute("PRAGMA foreign_keys=OFF")
+    try:
+        _apply_migrations(db)
+    finally:
+        db.execute(f"PRAGMA foreign_keys={'ON' if enforced else 'OFF'}")
+    return SCHEMA_VERSION
+
+
+def _apply_migrations(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
@@ -48,11 +67,12 @@ def migrate(db: sqlite3.Connection) -> int:
                 db.execute(statement)
             db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, _now()))
             db.execute(f"PRAGMA user_version = {version}")
+        if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
+            raise SchemaError("migrating the database would break its references; it was left unchanged")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    return SCHEMA_VERSION
 
 
 def _statements(sql: str) -> list[str]:
@@ -65,6 +85,14 @@ def _now() -> str:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def _storable(ctx: ExecutionContext) -> ExecutionContext:
+    """The context, when its attempt number fits the database (SQLite integers are 64-bit)."""
+    if ctx.attempt > MAX_ROW_ID:
+        raise DatabaseError(f"workload {ctx.workload_id}: attempt {ctx.attempt} is beyond the largest the results "
+                            f"database stores ({MAX_ROW_ID})")
+    return ctx
 
 
 def _upsert_attempt(db: sqlite3.Connection, ctx: ExecutionContext) -> int:
@@ -99,13 +127,13 @@ def store(db: sqlite3.Connection, result: AttributionBlueprintResult) -> int:
     root = d.root_cause if d else None
     db.execute("BEGIN IMMEDIATE")
     try:
-        attempt_id = _upsert_attempt(db, result.context)
+        attempt_id = _upsert_attempt(db, _storable(result.context))
         cursor = db.execute(
             """INSERT INTO attribution_runs (attempt_id, attributed_at, status, error, mode, catalog_hash,
                    terminal_state, outcome, sub_domain, root_symptom, root_node, culprit_nodes_json,
                    failed_connectors, collect_s, attribute_s, total_s, connector_reports_json, result_json)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (attempt_id, result.attributed_at.isoformat(), "ok" if d else "error", result.error, result.mode,
+            (attempt_id, result.attributed_at.isoformat(), result.status(), result.error, result.mode,
              result.catalog_hash, d.terminal_state.value if d else None, d.outcome.value if d else None,
              d.sub_domain.value if d else None, root.symptom if root else None, root.node if root else None,
              json.dumps([c.node for c in d.culprit_nodes] if d else []), len(result.failed_connectors()),
@@ -146,11 +174,14 @@ class SqliteOutput:
         row = self.db.execute(
             """SELECT 1 FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id
                WHERE a.workload_id = ? AND a.attempt = ? AND r.status = 'ok'""",
-            (ctx.workload_id, ctx.attempt)).fetchone()
+            (ctx.workload_id, _storable(ctx).attempt)).fetchone()
         return row is not None
 
     def write(self, result: AttributionBlueprintResult) -> None:
         store(self.db, result)
+
+    def flush(self) -> None:
+        return None
 
     def close(self) -> None:
         self.db.close()

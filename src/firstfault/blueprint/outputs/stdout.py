@@ -33,5 +33,8 @@ class StdoutOutput:
         self.stream.write(result.model_dump_json() + "\n")
         self.stream.flush()
 
+    def flush(self) -> None:
+        return None
+
     def close(self) -> None:
         return None
