@@ -226,14 +226,13 @@ def _healthz_during_attributions(start_server, record: Record, attributions: int
 
     with concurrent.futures.ThreadPoolExecutor(attributions) as pool:
         futures = [pool.submit(attribute, i) for i in range(attributions)]
-        time.sleep(0.5)
         with server.client() as client:
             while not all(f.done() for f in futures):
                 t = time.monotonic()
                 assert client.get("/v2/healthz").status_code == 200
                 if in_flight[0]:
                     latencies.append(time.monotonic() - t)
-                time.sleep(0.05)
+                time.sleep(0.02)
         assert [f.result() for f in futures] == [200] * attributions
     assert latencies, "no healthz call was made while attributions ran"
     record(attributions=attributions, nodes=nodes, healthz_calls=len(latencies),
@@ -243,12 +242,12 @@ def _healthz_during_attributions(start_server, record: Record, attributions: int
 
 
 def test_healthz_answers_while_attributions_run(start_server, record: Record) -> None:
-    _healthz_during_attributions(start_server, record, attributions=8, nodes=300)
+    _healthz_during_attributions(start_server, record, attributions=8, nodes=2000)
 
 
 @pytest.mark.long
 def test_healthz_answers_within_100_ms_while_40_attributions_run(start_server, record: Record) -> None:
-    latencies = _healthz_during_attributions(start_server, record, attributions=40, nodes=500)
+    latencies = _healthz_during_attributions(start_server, record, attributions=40, nodes=10_000)
     assert percentile(latencies, 99) < 0.1, latencies
 
 
