@@ -58,7 +58,8 @@ class Settings:
     memory_budget_bytes: int = 2048 * MIB
     # Estimated bytes one session's context (nodes, metadata) may hold; larger ones get 413.
     max_context_bytes: int = 16 * MIB
-    # Attributions computed at once (worker threads); more wait. Keeps the event loop answering (healthz).
+    # Attributions computed at once (worker threads); more wait. Keeps the event loop answering (healthz): the
+    # interpreter lock is shared, so more threads add no throughput, only waits for the event loop.
     attribution_threads: int = 2
     # Idempotency keys remembered per session (oldest forgotten first).
     idempotency_keys: int = 1000
