@@ -31,7 +31,7 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def client(sample_db: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(sample_db)) as c:
+    with TestClient(create_app(sample_db, allowed_hosts=["testserver"])) as c:
         yield c
 
 

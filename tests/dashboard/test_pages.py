@@ -190,7 +190,7 @@ def test_new_results_appear_while_the_dashboard_is_open(tmp_path: Path) -> None:
 
     db = tmp_path / "live.db"
     blueprint_into(db, sample_dirs()["nvlink-walkthrough"])
-    with TestClient(create_app(db)) as live:
+    with TestClient(create_app(db, allowed_hosts=["testserver"])) as live:
         assert ">1</span><span class=\"l\">workload attempts" in live.get("/").text
         assert live.get("/nodes").text.count('class="node culprit"') == 1
         blueprint_into(db, sample_dirs()["xid79-fallen-off-bus"])

@@ -27,7 +27,7 @@ def big_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def big(big_db: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(big_db)) as client:
+    with TestClient(create_app(big_db, allowed_hosts=["testserver"])) as client:
         yield client
 
 

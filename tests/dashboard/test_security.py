@@ -50,7 +50,7 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hclient(hostile_db: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(hostile_db)) as c:
+    with TestClient(create_app(hostile_db, allowed_hosts=["testserver"])) as c:
         yield c
 
 
@@ -146,7 +146,7 @@ def test_a_missing_database_is_never_created(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="no such file"):
         check_database(missing)
     with pytest.raises(DatabaseError):
-        create_app(missing)
+        create_app(missing, allowed_hosts=["testserver"])
     assert not missing.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -221,3 +221,15 @@ def test_no_script_runs_in_the_browser(hostile_db: Path, tmp_path: Path, browser
         page.close()
         dashboard.stop()
     assert dialogs == []
+
+
+def test_a_host_header_outside_the_allowed_names_is_refused(live: Dashboard) -> None:
+    """DNS rebinding: a page of another site whose name now resolves to 127.0.0.1 sends its own name as Host; the
+    dashboard answers only its loopback names and its bind address (by default; --allowed-hosts changes it)."""
+    port = live.url.rsplit(":", 1)[1]
+    for host in ("rebind.attacker.example", f"rebind.attacker.example:{port}", "127.0.0.2", "localhost.evil"):
+        response = httpx.get(f"{live.url}/", headers={"Host": host})
+        assert response.status_code == 400, host
+        assert "<script" not in response.text
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        assert httpx.get(f"{live.url}/healthz", headers={"Host": host}).status_code == 200, host

@@ -10,22 +10,35 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import json
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.reliability.support import Record, percentile
+from firstfault.service.app import create_app
+from firstfault.service.settings import Settings
+from tests.reliability import support
+from tests.reliability.support import Record, examples, percentile
 from tests.service.live_server import Server, raw_text_batch
+
+with warnings.catch_warnings():  # starlette's notice about httpx, not about this code
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 CONTEXT = {"workload_id": "load", "scheduler": "slurm", "nodes": ["n1", "n2", "n3", "n4"],
            "start_time": "2026-03-02T08:00:00Z", "end_time": "2026-03-02T09:00:00Z", "scheduler_state": "FAILED"}
@@ -91,7 +104,7 @@ def _read_all(sock: socket.socket) -> bytes:
 def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, record: Record) -> None:
     server = start_server(FIRSTFAULT_BODY_TIMEOUT_S="3")
     stalled, trickling = [], []
-    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n{\"workload_id\": ")
     for _ in range(40):                       # half a body, then nothing
         sock = _open(server)
@@ -129,7 +142,7 @@ def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, rec
 def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_server) -> None:
     server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024))
     sock = _open(server)
-    sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
     chunk = b"x" * 65536
     sent = 0
@@ -146,6 +159,98 @@ def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_serve
     with server.client() as client:
         assert client.get("/v2/healthz").status_code == 200
         assert metric(client, "firstfault_sessions_live") == 0
+
+
+def _half_sent(server: Server, count: int) -> list[socket.socket]:
+    """`count` connections that each sent part of a request's headers and then nothing."""
+    socks = []
+    for i in range(count):
+        sock = _open(server)
+        sock.sendall(b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow-%d: " % i)
+        socks.append(sock)
+    return socks
+
+
+def _slowloris(start_server, record: Record, connections: int) -> None:
+    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="3")
+    started = time.monotonic()
+    socks = _half_sent(server, connections)
+    latencies = []
+    with server.client() as client:
+        for _ in range(10):
+            t = time.monotonic()
+            assert client.get("/v2/healthz").status_code == 200
+            latencies.append(time.monotonic() - t)
+    answers = []
+    deadline = started + 20
+    for sock in socks:                              # each closed by the server at the header deadline
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        answers.append(_read_all(sock))
+    closed_after = time.monotonic() - started
+    for sock in socks:
+        sock.close()
+    assert all(a.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in a for a in answers), answers[0][:200]
+    assert closed_after < 25
+    with server.client() as client:
+        assert client.get("/v2/healthz").status_code == 200
+    record(half_sent_connections=connections, healthz_max_ms=round(max(latencies) * 1000, 1),
+           all_closed_after_s=round(closed_after, 1))
+
+
+def test_half_sent_request_headers_time_out_and_healthz_answers(start_server, record: Record) -> None:
+    _slowloris(start_server, record, 200)
+
+
+@pytest.mark.long
+def test_half_sent_request_headers_time_out_and_healthz_answers_long(start_server, record: Record) -> None:
+    _slowloris(start_server, record, 1100)
+
+
+# -- attribution off the event loop ------------------------------------------------------------------------------------
+def _healthz_during_attributions(start_server, record: Record, attributions: int, nodes: int) -> list[float]:
+    """healthz latencies measured while `attributions` attribute calls (a session of `nodes` failing nodes) run."""
+    server = start_server()
+    with server.client() as client:
+        sid = client.post("/v2/sessions", json={**CONTEXT, "nodes": [f"h-{i}" for i in range(nodes)]}).json()["session_id"]
+        assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch("h", nodes)).status_code == 202
+    # The attribute calls run in processes of their own: reading 40 large answers in this process's threads would
+    # hold its interpreter lock and slow the healthz client, not the server.
+    calls: list[tuple[float, float]] = []
+    with concurrent.futures.ProcessPoolExecutor(attributions) as pool:
+        futures = [pool.submit(_timed_attribute, server.url, sid) for _ in range(attributions)]
+        with server.client() as client:
+            while not all(f.done() for f in futures):
+                t = time.monotonic()
+                assert client.get("/v2/healthz").status_code == 200
+                calls.append((t, time.monotonic()))
+                time.sleep(0.02)
+        runs = [f.result() for f in futures]
+    assert [status for status, _, _ in runs] == [200] * attributions
+    latencies = [end - start for start, end in calls if any(a < end and start < b for _, a, b in runs)]
+    assert latencies, "no healthz call was made while attributions ran"
+    record(attributions=attributions, nodes=nodes, healthz_calls=len(latencies),
+           healthz_p50_ms=round(percentile(latencies, 50) * 1000, 1),
+           healthz_p99_ms=round(percentile(latencies, 99) * 1000, 1), healthz_max_ms=round(max(latencies) * 1000, 1))
+    return latencies
+
+
+def _timed_attribute(url: str, sid: str) -> tuple[int, float, float]:
+    """One attribute call: its status, and when it started and ended (the monotonic clock is the machine's)."""
+    with httpx.Client(base_url=url, timeout=600) as client:
+        started = time.monotonic()
+        status = client.post(f"/v2/sessions/{sid}/attribute").status_code
+        return status, started, time.monotonic()
+
+
+def test_healthz_answers_while_attributions_run(start_server, record: Record) -> None:
+    _healthz_during_attributions(start_server, record, attributions=8, nodes=2000)
+
+
+@pytest.mark.long
+def test_healthz_while_40_attributions_of_10k_nodes_run(start_server, record: Record) -> None:
+    latencies = _healthz_during_attributions(start_server, record, attributions=40, nodes=10_000)
+    # The median holds the 100 ms target; the 99th percentile does not yet (docs/reliability.md says why)
+    assert percentile(latencies, 50) < 0.1, latencies
 
 
 # -- thousands of sessions, the memory budget ------------------------------------------------------------------------
@@ -225,7 +330,8 @@ def _hosts_batch(prefix: str, count: int) -> dict[str, Any]:
 
 
 def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> None:
-    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    # 1,200 hosts hold about 6.6 MB (service/memory.py's estimate): one session's batch fits, two do not
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
     with server.client() as client:
         a = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
         b = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
@@ -236,8 +342,9 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
         assert refused.headers["retry-after"] == "30"
         assert client.get(f"/v2/sessions/{b}").json()["observations"] == 1200   # nothing of it was taken
         assert client.get("/v2/readyz").status_code == 503
+        assert client.post("/v2/sessions", json=CONTEXT).json()["error_code"] == "memory_budget"
         assert client.post(f"/v2/sessions/{b}/attribute").status_code == 200   # results can still be had
-        assert metric(client, "firstfault_event_keys") >= 2000
+        assert metric(client, "firstfault_session_bytes") >= 12_000_000
         assert client.delete(f"/v2/sessions/{a}").status_code == 204
         retried = client.post(f"/v2/sessions/{b}/observations", json=_batch(1), headers={"Idempotency-Key": "k1"})
         assert retried.status_code == 202 and retried.json()["replayed"] is False
@@ -245,15 +352,139 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
 
 
 def test_the_memory_budget_evicts_idle_sessions_first(start_server) -> None:
-    server = start_server(FIRSTFAULT_MAX_EVENT_KEYS="2000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
     with server.client() as client:
         ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(4)]
         for i, sid in enumerate(ids):
             assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(str(i), 900)).status_code == 202
-        # 900, 1800, 2700 (the budget is checked before a batch), then the oldest goes to make room for the 4th
+        # about 5, 10, 15 MB (the budget is checked before a batch), then the oldest goes to make room for the 4th
         assert [client.get(f"/v2/sessions/{sid}").status_code for sid in ids] == [404, 200, 200, 200]
         assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == 1
         assert metric(client, "firstfault_event_keys") == 2700
+
+
+def test_unique_node_names_count_against_the_budget_in_bytes(start_server) -> None:
+    """Events and stream counters of distinct nodes are what a session's memory grows with: a budget in bytes
+    stops them, where a count of events let 900k observations take 1.4 GB with readiness green."""
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(16 * 1024 * 1024), FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    with server.client() as client:
+        sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        taken = refused = 0
+        for i in range(12):
+            response = client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(f"h{i}", 1000))
+            if response.status_code == 503:
+                assert response.json()["error_code"] == "memory_budget"
+                refused += 1
+            else:
+                assert response.status_code == 202, response.text
+                taken += 1
+        assert taken and refused
+        assert client.get("/v2/readyz").status_code == 503
+        assert client.get(f"/v2/sessions/{sid}").json()["observations"] == taken * 1000
+        held = metric(client, "firstfault_session_bytes")
+        assert 16 * 1024 * 1024 <= held < 16 * 1024 * 1024 + 8_000_000     # over by at most one batch
+
+
+def test_a_session_context_over_its_cap_is_refused(start_server) -> None:
+    server = start_server(FIRSTFAULT_MAX_CONTEXT_BYTES="1000000")
+    with server.client() as client:
+        nodes = [f"gpu-node-{i:06d}-" + "x" * 24 for i in range(20_000)]
+        response = client.post("/v2/sessions", json={**CONTEXT, "nodes": nodes})
+        assert response.status_code == 413 and response.json()["error_code"] == "context_too_large"
+        response = client.post("/latest/attributor", json={"workload": {"id": "w", "nodes": nodes}})
+        assert response.status_code == 413 and response.json()["error_code"] == "context_too_large"
+        assert client.post("/v2/sessions", json={**CONTEXT, "nodes": nodes[:100]}).status_code == 201
+        assert metric(client, "firstfault_sessions_live") == 1
+
+
+def test_request_bodies_in_progress_are_capped_together(start_server) -> None:
+    """Bodies held at once by all requests are capped (FIRSTFAULT_MAX_INFLIGHT_BYTES): past it, 503 at once,
+    before the body is read; when they are done, requests go through again."""
+    mib = 1024 * 1024
+    server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(mib), FIRSTFAULT_MAX_INFLIGHT_BYTES=str(2 * mib))
+    head = (b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{\"workload_id\": " % mib)
+    holding = []
+    for _ in range(2):                         # two bodies of 1 MiB on their way: the cap is held
+        sock = _open(server)
+        sock.sendall(head)
+        holding.append(sock)
+    time.sleep(0.5)
+    third = _open(server)
+    third.sendall(head)
+    answer = _read_all(third)
+    third.close()
+    assert answer.startswith(b"HTTP/1.1 503 ") and b'"server_busy"' in answer and b"retry-after: 1" in answer.lower()
+    for sock in holding:
+        sock.close()
+    with server.client() as client:
+        deadline = time.monotonic() + 10
+        while client.post("/v2/sessions", json=CONTEXT).status_code != 201:   # the held bytes are released
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def peak_rss_mib(server: Server) -> float:
+    with open(f"/proc/{server.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.long
+def test_900k_unique_node_observations_stay_within_the_memory_budget(start_server, record: Record) -> None:
+    """Issue 14's scenario: 900,000 observations, each naming a new node, against a budget of 256 MiB. The memory
+    held after ingest is bounded by the budget; attribution's own working memory comes on top (recorded)."""
+    budget_mib = 256
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(budget_mib * 1024 * 1024))
+    taken = refused = 0
+    with httpx.Client(base_url=server.url, timeout=1200) as client:
+        sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        for i in range(90):
+            response = client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(f"b{i}", 10_000))
+            assert response.status_code in (202, 503), response.text
+            taken, refused = taken + (response.status_code == 202), refused + (response.status_code == 503)
+        ready = client.get("/v2/readyz").status_code
+        held_after_ingest = metric(client, "firstfault_session_bytes")
+        rss_after_ingest = rss_mib(server)
+        started = time.monotonic()
+        attributed = client.post(f"/v2/sessions/{sid}/attribute")
+        attribute_s = time.monotonic() - started
+        held = metric(client, "firstfault_session_bytes")
+    peak = peak_rss_mib(server)
+    record(observations_sent=900_000, observations_taken=taken * 10_000, batches_refused=refused,
+           readyz_after=ready, budget_mib=budget_mib, estimated_after_ingest_mib=round(held_after_ingest / 2**20),
+           rss_after_ingest_mib=round(rss_after_ingest), estimated_with_result_mib=round(held / 2**20),
+           peak_rss_mib=round(peak), attribute_s=round(attribute_s, 1),
+           attribute_mib=round(len(attributed.content) / 2**20, 1))
+    assert refused and ready == 503 and attributed.status_code == 200
+    assert rss_after_ingest < 2 * budget_mib + 150, rss_after_ingest
+
+
+@pytest.mark.long
+def test_12_concurrent_31_mib_bodies_stay_within_the_body_cap(start_server, record: Record) -> None:
+    """Issue 14's scenario: 12 bodies of 31 MiB at once (default limits: 32 MiB a body, 96 MiB in progress)."""
+    server = start_server()
+    line = "Mar  2 08:10:01 n1 kernel: some chatter that matches nothing " + "x" * 60
+    text = "\n".join([line] * (31 * 1024 * 1024 // (len(line) + 1)))
+    with server.client() as client:
+        ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(12)]
+    body = json.dumps(raw_text_batch("n1", "syslog", text)).encode()
+    baseline = rss_mib(server)
+
+    def send(sid: str) -> int:
+        with httpx.Client(base_url=server.url, timeout=600) as c:
+            return c.post(f"/v2/sessions/{sid}/observations", content=body,
+                          headers={"content-type": "application/json"}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(send, ids))
+    peak = peak_rss_mib(server)
+    record(bodies=12, body_mib=round(len(body) / 2**20, 1), accepted=statuses.count(202),
+           busy_503=statuses.count(503), rss_before_mib=round(baseline), peak_rss_mib=round(peak))
+    assert set(statuses) <= {202, 503} and statuses.count(202) >= 1
+    assert peak < 800, peak                    # 1,447 MiB before the in-flight cap
 
 
 # -- 200 concurrent clients ------------------------------------------------------------------------------------------
@@ -410,3 +641,52 @@ def test_schemathesis_with_the_token_and_many_examples(start_server, tmp_path: P
     assert run.returncode == 0, run.stdout[-4000:]
     assert server.process.poll() is None and '"level": "error"' not in server.log()
     record(max_examples=250, seconds=round(time.monotonic() - started))
+
+
+# -- any time, any text, through the HTTP app --------------------------------------------------------------------------
+_SURROGATE = st.integers(0xD800, 0xDFFF).map(chr)
+_TEXT = st.text(st.characters() | _SURROGATE, max_size=12)
+_WHEN = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59))
+_STAMP = st.tuples(_WHEN, st.sampled_from(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S+14:00",
+                                           "%Y-%m-%dT%H:%M:%S-14:00", "%b %d %H:%M:%S", "[%a %b %d %H:%M:%S %Y]",
+                                           "E%m%d %H:%M:%S.000"])).map(lambda w: w[0].strftime(w[1]))
+_LINE = st.builds("{} {} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name={}, GPU has fallen off the bus.".format,
+                  _STAMP, _TEXT, _TEXT) | _TEXT
+_ENVELOPE = st.builds(lambda line, host: json.dumps({"body": line, "attributes": {"hostname": host}}), _LINE, _TEXT)
+_RAW_TEXT = st.fixed_dictionaries({"format": st.just("raw_text"), "source": st.just("syslog"),
+                                   "text": st.lists(_LINE, max_size=6).map("\n".join)},
+                                  optional={"node": _TEXT, "utc_offset_minutes": st.integers(-840, 840)})
+_LOKI = st.fixed_dictionaries({"format": st.just("raw_loki_streams"), "source": st.just("syslog"), "streams": st.lists(
+    st.fixed_dictionaries({"stream": st.dictionaries(st.sampled_from(["hostname", "job"]), _TEXT, max_size=2),
+                           "values": st.lists(st.tuples(st.integers(0, 2**63).map(str), _ENVELOPE | _LINE),
+                                              max_size=4)}), max_size=3)})
+
+
+@settings(max_examples=examples(60, 1200), deadline=None, derandomize=not support.LONG,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_RAW_TEXT | _LOKI, min_size=1, max_size=3))
+def test_any_time_and_any_text_is_taken_or_refused_never_a_5xx(batches: list[dict[str, Any]]) -> None:
+    """Stamps from year 1 to 9999 in every format, at the extreme zone offsets, and any text, lone surrogates
+    included (sent as the `\\udXXX` escapes a JSON writer emits), in raw text and in Loki envelopes: every batch
+    is taken or refused with a 4xx, every read of the session answers 2xx, and every observation taken is counted."""
+    client = _http_app()
+    sid = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+    taken = 0
+    for batch in batches:
+        response = client.post(f"/v2/sessions/{sid}/observations", content=json.dumps(batch).encode(),
+                               headers={"content-type": "application/json", "Idempotency-Key": "k"})
+        assert response.status_code < 500, response.text
+        if response.status_code == 202 and not response.json()["replayed"]:
+            taken += response.json()["accepted"]
+        client.delete(f"/v2/sessions/{sid}/nothing")  # a path that does not exist: 404, not a 5xx
+    assert client.get(f"/v2/sessions/{sid}").json()["observations"] == taken
+    attributed = client.post(f"/v2/sessions/{sid}/attribute")
+    assert attributed.status_code == 200, attributed.text
+    assert attributed.json()["computed_from"]["observations"] == taken
+    assert client.get(f"/latest/attributor/{sid}/attribution").status_code == 200
+    assert client.get(f"/v2/sessions/{sid}").status_code == 200
+
+
+@functools.cache
+def _http_app() -> TestClient:
+    return TestClient(create_app(Settings()), base_url="http://localhost", raise_server_exceptions=False)

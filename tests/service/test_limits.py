@@ -155,6 +155,36 @@ def test_unknown_sessions_routes_and_methods(client: httpx.Client) -> None:
     assert_error(client.post("/v2/rules", json={"extractor": []}), 405, "method_not_allowed")
 
 
+def test_a_405_names_the_methods_the_path_allows(client: httpx.Client, new_session: Callable[..., str]) -> None:
+    sid = new_session(CONTEXT)
+    for method, path, allowed in (("PUT", "/v2/sessions", "POST"), ("GET", "/v2/sessions", "POST"),
+                                  ("POST", "/v2/healthz", "GET"), ("PUT", f"/v2/sessions/{sid}", "DELETE, GET"),
+                                  ("PATCH", f"/latest/attributor/{sid}/observation", "POST"),
+                                  ("DELETE", "/metrics", "GET")):
+        response = client.request(method, path)
+        assert_error(response, 405, "method_not_allowed")
+        assert response.headers["allow"] == allowed, (method, path)
+
+
+@pytest.mark.parametrize("depth", [500, 900, 990, 1000, 1100, 5000])
+def test_deeply_nested_bodies_get_a_4xx(client: httpx.Client, new_session: Callable[..., str], depth: int) -> None:
+    sid = new_session(CONTEXT)
+    attributor = client.post("/latest/attributor", json={"workload": {"id": "deep"}}).json()["attributor_id"]
+    for deep in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        for path, body in ((f"/latest/attributor/{attributor}/observation",
+                            '{"context": {"source": "syslog", "format": "raw_loki_streams"}, "body": %s}'),
+                           (f"/latest/attributor/{attributor}/observation",
+                            '{"context": {"source": "syslog", "format": "prometheus_metrics"}, "body": %s}'),
+                           ("/latest/attributor", '{"workload": %s}'),
+                           (f"/v2/sessions/{sid}/observations", '{"format": "observations", "observations": %s}'),
+                           ("/v2/sessions", '{"workload_id": "w", "metadata": %s}')):
+            response = client.post(path, content=body % deep, headers={"content-type": "application/json"})
+            assert 400 <= response.status_code < 500, (path, response.text)
+        as_string = {"context": {"source": "syslog", "format": "raw_loki_streams"}, "body": deep}
+        response = client.post(f"/latest/attributor/{attributor}/observation", json=as_string)
+        assert 400 <= response.status_code < 500
+
+
 def test_session_ttl(tmp_path: Path) -> None:
     srv = Server.start(tmp_path, env={"FIRSTFAULT_SESSION_TTL_S": "1"})
     try:

@@ -55,6 +55,9 @@ def _server_options(p: argparse.ArgumentParser) -> None:
                                                                   "free one)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
                    help="server log level (default: info for dashboard, warning for quickstart)")
+    p.add_argument("--allowed-hosts", default=os.environ.get("FIRSTFAULT_ALLOWED_HOSTS", ""), metavar="NAMES",
+                   help="Host header names answered, comma-separated ('*.example.org' for subdomains); others get "
+                        "400 (DNS rebinding). Default: $FIRSTFAULT_ALLOWED_HOSTS, else the loopback names and --host")
 
 
 def _repeat_options(p: argparse.ArgumentParser) -> None:
@@ -80,7 +83,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.db is None:
         return error("give the results database: --db FILE (or set FIRSTFAULT_SQLITE_PATH)")
     try:
-        app = _app(args.db, _repeat_policy(args))
+        app = _app(args.db, _repeat_policy(args), args)
         sock = _bind(args.host, args.port)
     except (DatabaseError, ConfigError, OSError) as exc:
         return error(str(exc))
@@ -106,7 +109,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         sock.close()
         return code
     try:
-        app = _app(db_path, repeat)
+        app = _app(db_path, repeat, args)
     except DatabaseError as exc:
         sock.close()
         return error(str(exc))
@@ -166,10 +169,11 @@ def _attribute_samples(db_path: Path, console: Console) -> int:
     return 0
 
 
-def _app(db_path: Path, repeat: RepeatPolicy) -> Any:
+def _app(db_path: Path, repeat: RepeatPolicy, args: argparse.Namespace) -> Any:
     from firstfault.dashboard.app import create_app
+    from firstfault.service.settings import trusted_hosts
 
-    return create_app(db_path, repeat=repeat)
+    return create_app(db_path, repeat=repeat, allowed_hosts=trusted_hosts(args.host, args.allowed_hosts))
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -13,6 +13,7 @@ from firstfault.cli import error
 from firstfault.errors import CatalogError
 from firstfault.service.logs import log_config
 from firstfault.service.middleware import SpanStarter, no_spans
+from firstfault.service.protocol import header_deadline_protocol
 from firstfault.service.settings import Settings
 from firstfault.tools.verify import verified_engine
 
@@ -24,6 +25,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--host", help="address to bind (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, help="TCP port (default 8000)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    p.add_argument("--insecure-no-auth", action="store_true", default=None,
+                   help="serve on a non-loopback --host without FIRSTFAULT_API_TOKEN (refused otherwise): anyone "
+                        "who can reach the address can write")
     p.set_defaults(func=cmd_serve)
 
 
@@ -33,7 +37,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from firstfault.service.app import create_app
 
     try:
-        settings = Settings.from_env(host=args.host, port=args.port, log_level=args.log_level)
+        settings = Settings.from_env(host=args.host, port=args.port, log_level=args.log_level,
+                                     insecure_no_auth=args.insecure_no_auth)
     except ValueError as exc:
         return error(str(exc))
     logging.config.dictConfig(log_config(settings.log_level))
@@ -48,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, engine, spans)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
                             access_log=False, timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
-                            server_header=False)
+                            server_header=False, http=header_deadline_protocol(settings.header_timeout_s))
     server = uvicorn.Server(config)
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal; exit 0 for that clean stop.
     signal.signal(signal.SIGTERM, _stopped)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from firstfault import __version__
 from firstfault.blueprint.result import MAX_ROW_ID, AttributionBlueprintResult
@@ -72,9 +73,12 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPolicy | None = None) -> FastAPI:
+def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPolicy | None = None, *,
+               allowed_hosts: Sequence[str]) -> FastAPI:
     """The dashboard over one results database (checked now: a bad file fails here, not at the first page);
-    `repeat` says when a node is a repeat offender (default: RepeatPolicy())."""
+    `repeat` says when a node is a repeat offender (default: RepeatPolicy()). It answers only requests whose Host
+    header names one of `allowed_hosts` (400 otherwise), so a page of another site cannot reach it through DNS
+    rebinding."""
     results = ResultsDB(db_path, repeat)
     if catalog is None:
         try:
@@ -85,6 +89,7 @@ def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPoli
     app = FastAPI(title="firstfault dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.results = results
     app.mount("/static", StaticFiles(packages=[("firstfault.dashboard", "static")]), name="static")
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
 
     def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         info = results.info()

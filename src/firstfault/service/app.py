@@ -23,7 +23,7 @@ from firstfault.service.core import AttributionService
 from firstfault.service.errors import STATUS_CODES
 from firstfault.service.http import describe_errors, write_auth
 from firstfault.service.middleware import ServiceMiddleware, SpanStarter, no_spans
-from firstfault.service.settings import Settings
+from firstfault.service.settings import Settings, is_loopback
 from firstfault.tools.verify import default_engine
 
 log = logging.getLogger("firstfault.service")
@@ -34,13 +34,17 @@ _JSON_TYPES = ("application/json", "+json")
 def create_app(settings: Settings, engine: Engine | None = None, spans: SpanStarter = no_spans) -> FastAPI:
     """The service app. `engine` defaults to the packaged catalog (raises CatalogError when it is broken)."""
     service = AttributionService(engine or default_engine(), settings)
+    # No /docs nor /redoc: FastAPI's pages load Swagger UI and ReDoc from a CDN, which an air-gapped cluster
+    # cannot reach and no page of ours should; /openapi.json stays for tools (docs/service.md).
     app = FastAPI(title="firstfault Attribution Service", version=__version__, lifespan=_lifespan(service),
+                  docs_url=None, redoc_url=None,
                   description="Say why a distributed GPU workload failed: the fault that began it and the node "
                               "it began on. See docs/service.md.")
     app.state.service = service
     auth = write_auth(settings.api_token)
-    app.include_router(v2.router(service, auth))
-    app.include_router(v1.router(service, auth))
+    routers = [v2.router(service, auth), v1.router(service, auth)]
+    for api in routers:
+        app.include_router(api)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -49,8 +53,10 @@ def create_app(settings: Settings, engine: Engine | None = None, spans: SpanStar
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.state.routes = [route for api in [*routers, app.router] for route in api.routes if isinstance(route, APIRoute)]
     app.add_exception_handler(Exception, _internal_error)
     app.add_middleware(ServiceMiddleware, metrics=service.metrics, max_body_bytes=settings.max_request_bytes,
+                       allowed_hosts=settings.trusted_hosts(), max_inflight_bytes=settings.max_inflight_bytes,
                        body_timeout_s=settings.body_timeout_s, spans=spans)
     return app
 
@@ -59,8 +65,9 @@ def _lifespan(service: AttributionService) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(_expire_sessions(service))
+        _log_auth(service.settings)
         log.info("ready", extra={"catalog_hash": service.catalog_hash, "host": service.settings.host,
-                                 "port": service.settings.port})
+                                 "port": service.settings.port, "allowed_hosts": service.settings.trusted_hosts()})
         try:
             yield
         finally:
@@ -68,6 +75,18 @@ def _lifespan(service: AttributionService) -> Any:
             log.info("stopped", extra={"sessions_dropped": len(service.store)})
 
     return lifespan
+
+
+def _log_auth(settings: Settings) -> None:
+    """Say, at startup, whether write endpoints need the token; loudly when they do not."""
+    if settings.api_token:
+        log.info("auth ON: write endpoints need `Authorization: Bearer <FIRSTFAULT_API_TOKEN>`", extra={"auth": True})
+    elif is_loopback(settings.host):
+        log.warning("auth OFF: no FIRSTFAULT_API_TOKEN; anyone on this host can write (bound to loopback only)",
+                    extra={"auth": False})
+    else:
+        log.warning(f"auth OFF on {settings.host} (--insecure-no-auth): anyone who can reach this address can "
+                    "create sessions and send evidence", extra={"auth": False})
 
 
 async def _expire_sessions(service: AttributionService) -> None:
@@ -113,10 +132,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method of every route on this path (Starlette names only the first route's)."""
+    """Every method of every route on this path (Starlette names only the first route's). The routes are those
+    create_app() listed: FastAPI keeps an included router's routes out of `app.routes`."""
     methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE:
+    for route in request.app.state.routes:
+        if route.matches(request.scope)[0] != Match.NONE:
             methods |= route.methods or set()
     return sorted(methods)
 

@@ -22,7 +22,8 @@ _DESCRIPTIONS = {400: "Malformed request (not JSON, bad header)", 401: "Missing 
                  413: "Request or session over a size limit", 415: "Body is not application/json",
                  422: "Body or parameters do not match the schema",
                  429: "Session capacity reached and no session is idle enough to evict",
-                 503: "Memory budget spent (FIRSTFAULT_MAX_EVENT_KEYS) and no session is idle enough to evict"}
+                 503: "Memory budget spent (FIRSTFAULT_MEMORY_BUDGET_BYTES) and no session is idle enough to evict, "
+                      "or too many request bodies in progress (FIRSTFAULT_MAX_INFLIGHT_BYTES)"}
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

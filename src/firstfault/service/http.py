@@ -93,13 +93,24 @@ class JsonRoute(APIRoute):
         return route_handler
 
 
-async def in_thread(func: Callable[..., T], *args: Any) -> T:
-    """Run blocking engine work off the event loop."""
-    return await anyio.to_thread.run_sync(func, *args)
+async def in_thread(func: Callable[..., T], *args: Any, limiter: anyio.CapacityLimiter | None = None) -> T:
+    """Run blocking engine work off the event loop (in at most `limiter`'s threads when given)."""
+    return await anyio.to_thread.run_sync(func, *args, limiter=limiter)
+
+
+def _canonical_digest(doc: Any) -> str:
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 async def body_fingerprint(request: Request) -> str:
-    return hashlib.sha256(await request.body()).hexdigest()
+    """What an Idempotency-Key is bound to: the parsed JSON document (keys sorted, no whitespace), so a retry
+    that re-serialises the same batch differently is still a retry."""
+    assert isinstance(request, JsonRequest)
+    doc = await request.json()
+    if len(await request.body()) > _THREAD_DECODE_BYTES:
+        return await anyio.to_thread.run_sync(_canonical_digest, doc)
+    return _canonical_digest(doc)
 
 
 def describe_errors(errors: list[Any]) -> str:

@@ -23,7 +23,7 @@ class ServiceMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, catalog_hash: str, live_sessions: Callable[[], int],
-                 event_keys: Callable[[], int] = lambda: 0) -> None:
+                 event_keys: Callable[[], int] = lambda: 0, retained_bytes: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("firstfault_http_requests_total", "HTTP requests by route and status",
@@ -32,9 +32,11 @@ class ServiceMetrics:
                                  ["method", "route"], buckets=_LATENCY_BUCKETS, registry=r)
         live = Gauge("firstfault_sessions_live", "Sessions held in memory", registry=r)
         live.set_function(live_sessions)
-        keys = Gauge("firstfault_event_keys", "Coalesced events held by the live sessions (the memory budget's "
-                     "measure, FIRSTFAULT_MAX_EVENT_KEYS)", registry=r)
+        keys = Gauge("firstfault_event_keys", "Coalesced events held by the live sessions", registry=r)
         keys.set_function(event_keys)
+        retained = Gauge("firstfault_session_bytes", "Estimated bytes held by the live sessions (the memory "
+                         "budget's measure, FIRSTFAULT_MEMORY_BUDGET_BYTES)", registry=r)
+        retained.set_function(retained_bytes)
         self.sessions_created = Counter("firstfault_sessions_created_total", "Sessions created", registry=r)
         self.sessions_removed = Counter("firstfault_sessions_removed_total",
                                         "Sessions removed, by reason (deleted, expired, evicted)", ["reason"],

@@ -1,4 +1,5 @@
-"""ASGI middleware around the whole app: request-size cap, trace context, access log, request metrics."""
+"""ASGI middleware around the whole app: trusted Host names, request-size cap, a cap on the bodies of all requests
+in progress, trace context, access log, request metrics."""
 
 from __future__ import annotations
 
@@ -36,12 +37,34 @@ class _TooLarge(Exception):
     pass
 
 
+class _Busy(Exception):
+    pass
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header without its port (`[::1]:80` -> `[::1]`, `Example.org:80` -> `example.org`)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.split(":", 1)[0]
+
+
+def host_allowed(header: str, allowed: list[str]) -> bool:
+    """`header` names one of `allowed` (where "*" is any host and "*.example.org" any subdomain of example.org)."""
+    name = host_name(header)
+    return bool(name) and any(a == "*" or name == a or (a.startswith("*.") and name.endswith(a[1:]))
+                              for a in allowed)
+
+
 class ServiceMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, max_body_bytes: int,
-                 body_timeout_s: float = 60.0, spans: SpanStarter = no_spans) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, max_body_bytes: int, allowed_hosts: list[str],
+                 max_inflight_bytes: int, body_timeout_s: float = 60.0, spans: SpanStarter = no_spans) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = allowed_hosts
+        self.max_inflight_bytes = max_inflight_bytes
+        self.inflight_bytes = 0  # bodies held by requests in progress (the event loop's thread only)
         self.body_timeout_s = body_timeout_s
         self.spans = spans
 
@@ -70,15 +93,32 @@ class ServiceMiddleware:
                 current_trace.reset(token)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        if not host_allowed(headers.get("host", ""), self.allowed_hosts):
+            await _refuse(scope, receive, send, 400, "untrusted_host",
+                          "this server does not answer to that Host name (FIRSTFAULT_ALLOWED_HOSTS)")
+            return
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
             return
+        held = [0]
+        try:
+            await self._handle_body(scope, receive, send, headers, held)
+        finally:
+            self.inflight_bytes -= held[0]
+
+    async def _handle_body(self, scope: Scope, receive: Receive, send: Send, headers: Headers,
+                           held: list[int]) -> None:
         try:
             with anyio.fail_after(self.body_timeout_s):
-                body = await self._read_body(receive, headers)
+                body = await self._read_body(receive, headers, held)
         except _TooLarge:
             await _refuse(scope, receive, send, 413, "request_too_large",
                           f"request body over the {self.max_body_bytes}-byte limit")
+            return
+        except _Busy:
+            await _refuse(scope, receive, send, 503, "server_busy",
+                          f"the requests in progress hold {self.max_inflight_bytes} bytes of bodies "
+                          "(FIRSTFAULT_MAX_INFLIGHT_BYTES); retry shortly", {"Retry-After": "1"})
             return
         except TimeoutError:
             await _refuse(scope, receive, send, 408, "request_timeout",
@@ -88,11 +128,22 @@ class ServiceMiddleware:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _read_body(self, receive: Receive, headers: Headers) -> bytes | None:
+    def _hold(self, held: list[int], total: int) -> None:
+        """Count `total` bytes of this request's body as held (up to the body cap), or raise _Busy."""
+        total = min(total, self.max_body_bytes)
+        if total > held[0]:
+            if self.inflight_bytes + total - held[0] > self.max_inflight_bytes:
+                raise _Busy
+            self.inflight_bytes += total - held[0]
+            held[0] = total
+
+    async def _read_body(self, receive: Receive, headers: Headers, held: list[int]) -> bytes | None:
         declared = headers.get("content-length", "")
         limit = self.max_body_bytes
-        if declared.isdigit() and int(declared) > limit * _DRAIN_FACTOR:
-            raise _TooLarge
+        if declared.isdigit():
+            if int(declared) > limit * _DRAIN_FACTOR:
+                raise _TooLarge
+            self._hold(held, int(declared))
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -105,6 +156,7 @@ class ServiceMiddleware:
                 raise _TooLarge
             if total <= limit:
                 chunks.append(chunk)
+                self._hold(held, total)
             if not message.get("more_body", False):
                 break
         if total > limit:
@@ -125,10 +177,11 @@ class ServiceMiddleware:
         log.info("request", extra=extra)
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+                  headers: dict[str, str] | None = None) -> None:
     """Answer with the service's error body and close the connection (the rest of the body is not read)."""
     response = JSONResponse({"error_code": code, "message": message}, status_code=status,
-                            headers={"Connection": "close"})
+                            headers={"Connection": "close", **(headers or {})})
     await response(scope, receive, send)
 
 

@@ -109,6 +109,11 @@ class SessionRecord:
     revision: int = 0
     last_result: AttributeResponse | None = None
     in_flight: int = 0
+    # Estimated bytes this session holds (service/memory.py): context, events, stream counters, last result.
+    retained: int = 0
+    result_bytes: int = 0
+    # The (node, source) streams it holds counters for (the engine's own key objects, so little more memory).
+    streams: set[tuple[str, str]] = field(default_factory=set)
     # Held while evidence is added or a result computed, so `computed_from` is exact.
     work: threading.Lock = field(default_factory=threading.Lock)
 
@@ -124,6 +129,10 @@ class SessionRecord:
             raise ServiceError(413, "session_byte_limit",
                                f"this batch of {nbytes} bytes would take the session past its cap of "
                                f"{limits.max_bytes} bytes (it holds {self.bytes})")
+
+    def keep_result(self, response: AttributeResponse, nbytes: int) -> None:
+        self.retained += nbytes - self.result_bytes
+        self.last_result, self.result_bytes = response, nbytes
 
     def add_batch(self, count: int, nbytes: int, truncated: int) -> IngestAck:
         self.observations += count
@@ -173,16 +182,28 @@ class SessionStore:
             records = list(self._sessions.values())
         return sum(r.engine.event_keys() for r in records)
 
+    def retained_bytes(self) -> int:
+        """Estimated bytes held by every live session (the memory budget's measure)."""
+        with self._lock:
+            return sum(r.retained for r in self._sessions.values())
+
     def make_room(self, budget: int) -> bool:
         """Evict idle sessions, the longest idle first (never one in use or used within `min_idle_s`), until the
-        live sessions hold fewer than `budget` coalesced events. False when that cannot be done."""
-        while self.event_keys() >= budget:
+        live sessions hold less than `budget` bytes. False when that cannot be done."""
+        while self.retained_bytes() >= budget:
             with self._lock:
                 victim = self._eviction_candidate()
                 if victim is None:
                     return False
                 self._remove_locked(victim, "evicted")
         return True
+
+    def has_budget(self, budget: int) -> bool:
+        """The live sessions hold less than `budget` bytes, or one of them is idle enough to evict."""
+        if self.retained_bytes() < budget:
+            return True
+        with self._lock:
+            return self._eviction_candidate() is not None
 
     def has_room(self) -> bool:
         with self._lock:

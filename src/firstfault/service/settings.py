@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -11,6 +12,9 @@ from firstfault.wire import WIRE_MAX_LINE_BYTES
 
 ENV_PREFIX = "FIRSTFAULT_"
 MIB = 1024 * 1024
+# Host names answered by default (with any port): the loopback names (an IPv6 literal in brackets, as in a Host
+# header).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -19,13 +23,24 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    # Bearer token required on every write endpoint when set (FIRSTFAULT_API_TOKEN).
+    # Bearer token required on every write endpoint when set (FIRSTFAULT_API_TOKEN). Set but empty is an error.
     api_token: str | None = None
+    # Serve without a token on a non-loopback address (refused otherwise): `serve --insecure-no-auth`.
+    insecure_no_auth: bool = False
+    # Host headers answered, comma-separated (a leading "*." matches subdomains; "*" any host). Default: the
+    # loopback names and the bind address. Any other Host gets 400, so DNS rebinding cannot reach the API.
+    allowed_hosts: str = ""
     # Largest accepted request body; larger ones get 413 before they are parsed.
     max_request_bytes: int = 32 * MIB
     # A request body must arrive within this many seconds of the request's start (408 otherwise): a client that
     # trickles its body, or stops half-way, does not hold a connection for ever.
     body_timeout_s: float = 60.0
+    # A connection must send its request headers within this many seconds (it is closed otherwise), so
+    # half-sent requests cannot pile up (slowloris).
+    header_timeout_s: float = 10.0
+    # Request bodies held at once by all requests in progress (read and being parsed); a request that would
+    # cross it gets 503 `server_busy` with Retry-After. At least max_request_bytes.
+    max_inflight_bytes: int = 96 * MIB
     # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
     max_line_bytes: int = WIRE_MAX_LINE_BYTES
     # Per-session caps: a batch that would cross one is refused whole (413).
@@ -36,10 +51,16 @@ class Settings:
     max_sessions: int = 1000
     session_ttl_s: float = 3600.0
     session_min_idle_s: float = 30.0
-    # The memory budget: coalesced events (distinct node/symptom/rule keys, a few kB each at most) held across all
-    # live sessions. A batch that finds it spent first evicts idle sessions (as at the session cap); if that is
-    # not enough it is refused whole with 503 `memory_budget`.
-    max_event_keys: int = 1_000_000
+    # The memory budget: estimated bytes held by all live sessions (contexts, coalesced events with their
+    # evidence, stream counters, last results; service/memory.py). A new session or batch that finds it spent
+    # first evicts idle sessions (as at the session cap); if that is not enough it is refused with 503
+    # `memory_budget`, and readiness says not ready.
+    memory_budget_bytes: int = 2048 * MIB
+    # Estimated bytes one session's context (nodes, metadata) may hold; larger ones get 413.
+    max_context_bytes: int = 16 * MIB
+    # Attributions computed at once (worker threads); more wait. Keeps the event loop answering (healthz): the
+    # interpreter lock is shared, so more threads add no throughput, only waits for the event loop.
+    attribution_threads: int = 2
     # Idempotency keys remembered per session (oldest forgotten first).
     idempotency_keys: int = 1000
     # Seconds uvicorn waits for in-flight requests on SIGTERM/SIGINT before closing them.
@@ -53,6 +74,9 @@ class Settings:
         """Defaults, then FIRSTFAULT_* variables, then explicit overrides (None means "not given")."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
+        if env.get(ENV_PREFIX + "API_TOKEN") is not None and not env[ENV_PREFIX + "API_TOKEN"].strip():
+            raise ValueError(f"{ENV_PREFIX}API_TOKEN is set but empty: give a token, or unset the variable to "
+                             "serve without one (loopback only, or with --insecure-no-auth)")
         for f in fields(cls):
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is not None and raw != "":
@@ -64,7 +88,8 @@ class Settings:
 
     def validate(self) -> None:
         positive = ("max_request_bytes", "max_line_bytes", "max_session_observations", "max_session_bytes",
-                    "max_sessions", "session_ttl_s", "idempotency_keys", "body_timeout_s", "max_event_keys")
+                    "max_sessions", "session_ttl_s", "idempotency_keys", "body_timeout_s", "memory_budget_bytes",
+                    "max_context_bytes", "header_timeout_s", "max_inflight_bytes", "attribution_threads")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive")
@@ -76,6 +101,33 @@ class Settings:
             raise ValueError(f"{ENV_PREFIX}MAX_LINE_BYTES must be at least 64")
         if self.otel_exporter not in ("", "console", "otlp"):
             raise ValueError(f"{ENV_PREFIX}OTEL_EXPORTER must be console or otlp")
+        if self.max_inflight_bytes < self.max_request_bytes:
+            raise ValueError(f"{ENV_PREFIX}MAX_INFLIGHT_BYTES must be at least {ENV_PREFIX}MAX_REQUEST_BYTES")
+        if self.api_token is not None and not self.api_token.strip():
+            raise ValueError(f"{ENV_PREFIX}API_TOKEN is empty")
+        if not self.api_token and not self.insecure_no_auth and not is_loopback(self.host):
+            raise ValueError(f"refusing to serve on {self.host} without a token: anyone who can reach it could "
+                             f"write. Set {ENV_PREFIX}API_TOKEN, or pass --insecure-no-auth to accept that")
+
+    def trusted_hosts(self) -> list[str]:
+        """The Host header names answered (see `allowed_hosts`)."""
+        return trusted_hosts(self.host, self.allowed_hosts)
+
+
+def trusted_hosts(bind: str, configured: str) -> list[str]:
+    """The Host names a server bound to `bind` answers: those `configured` (comma-separated), else the loopback
+    names and `bind` itself (a wildcard address names no host)."""
+    if configured.strip():
+        return [h.strip().lower() for h in configured.split(",") if h.strip()]
+    bound = [] if bind in ("0.0.0.0", "::", "") else [f"[{bind}]" if ":" in bind else bind.lower()]
+    return list(dict.fromkeys([*LOOPBACK_HOSTS, *bound]))
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _parse(name: str, raw: str, default: Any) -> Any:

@@ -216,7 +216,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
              responses=error_responses(404, 422))
     async def get_attribution(session_id: SessionId) -> V1Attribution:
         """The attribution by node: the inner list is non-empty exactly for culprit nodes."""
-        response = await in_thread(service.current_result, session_id)
+        response = await in_thread(service.current_result, session_id, limiter=service.attribution_slots)
         return to_v1(response.result, list(response.result.workload.nodes), response.revision)
 
     return api

@@ -35,7 +35,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     unknown = error_responses(401, 404, 422) if auth else error_responses(404, 422)
 
     @api.post("/sessions", status_code=201, response_model=SessionCreated,
-              responses=error_responses(400, 401, 413, 415, 422, 429), dependencies=auth)
+              responses=error_responses(400, 401, 413, 415, 422, 429, 503), dependencies=auth)
     async def create_session(context: Annotated[ContextBody, Body()], request: Request) -> SessionCreated:
         """Open a session for one workload attempt (body: an ExecutionContext)."""
         body = await strict_body(request, CONTEXT)
@@ -52,9 +52,10 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
         return await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
 
     @api.post("/sessions/{session_id}/attribute", response_model=AttributeResponse, responses=unknown, dependencies=auth)
-    async def attribute(session_id: SessionId) -> AttributeResponse:
+    async def attribute(session_id: SessionId) -> Response:
         """Compute the result from everything ingested so far; may be called any number of times."""
-        return await in_thread(service.attribute, session_id)
+        _, body = await in_thread(service.attribute_json, session_id, limiter=service.attribution_slots)
+        return Response(body, media_type="application/json")  # the JSON the core wrote: not written twice
 
     @api.get("/sessions/{session_id}", response_model=SessionState, responses=error_responses(404, 422))
     async def get_session(session_id: SessionId) -> SessionState:
@@ -74,11 +75,12 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
 
     @api.get("/readyz", response_model=Health, responses=error_responses(503))
     async def readyz() -> Health:
-        """Ready to take a new session (capacity left, or an idle session that can be evicted)."""
+        """Ready to take a new session (capacity and memory left, or an idle session that can be evicted)."""
         if not service.store.has_room():
             raise ServiceError(503, "not_ready", "session capacity reached and no session is idle")
-        if service.store.event_keys() >= service.settings.max_event_keys:
-            raise ServiceError(503, "not_ready", "memory budget (FIRSTFAULT_MAX_EVENT_KEYS) spent")
+        if not service.store.has_budget(service.settings.memory_budget_bytes):
+            raise ServiceError(503, "not_ready", "memory budget (FIRSTFAULT_MEMORY_BUDGET_BYTES) spent and no "
+                                                 "session is idle")
         return Health(status="ready", catalog_hash=service.catalog_hash, sessions=len(service.store),
                       version=__version__)
 
