@@ -63,6 +63,8 @@ def test_every_deployed_command_parses_with_the_cli(argv: list[str]) -> None:
 
 
 def test_probes_point_at_routes_the_apps_serve(tmp_path: Path) -> None:
+    """Each probe, with the Host header it sends, gets an answer from the app it probes (healthz 200, readyz 200 or
+    503) - not a 404, and not the 400 the trusted-hosts check gives a Host that is not allowed."""
     from fastapi.testclient import TestClient
 
     from firstfault.dashboard.app import create_app as dashboard_app
@@ -72,14 +74,17 @@ def test_probes_point_at_routes_the_apps_serve(tmp_path: Path) -> None:
     results = tmp_path / "results.db"
     assert main(["blueprint", "--configs", str(samples_root()), "--quiet", "--no-progress",
                  "--connector", "output", "db", "sqlite", "path", str(results)]) == 0
-    apps = {"service": service_app(Settings()), "dashboard": dashboard_app(results)}
+    apps = {"service": service_app(Settings(host="0.0.0.0", allowed_hosts="localhost")),
+            "dashboard": dashboard_app(results, allowed_hosts=["localhost"])}
     probed = 0
     for container in _containers():
         for probe in ("readinessProbe", "livenessProbe"):
             if probe in container:
-                with TestClient(apps[container["name"]]) as client:
-                    answer = client.get(container[probe]["httpGet"]["path"])
-                assert answer.status_code not in (404, 405), (container["name"], probe, answer.status_code)
+                get = container[probe]["httpGet"]
+                host = next(h["value"] for h in get.get("httpHeaders", []) if h["name"] == "Host")
+                with TestClient(apps[container["name"]], base_url=f"http://{host}") as client:
+                    answer = client.get(get["path"])
+                assert answer.status_code in (200, 503), (container["name"], probe, answer.status_code)
                 probed += 1
     assert probed >= 3
 
