@@ -384,3 +384,30 @@ def fabric_not_ready_after_sxid(ws: Workspace) -> None:
         for sxid in ws.select(node=failure.node, prefix="NVSwitch SXid", status="interesting"):
             ws.promote(sxid, f"CUDA on {failure.node} cannot start (fabric not ready) and this node's NVSwitch "
                        "reported these SXids")
+
+
+@refiner("SxidSeverityNotLogged", phase=Phase.CLEAN, doc="""
+An NVSwitch SXid is logged as a group: a line with its severity (Fatal / Non-fatal), then Severity/Engine and Data
+lines. When a node's log holds the Data lines of an SXid code but no severity line for that code, the severity is
+unknown: the event is promoted to a root candidate (NVSwitch errors are rare and name the node's fabric), ranked below
+a known fatal SXid. With the severity line present, the severity line decides and the Data lines stay context.
+""", cases=[
+    RuleCase(title="only the Data lines", evidence={"n2/syslog": [
+        "Jan  1 00:34:54 n2 kernel: [2713193.6] nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, "
+        "0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, 0x00000000, 0x00000000}",
+        "Jan  1 00:34:55 n2 kernel: [2713194.9] NVRM: Xid (PCI:0000:3a:00): 45, pid=26628, name=python3, Ch 00000002"]},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["n2"], root_symptom="NVSwitch SXid")),
+    RuleCase(title="a non-fatal group, logged whole", evidence={"n2/syslog": [
+        "Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion "
+        "Link DLREQ interrupt",
+        "Jan  1 00:01:23 n2 kernel: [38.1] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002b, "
+        "0x0000002b, 0x00000000}"]},
+        expect=Expect(fired=False, culprits=[], demoted=[])),
+])
+def sxid_severity_not_logged(ws: Workspace) -> None:
+    for data in ws.select(prefix="NVSwitch SXid (severity not logged)", status="interesting"):
+        codes = data.value_set("sxid")
+        logged = [s for s in ws.select(node=data.node, prefix="NVSwitch SXid (") if s is not data
+                  and "severity not logged" not in s.name and s.value_set("sxid") & codes]
+        if not logged:
+            ws.promote(data, f"SXid {', '.join(sorted(codes))}: only its Data lines were logged, severity unknown")
