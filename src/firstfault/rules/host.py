@@ -80,3 +80,30 @@ def recovered_link_flap(ws: Workspace) -> None:
                 ws.demote(down, f"the port came back ({up.name}) {(up_last - last).total_seconds():.0f} s after "
                           "its last error: a recovered flap")
                 break
+
+
+HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
+
+
+@refiner("HungInNvidiaDriver", phase=Phase.CLEAN, doc=f"""
+A hung task (blocked for more than N seconds) whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f}
+s), runs through an NVIDIA module is stuck in the GPU driver: the driver frames become a GPU root candidate on that
+node. Driver frames without a hung task (a warning's stack) stay context, and so does a hung task elsewhere (I/O).
+""", cases=[
+    RuleCase(title="nvidia-container-cli stuck in nvidia_uvm", evidence={"n2/syslog": [
+        "Jan  1 00:22:11 n2 kernel: [2685847.000000] INFO: task nvc:[driver]:5403 blocked for more than 120 seconds.",
+        "Jan  1 00:22:11 n2 kernel: [2685847.000500]  [<ffffffffa09c376e>] uvm_gpu_retain_by_uuid+0x1e/0x40 [nvidia_uvm]"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the NVIDIA driver")),
+    RuleCase(title="a task hung on NFS", evidence={"n2/syslog": [
+        "Jan  1 00:22:11 n2 kernel: [2685847.000000] INFO: task python3:5403 blocked for more than 120 seconds.",
+        "Jan  1 00:22:11 n2 kernel: [2685847.000500]  [<ffffffffa09c376e>] nfs_wait_bit_killable+0x1e/0x40 [nfs]"]},
+        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+])
+def hung_in_nvidia_driver(ws: Workspace) -> None:
+    window = timedelta(seconds=HUNG_STACK_S)
+    for frames in ws.select(prefix="Task hung in the NVIDIA driver", status="interesting"):
+        first = frames.first_time
+        hung = [h for h in ws.select(node=frames.node, prefix="Hung task") if first is not None and
+                h.first_time is not None and h.first_time <= first <= (h.last_time or h.first_time) + window]
+        if hung:
+            ws.promote(frames, f"{hung[0].name} on this node with NVIDIA driver frames on its stack")

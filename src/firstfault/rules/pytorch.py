@@ -47,6 +47,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # says that it failed, not why; and a message that sends the reader to another error (an earlier one, another rank's)
 # is a report of that error. Neither is the program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
+# A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
+# CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
+_GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
 _POINTS_ELSEWHERE = re.compile(
     r"(?i)previous error|error messages? above|(?:see|inspect|check) the (?:\w+ )?(?:log|errors?|exceptions?|output)"
     r"(?: \w+)? (?:above|before|earlier)|caused by an? (?:exception|error|failure) (?:on|in|of) (?:one of the|another|"
@@ -58,7 +61,8 @@ _POINTS_ELSEWHERE = re.compile(
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure: ...FailedError, ...FailureError), an exception whose message points to another error (an earlier one,
-another rank's), and an exception whose line another extractor already explains (a CUDA error, an errno, a missing
+another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), and an exception whose
+line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning.
 """, cases=[
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
@@ -77,6 +81,10 @@ module), so that line keeps its specific meaning.
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
         "previous error messages for a cause."]},
         expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a Go component's error name", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
+        "skipping\" err=\"failed to \\\"StartContainer\\\" with RunContainerError: \\\"context deadline exceeded\\\"\""]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
@@ -95,6 +103,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
+        elif _GO_SOURCE.search(event.evidence.text):
+            ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
 
