@@ -107,12 +107,7 @@ class RetryingClient:
         self.max_backoff = max_backoff
         self.sleep = sleep
         self.rng = rng or random.Random()
-        try:
-            url = httpx.URL(self.base_url)
-        except (httpx.InvalidURL, ValueError) as exc:
-            raise ConfigError(f"{base_url!r} is not a URL: {exc}") from None
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ConfigError(f"{base_url!r} is not an http:// or https:// URL")
+        url = parse_http_url(self.base_url)
         self.client = _with_deadlines(httpx.Client(base_url=url, headers=dict(headers or {}), timeout=timeout))
         self.retried = 0
 
@@ -197,6 +192,17 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
 def full_jitter(retry: int, backoff: float, max_backoff: float, rng: random.Random) -> float:
     """The wait before retry `retry` (from 0): uniform in [0, min(max_backoff, backoff * 2**retry)]."""
     return rng.uniform(0.0, min(max_backoff, backoff * 2.0 ** min(retry, 62)))
+
+
+def parse_http_url(url: str) -> httpx.URL:
+    """`url` parsed; a ConfigError unless it is an http:// or https:// URL with a host."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ConfigError(f"{url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"{url!r} is not an http:// or https:// URL")
+    return parsed
 
 
 def _body(response: httpx.Response) -> Any:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 
-from firstfault.blueprint.http import full_jitter, retry_after_seconds
+from firstfault.blueprint.http import full_jitter, parse_http_url, retry_after_seconds
 from firstfault.blueprint.options import Options, option
 from firstfault.errors import ConfigError
 
@@ -49,13 +49,11 @@ def check_delivery(options: DeliveryOptions, where: str) -> None:
 
 
 def check_url(url: str, where: str) -> str:
-    """The URL without a trailing slash; a ConfigError unless it is an http:// or https:// URL with a host."""
+    """The URL without a trailing slash; a ConfigError naming `where` unless it is an http(s) URL with a host."""
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise ConfigError(f"{where}: {url!r} is not a URL: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(f"{where}: {url!r} is not an http:// or https:// URL")
+        parse_http_url(url)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     return url.rstrip("/")
 
 
