@@ -1,10 +1,11 @@
 """NCCL and fabric-path rules (the Python side of catalog/nccl.toml): node addresses from NCCL's own lines, the
-peer an RDMA error names, and interfaces that only break multi-node jobs.
+peer an RDMA error names, interfaces that only break multi-node jobs, and rendezvous endpoints no node owns.
 
 Facts used (NCCL issue #902, docs/domain.md §2.1, §6.4): a retry-exceeded completion (error 12) means the NIC got
 no acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or switch
 port) is the common element; when two nodes only name each other, the fault is on the path between them and no
-single node can be blamed. NCCL on a loopback or bridge interface only breaks jobs that span nodes.
+single node can be blamed. NCCL on a loopback or bridge interface only breaks jobs that span nodes. The node
+that owns the rendezvous endpoint serves the c10d store, so it is not among the clients that fail to reach it.
 """
 
 from __future__ import annotations
@@ -209,3 +210,63 @@ def connect_to_a_bridge_address(ws: Workspace) -> None:
         dialled = sorted(failure.value_set("peer") & advertised)
         if dialled:
             ws.demote(failure, f"dialled {dialled[0]}, an address a node advertised on a loopback or bridge interface")
+
+
+_ENDPOINT_SYMPTOM = "Rendezvous endpoint outside the workload"
+
+
+@refiner("RendezvousEndpointOutsideWorkload", phase=Phase.REFINE, doc="""
+Store clients that could not reach the rendezvous endpoint (the address their error names, else the one endpoint
+the launch command or MASTER_ADDR set) blame the endpoint, as launch configuration, when it is outside the
+workload: a reserved or multicast address no host can own; or an address no node of the workload is known by
+while every allocated node failed to reach it (the node owning the endpoint serves the store and would not fail).
+Under Kubernetes a host name is a pod or service name, not a node, so only addresses count there. An endpoint
+that is a node of the workload, or that some node did not fail to reach, keeps the failures as context.
+""", cases=[
+    RuleCase(title="every node dials a login node", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z + export MASTER_ADDR=login01.cluster.local",
+                     "2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."],
+        "b/applog": ["2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="a reserved address", context={"scheduler": "kubernetes"}, evidence={
+        "a/applog": ["2025-01-01T00:01:01Z [c10d] The client socket has timed out after 60000ms while trying to "
+                     "connect to (248.2.20.163, 29400)."]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="the endpoint's own node never reached it (it crashed first)", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z + export MASTER_ADDR=a"],
+        "b/applog": ["2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="one node of two failed to reach an unknown address", evidence={
+        "a/applog": ["2025-01-01T00:01:01Z [c10d] The client socket has timed out after 60s while trying to "
+                     "connect to 10.1.0.7:29500"],
+        "b/applog": ["2025-01-01T00:00:30Z step 10 loss 2.1"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def rendezvous_endpoint_outside_workload(ws: Workspace) -> None:
+    failures = ws.select(prefix=_ENDPOINT_SYMPTOM, status="interesting")
+    endpoints = {e for s in failures for e in s.value_set("endpoint")} or {
+        str(value) for event in ws.facts_of("rdzv_endpoint")
+        for value in [*event.values.get("endpoint", []), event.attributes.get("endpoint", "")] if value}
+    if not failures or len(endpoints) != 1:
+        return
+    endpoint = endpoints.pop()
+    why = _outside_the_workload(ws, endpoint, {s.node for s in failures if s.node})
+    if why:
+        for s in failures:
+            ws.promote(s, f"rendezvous endpoint {endpoint}: {why}")
+
+
+def _outside_the_workload(ws: Workspace, endpoint: str, reporters: set[str]) -> str | None:
+    try:
+        ip = ipaddress.ip_address(endpoint)
+    except ValueError:
+        ip = None
+    if ip is not None and (ip.is_reserved or ip.is_multicast or ip.is_unspecified):
+        return "a reserved address that no host can own"
+    if ip is not None and ip.is_loopback:
+        return None  # LoopbackRendezvousAddress
+    if _resolve(ws, endpoint) or (ip is None and ws.context.scheduler == "kubernetes"):
+        return None
+    if not set(ws.context.nodes) <= reporters:
+        return None
+    return "no node of the workload is known by it, and every node failed to reach it"
