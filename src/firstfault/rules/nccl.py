@@ -134,6 +134,18 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
         "b/applog": ["2025-01-01T00:10:01Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.2 remoteGids::ffff:10.8.0.3"],
         "c/applog": ["2025-01-01T00:10:02Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.1<1> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:10.8.0.3 remoteGids::ffff:10.8.0.1"]},
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="the only node that printed no address", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="an address on another subnet (another rail) is not assumed to be the silent node's", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.1.2<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.1.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, culprits=[], sub_domain="network")),
     RuleCase(title="peer named by its pod's host name", evidence={
         "a/applog": ["2025-01-01T00:00:01Z job-worker-0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.1.5<0>",
                      "2025-01-01T00:10:00Z job-worker-0:1:1 [0] NCCL WARN NET/IB : Got completion from peer job-worker-2<1> with error 12, opcode 2, len 1, vendor err 129"],
@@ -147,12 +159,33 @@ def ip_to_node_map(ws: Workspace) -> None:
     hosts = _claims(ws, "host_alias", "host", lambda host: ws.canonical_node(host) is None)
     ws.facts["ip_to_node"] = {ip: next(iter(nodes)) for ip, nodes in addresses.items() if len(nodes) == 1}
     ws.facts["host_to_node"] = {host: next(iter(nodes)) for host, nodes in hosts.items() if len(nodes) == 1}
+    _the_one_unaddressed_node(ws)
     shared = sorted(ip for ip, nodes in addresses.items() if len(nodes) > 1)
     if ws.facts["ip_to_node"] or shared:
         ws.note("collect", f"{len(ws.facts['ip_to_node'])} node addresses from NCCL interface lines"
                 + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
     if ws.facts["host_to_node"]:
         ws.note("collect", f"{len(ws.facts['host_to_node'])} process host names (pods) mapped to their nodes")
+
+
+def _the_one_unaddressed_node(ws: Workspace) -> None:
+    """NCCL's RDMA peers are ranks of the same job. When every allocated node but one printed its address, and the
+    network errors name exactly one other address on the same /24 as those, it is the remaining node's (typically
+    a node that died and left no log of its own)."""
+    known = ws.facts["ip_to_node"]
+    unaddressed = set(ws.context.nodes) - set(known.values())
+    if len(unaddressed) != 1 or len(ws.context.nodes) < 2:
+        return
+    subnets = {ipaddress.ip_network(f"{ip}/24", strict=False) for ip in known if ipaddress.ip_address(ip).version == 4}
+    named = {peer for s in ws.active(role="root", sub_domain=SubDomain.NETWORK)
+             for peer in s.value_set("peer") | s.value_set("peer_rdma")
+             if _routable(peer) and peer not in known and ipaddress.ip_address(peer).version == 4
+             and any(ipaddress.ip_address(peer) in net for net in subnets)}
+    if len(named) == 1:
+        address, node = named.pop(), unaddressed.pop()
+        known[address] = node
+        ws.note("collect", f"{address} is {node}'s: every other node printed its own address on that subnet",
+                node=node)
 
 
 def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -> dict[str, set[str]]:
