@@ -156,6 +156,38 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
                           f"{(declared - began).total_seconds() / 60:.0f} min later")
 
 
+@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
+A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown') goes
+NotReady because it was shut down on purpose. A Kubernetes node failure naming that node, declared within
+{NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
+not a fault of the node: it is demoted and the node is not blamed.
+""", cases=[
+    RuleCase(title="a spot node reclaimed", evidence={
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
+                     "\"Shutdown manager detected new shutdown event, isNodeShuttingDownNow\" event=true"],
+        "a/scheduler": ["2025-01-01T00:11:00Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="PREEMPTED",
+                      demoted=["Kubernetes node failure"])),
+    RuleCase(title="this node was lost; another one was shut down later", evidence={
+        "a/syslog": ["2025-01-01T00:30:00Z a kubelet[1]: I0101 00:30:00.000000 1 nodeshutdown_manager_linux.go:265] "
+                     "\"Shutdown manager detected new shutdown event, isNodeShuttingDownNow\" event=true"],
+        "a/scheduler": ["2025-01-01T00:11:00Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=["b"])),
+])
+def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    began = {s.node: s.first_time for s in ws.active(prefix="Graceful node shutdown") if s.node and s.first_time}
+    for report in ws.active(prefix="Kubernetes node failure"):
+        lost = set(blamed_nodes(ws, report))
+        declared = report.first_time
+        shut = sorted(n for n in lost if n in began and (ws.undated(report) or declared is None or
+                                                        began[n] - window <= declared <= began[n] + window))
+        if shut and len(shut) == len(lost):
+            ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
