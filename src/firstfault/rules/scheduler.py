@@ -156,6 +156,31 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
                           f"{(declared - began).total_seconds() / 60:.0f} min later")
 
 
+@refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
+A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
+[DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
+node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
+was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it.
+""", cases=[
+    RuleCase(title="the evicting node's own kubelet", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom="Node disk pressure")),
+    RuleCase(title="reclaiming disk, nothing evicted", evidence={
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def node_disk_pressure_names_the_node(ws: Workspace) -> None:
+    if not ws.active(prefix="Evicted: node disk full"):
+        return
+    pressed = ws.select(prefix="Node disk pressure", status="interesting")
+    if len({s.node for s in pressed}) == 1:
+        for s in pressed:
+            ws.promote(s, "this node's kubelet was reclaiming disk when the workload's pods were evicted for a full disk")
+
+
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown') goes
 NotReady because it was shut down on purpose. A Kubernetes node failure naming that node, declared within
