@@ -87,7 +87,7 @@ def test_a_batch_the_engine_fails_on_midway_changes_nothing(monkeypatch: pytest.
     idempotency key is released, and the retry (the engine working again) is counted once."""
     service = AttributionService(default_engine(), Settings())
     context = ExecutionContext(workload_id="w", nodes=["n1", "n2"], end_time="2026-03-02T09:00:00Z")
-    sid = service.create_session(context).id
+    sid = service.create_session(context)
     batch = RawTextBatch(format="raw_text", node="n1", source="syslog",
                          text="\n".join([XID.format(stamp="Mar  2 08:10:01")] * 4))
     real = Session.ingest_lines

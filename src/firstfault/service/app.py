@@ -72,7 +72,8 @@ def _lifespan(service: AttributionService) -> Any:
             yield
         finally:
             sweeper.cancel()
-            log.info("stopped", extra={"sessions_dropped": len(service.store)})
+            log.info("stopped", extra={"sessions_live": len(service.store)})
+            service.store.close()
 
     return lifespan
 
