@@ -10,7 +10,7 @@ import sys
 from types import FrameType
 
 from firstfault.cli import error
-from firstfault.errors import CatalogError
+from firstfault.errors import CatalogError, FirstfaultError
 from firstfault.service.logs import log_config
 from firstfault.service.middleware import SpanStarter, no_spans
 from firstfault.service.protocol import header_deadline_protocol
@@ -54,7 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spans = _spans(settings)
     except RuntimeError as exc:
         return error(str(exc))
-    app = create_app(settings, engine, spans)
+    try:
+        app = create_app(settings, engine, spans)
+    except FirstfaultError as exc:  # the session store cannot be used (Redis unreachable, the extra missing)
+        return error(f"not serving: {exc}")
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
                             access_log=False, timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
                             server_header=False, http=header_deadline_protocol(settings.header_timeout_s))
