@@ -40,6 +40,9 @@ from firstfault.service.store import BatchCounts, SessionHandle, SessionStore, S
 from firstfault.wire import ObservationBatch, PreparedBatch, prepare
 
 log = logging.getLogger("firstfault.service")
+# A batch whose state cannot be merged exactly into a session that changed while it was read is read again, at
+# most this many times (it only happens to batches with more coverage issues than a session keeps).
+_STALE_READS = 8
 
 
 class AttributionService:
@@ -91,7 +94,7 @@ class AttributionService:
             prepared = prepare(batch, self.settings.max_line_bytes)
             counts = BatchCounts(prepared.count, prepared.nbytes, prepared.truncated_lines)
             self._make_room()
-            while True:
+            for _ in range(_STALE_READS):
                 with handle.base() as (base, position):
                     trial = self._trial(handle, base, prepared)
                 state = trial.export_state()
@@ -106,6 +109,11 @@ class AttributionService:
                     break
                 except StaleBase:
                     continue  # another batch of the session was applied meanwhile: read this one against it
+            else:
+                raise ServiceError(503, "session_contended",
+                                   f"other batches of this session were applied while this one was read, "
+                                   f"{_STALE_READS} times; nothing of it was taken: retry it",
+                                   headers={"Retry-After": "1"})
         if not ack.replayed:
             self.metrics.ingested(prepared.format, prepared.count, prepared.nbytes, prepared.truncated_lines)
         return ack

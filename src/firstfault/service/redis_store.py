@@ -438,14 +438,29 @@ class RedisSessionStore(SessionStore):
                 raise ServiceError(409, "catalog_mismatch", f"session {session_id!r}: {exc}") from None
             except StateFormatError as exc:
                 raise ServiceError(500, "unreadable_session_state", f"session {session_id!r}: {exc}") from None
-            before = entry.session.event_keys()
-            entry.session.merge_state(state)
-            entry.retained += batch_bytes(state, entry.session.event_keys() - before, entry.streams)
-            ack = IngestAck.model_validate_json(head)
-            entry.position += 1
-            entry.computed_from = ComputedFrom(observations=ack.observations_total, bytes=ack.bytes_total,
-                                               batches=entry.position)
+            self._merge(entry, state, IngestAck.model_validate_json(head))
         self._trim_cache(session_id)
+
+    def absorb(self, session_id: str, state: IngestState, ack: IngestAck) -> None:
+        """Merge the state of a batch this replica just appended into its copy, when that copy holds every batch
+        before it and is free (else the next `sync` reads it from Redis): no round trip for one's own batches."""
+        with self._cache_lock:
+            entry = self._cache.get(session_id)
+        if entry is None or not entry.lock.acquire(blocking=False):
+            return
+        try:
+            if ack.batch == entry.position + 1:
+                self._merge(entry, state, ack)
+        finally:
+            entry.lock.release()
+
+    def _merge(self, entry: _Cached, state: IngestState, ack: IngestAck) -> None:
+        before = entry.session.event_keys()
+        entry.session.merge_state(state)
+        entry.retained += batch_bytes(state, entry.session.event_keys() - before, entry.streams)
+        entry.position += 1
+        entry.computed_from = ComputedFrom(observations=ack.observations_total, bytes=ack.bytes_total,
+                                           batches=entry.position)
 
     def _trim_cache(self, keep: str) -> None:
         """Drop the least recently used merged sessions while this replica's copies exceed the memory budget."""
@@ -489,7 +504,9 @@ class RedisSession(SessionHandle):
                            store.limits.max_observations, store.limits.max_bytes, store.limits.idempotency_keys)
         status = answer[0].decode()
         if status == "ok":
-            return IngestAck.model_validate_json(answer[1])
+            ack = IngestAck.model_validate_json(answer[1])
+            store.absorb(self.id, state, ack)
+            return ack
         if status == "replay":
             return _replayed(key or "", fingerprint, answer[1])
         if status == "stale":
