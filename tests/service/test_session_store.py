@@ -1,5 +1,5 @@
 """The in-memory SessionStore and IdempotencyCache, with a fake clock (eviction and expiry rules). The Redis store
-keeps the same rules across replicas: test_replicas.py."""
+keeps the same rules across replicas: test_redis_store.py."""
 
 from __future__ import annotations
 
