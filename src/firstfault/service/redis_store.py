@@ -298,7 +298,8 @@ class RedisSessionStore(SessionStore):
                                    headers={"Retry-After": "5"}) from None
             raise ServiceError(503, "store_unavailable",
                                f"the session store ({self.where}) cannot be reached or failed "
-                               f"({exc.__class__.__name__}: {text}); nothing was changed by this request, retry it",
+                               f"({exc.__class__.__name__}: {text}); retry (a batch with its Idempotency-Key: it is "
+                               "applied once even if this attempt reached Redis)",
                                headers={"Retry-After": "1"}) from None
 
     def run(self, name: str, *args: Any) -> Any:
