@@ -21,7 +21,7 @@ from firstfault.engine.evidence import (
     open_evidence,
     read_context,
 )
-from firstfault.engine.ingest import IngestState
+from firstfault.engine.ingest import InexactMerge, IngestState
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import Session
@@ -154,13 +154,13 @@ class Engine:
                     futures[t] = None
                 state = states.pop(i)
                 with timings.phase("analyze.merge"):
-                    if state.dropped_keys:
-                        # The worker hit the event-key cap on this file alone: only a sequential ingest
-                        # reproduces which events survive the cap, so do that here.
+                    try:
+                        session.merge_state(state)
+                    except InexactMerge:
+                        # The worker hit a cap on this file alone (event keys, issues) in a way only a
+                        # sequential ingest reproduces, so do that here.
                         self.ingest_file(session, item.node, item.source, item.path, origin=origins[i])
                         timings.count("merge_fallbacks", 1)
-                    else:
-                        session.merge_state(state)
 
 
 def _batches(sizes: list[int], workers: int) -> list[list[int]]:
