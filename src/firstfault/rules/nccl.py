@@ -226,8 +226,8 @@ def nccl_interface_needs_peers(ws: Workspace) -> None:
 
 @refiner("ConnectToABridgeAddress", phase=Phase.REFINE_EARLY, doc="""
 A socket connect failure to an address that a node of the job advertised on a loopback or bridge interface
-(NCCL 'Bootstrap : Using docker0:172.17.0.1') is what that misconfiguration does to its peers: the failure is
-demoted as downstream of it, and the interface is the cause.
+(NCCL 'Bootstrap : Using docker0:172.17.0.1'), or dialled at a loopback or link-local address, is what that
+misconfiguration does to its peers: the failure is demoted as downstream of it, and the interface is the cause.
 """, cases=[
     RuleCase(title="peer dials a docker bridge address", evidence={
         "a/applog": ["2025-01-01T00:00:05Z a:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.21.0.1<57093> failed : Software caused connection abort"],
@@ -236,7 +236,7 @@ demoted as downstream of it, and the interface is the cause.
 ])
 def connect_to_a_bridge_address(ws: Workspace) -> None:
     advertised = {address for s in ws.active(prefix="NCCL on a non-routable interface")
-                  for address in s.value_set("address")}
+                  for address in s.value_set("address") | s.value_set("loopback")}
     if not advertised:
         return
     for failure in ws.active(prefix="NCCL socket connect failure"):

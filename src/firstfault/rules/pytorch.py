@@ -51,8 +51,9 @@ _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
 _POINTS_ELSEWHERE = re.compile(
-    r"(?i)previous error|error messages? above|(?:see|inspect|check) the (?:\w+ )?(?:log|errors?|exceptions?|output)"
-    r"(?: \w+)? (?:above|before|earlier)|caused by an? (?:exception|error|failure) (?:on|in|of) (?:one of the|another|"
+    r"(?i)previous error|error messages? above|(?:see|inspect|check) (?:the )?(?:\w+ )?(?:log|errors?|exceptions?|output|"
+    r"stack ?trace|traceback)s?(?: \w+)? \(?(?:above|before|earlier)\)?|caused by an? (?:exception|error|failure) "
+    r"(?:on|in|of) (?:one of the|another|"
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)")
 
@@ -80,6 +81,10 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
         "previous error messages for a cause."]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message that sends the reader to the stack trace above", evidence={"n1/applog": [
+        "2025-11-03T17:03:58Z vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+        "trace (above) for the root cause."]},
         expect=Expect(fired=True, sub_domain="unknown")),
     RuleCase(title="a Go component's error name", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "

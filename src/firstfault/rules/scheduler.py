@@ -249,12 +249,24 @@ def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
     return start <= s.first_time <= end
 
 
+_KERNEL_KILL_RECORDS = ("Process crashed",)  # the kernel's own record of a process it crashed (host_oom: killed)
+
+
+def _ended_a_process(s: WorkSymptom) -> bool:
+    """The symptom shows a process of the workload ended: read from its own output or the scheduler's records, or
+    the kernel's record of killing or crashing one."""
+    return (any(e.source != SourceKind.SYSLOG for e in s.evidence) or s.sub_domain == SubDomain.HOST_OOM
+            or s.name.startswith(_KERNEL_KILL_RECORDS))
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
 WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every remaining bad symptom was
 survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
-demoted, giving `none`. If root candidates from the run itself remain without a success report, the
-accounting is wrong (a step failed) and the terminal state becomes FAILED.
+demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
+a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
+crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
+completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -263,6 +275,10 @@ accounting is wrong (a step failed) and the terminal state becomes FAILED.
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    RuleCase(title="a soft lockup at teardown of a completed job", evidence={"n1/syslog": [
+        "2025-01-01T00:50:00Z n1 kernel: [1443371.3] watchdog: BUG: soft lockup - CPU#29 stuck for 22s! [python:274704]"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
@@ -278,7 +294,7 @@ def completed_workload(ws: Workspace) -> None:
     if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
         return
     succeeded = bool(ws.select(prefix="Workload completed"))
-    roots = [s for s in ws.active(role="root") if _during_run(ws, s)]
+    roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")
