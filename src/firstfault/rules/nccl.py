@@ -303,3 +303,29 @@ def _outside_the_workload(ws: Workspace, endpoint: str, reporters: set[str]) -> 
     if not set(ws.context.nodes) <= reporters:
         return None
     return "no node of the workload is known by it, and every node failed to reach it"
+
+
+@refiner("RdmaDeviceMissingOnSomeNodes", phase=Phase.REFINE, doc="""
+NCCL needs every rank of a communicator on the same network transport. A node whose NCCL found no RDMA device
+('NET/IB : No device found') while another node of the workload uses NET/IB has lost its HCA or its RDMA driver
+stack: its `No RDMA device where the peers have one` becomes a root candidate that blames it. When no node uses
+RDMA, the message is just an Ethernet-only job's.
+""", cases=[
+    RuleCase(title="one node fell back to sockets", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found.",
+                     "2025-01-01T00:00:09Z a:1:1 [0] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.2<0>"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["a"])),
+    RuleCase(title="an Ethernet-only job", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found."],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : No device found."]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
+    using = {event.node for event in ws.facts_of("rdma_in_use") if event.node}
+    missing = ws.select(prefix="No RDMA device where the peers have one", status="interesting")
+    if not using:
+        return
+    for s in missing:
+        if s.node not in using:
+            ws.promote(s, f"NCCL found no RDMA device here while {', '.join(sorted(using))} use NET/IB")
