@@ -47,9 +47,10 @@ def lease_seconds(lease: timedelta) -> float:
 class SqlOutput:
     """An output into a results database that claims each attempt before the driver attributes it.
 
-    `already_attributed` remembers the latest run it saw for an attempt it answered False for; `claim` succeeds
-    only while that is still the latest run (and no other driver holds a claim), so an attempt another driver
-    attributed meanwhile is not attributed again."""
+    `already_attributed` remembers (until the end of the pass) the latest run it saw for an attempt it answered
+    False for; `claim` succeeds only while that is still the latest run (and no other driver holds a claim), so
+    an attempt another driver attributed meanwhile is not attributed again. Without a look first (`--force`),
+    the claim compares with the latest run it finds."""
 
     kind = "output"
 
@@ -75,11 +76,12 @@ class SqlOutput:
 
     def claim(self, ctx: ExecutionContext) -> bool:
         key = (ctx.workload_id, ctx.attempt)
-        seen = self._seen.pop(key) if key in self._seen else resultsdb.latest_run(self.db, ctx)[0]
+        seen = self._seen[key] if key in self._seen else resultsdb.latest_run(self.db, ctx)[0]
         if self._heartbeat is None:
             self._heartbeat = resultsdb.Heartbeat(self.connect, self.owner, self.lease_s)
         if not resultsdb.claim(self.db, ctx, self.owner, self.lease_s, seen):
             return False
+        self._seen.pop(key, None)
         self._claimed.add(key)
         return True
 
