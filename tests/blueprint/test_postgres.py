@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -30,6 +29,7 @@ from firstfault.engine import ExecutionContext
 from firstfault.errors import DatabaseError
 from firstfault.samples import samples_root
 from tests.support.postgres import query, scratch_database, writer_dsn
+from tests.support.workloads import sample_copies
 
 SAMPLES = samples_root()
 ROOT = Path(__file__).resolve().parents[2]
@@ -244,18 +244,6 @@ def test_a_lease_shorter_than_a_second_is_refused(tmp_path: Path) -> None:
 
 
 # -- several driver processes ------------------------------------------------------------------------------------
-def _workloads(root: Path, copies: int) -> Path:
-    """`copies` renamed copies of every bundled sample (5 x copies workload attempts)."""
-    for sample in sorted(p for p in SAMPLES.iterdir() if (p / "scenario.toml").exists()):
-        for n in range(copies):
-            target = root / f"{sample.name}-{n:02d}"
-            shutil.copytree(sample, target)
-            scenario = target / "scenario.toml"
-            scenario.write_text(re.sub(r'^id = "(.*)"$', rf'id = "\1-{n:02d}"', scenario.read_text(), count=1,
-                                       flags=re.M))
-    return root
-
-
 def _driver(workloads: Path, dsn: str, *extra: str, lease: str = "5m", slow_writes: Path | None = None
             ) -> subprocess.Popen[str]:
     """`firstfault blueprint` on the workloads into PostgreSQL, in a process of its own; with `slow_writes`, each
@@ -285,7 +273,7 @@ def test_two_drivers_at_once_attribute_each_attempt_once(pg: str, tmp_path: Path
     """Two `firstfault blueprint` processes started together on the same 40 workloads, two workers each: every
     attempt has one run, the two attributed 40 between them, and each diagnosis is the one a single driver
     writes into SQLite."""
-    workloads = _workloads(tmp_path / "w", 8)
+    workloads = sample_copies(tmp_path / "w", 8)
     drivers = [_driver(workloads, pg, "--workers", "2") for _ in range(2)]
     outcomes = [d.communicate(timeout=300) for d in drivers]
     assert [d.returncode for d in drivers] == [0, 0], outcomes
@@ -310,7 +298,7 @@ def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path:
     """SIGKILL one driver inside the transaction writing its fifth run: that run is not in the database and its
     claim stands. A second driver (a watch) attributes every other attempt at once and that one only after the
     10 s lease has run out; every attempt ends with exactly one run and no claim is left."""
-    workloads = _workloads(tmp_path / "w", 8)
+    workloads = sample_copies(tmp_path / "w", 8)
     marker = tmp_path / "writes"
     first = _driver(workloads, pg, lease="10s", slow_writes=marker)
     try:
@@ -342,3 +330,22 @@ def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path:
                                   "a.id = r.attempt_id WHERE a.workload_id = %s", (workload,))
     assert datetime.fromisoformat(attributed_at).timestamp() >= expires_at - 0.5
 
+
+
+def test_a_lost_connection_is_opened_again(pg: str) -> None:
+    """The server ends every connection of the driver (as a restart or a failover does): the next lookup, claim
+    and write go through on a new connection, and the claim still fences the write."""
+    output = PostgresOutput(ConnectorSpec("output", "postgres", {"dsn": pg}))
+    try:
+        ctx = ExecutionContext(workload_id="w3", nodes=["n1"])
+        terminate = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid != pg_backend_pid()")
+        assert not output.already_attributed(ctx)
+        query(pg, terminate)
+        assert output.claim(ctx)
+        query(pg, terminate)
+        output.write(_result(ctx))
+        assert _runs(output, ctx) == 1
+        assert query(pg, "SELECT COUNT(*) FROM attempt_claims") == [(0,)]
+    finally:
+        output.close()

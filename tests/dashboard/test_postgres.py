@@ -151,3 +151,16 @@ def test_bad_postgres_targets_are_clear_cli_errors(capsys: pytest.CaptureFixture
             err = capsys.readouterr().err
             assert code == 2, dsn
             assert message in err and "Traceback" not in err and "secret" not in err, (dsn, err)
+
+
+def test_the_dashboard_outlives_its_connections(pg_copies: dict[Path, str], sample_db: Path) -> None:
+    """The server ends the dashboard's connections (a restart, a failover): the next pages open new ones."""
+    dsn = pg_copies[sample_db]
+    writer = dsn.replace("firstfault_reader:firstfault_reader@", "firstfault:firstfault@")
+    with TestClient(create_app(dsn, allowed_hosts=["testserver"])) as client:
+        assert client.get("/workloads").status_code == 200
+        ended = query(writer, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                              "current_database() AND usename = 'firstfault_reader'")
+        assert ended
+        for page in ("/workloads", "/", "/nodes", "/workload?id=nvlink-walkthrough"):
+            assert client.get(page).status_code == 200, page

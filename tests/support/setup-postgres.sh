@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a private PostgreSQL (Debian 12's 15) on 127.0.0.1:15432 without systemd: a cluster initdb'd into
 # $PG_CI_DIR (default /tmp/pg-ci), run by the `postgres` OS user (the server refuses to run as root), with
-#   role firstfault / password firstfault (CREATEDB; the Blueprint's writer; tests make a database each),
+#   role firstfault / password firstfault (CREATEDB; the Blueprint's writer; tests make a database each, and
+#     end the reader's connections to show the dashboard opens new ones: pg_signal_backend),
 #   role firstfault_reader / password firstfault_reader (SELECT on what firstfault creates: the dashboard's),
 #   database firstfault.
 # DSN: postgresql://firstfault:firstfault@127.0.0.1:15432/firstfault. Idempotent: returns at once when the
@@ -13,7 +14,9 @@ export DEBIAN_FRONTEND=noninteractive PGCONNECT_TIMEOUT=5
 
 ready() { PGPASSWORD=firstfault psql -qtA -h 127.0.0.1 -p "$PORT" -U firstfault -d firstfault -c 'SELECT 1' \
             >/dev/null 2>&1; }
-if command -v psql >/dev/null && ready; then echo "postgresql already up"; exit 0; fi
+signal_granted() { PGPASSWORD=firstfault psql -qtA -h 127.0.0.1 -p "$PORT" -U firstfault -d firstfault -c \
+  "SELECT pg_has_role('pg_signal_backend', 'MEMBER')" 2>/dev/null | grep -q t; }
+if command -v psql >/dev/null && ready && signal_granted; then echo "postgresql already up"; exit 0; fi
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 if [ -z "$(bindir)" ] || ! command -v psql >/dev/null; then
@@ -52,6 +55,7 @@ SELECT 'CREATE ROLE firstfault LOGIN CREATEDB' WHERE NOT EXISTS (SELECT 1 FROM p
 SELECT 'CREATE ROLE firstfault_reader LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'firstfault_reader') \gexec
 ALTER ROLE firstfault PASSWORD 'firstfault';
 ALTER ROLE firstfault_reader PASSWORD 'firstfault_reader';
+GRANT pg_signal_backend TO firstfault;
 SELECT 'CREATE DATABASE firstfault OWNER firstfault' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'firstfault') \gexec
 SQL
 # what the writer creates, the reader may read (in every database the writer creates from now on, too)

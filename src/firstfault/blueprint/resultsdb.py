@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import socket
 import sqlite3
 import threading
@@ -268,8 +269,14 @@ class Database:
                                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def broken(self) -> bool:
-        """A PostgreSQL connection that was lost (the server restarted) or closed."""
-        return bool(getattr(self.raw, "broken", False) or getattr(self.raw, "closed", False))
+        """A PostgreSQL connection that is closed, was lost, or (idle) has something unasked to read: the
+        server's goodbye (a restart, a failover, an administrator ending it). Never true for SQLite."""
+        if self.dialect is SQLITE:
+            return False
+        if self.raw.closed or self.raw.broken:
+            return True
+        readable, _, _ = select.select([self.raw.fileno()], [], [], 0)
+        return bool(readable)
 
     def close(self) -> None:
         self.raw.close()

@@ -11,9 +11,11 @@ several drivers on one database attribute it once. docs/blueprint.md ("Results d
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from firstfault.blueprint import resultsdb
 from firstfault.blueprint.config import ConnectorSpec
@@ -23,6 +25,7 @@ from firstfault.engine import ExecutionContext
 from firstfault.errors import ConfigError, DatabaseError
 
 __all__ = ["SCHEMA_VERSION", "SqlOutput", "SqliteOutput", "connect", "migrate"]
+T = TypeVar("T")
 DEFAULT_LEASE = timedelta(minutes=5)
 LEASE_DOC = ("how long a claim on an attempt lasts without renewal (renewed every third of it while the attempt "
              "is attributed): another driver takes over an attempt whose driver died once it has run out")
@@ -50,13 +53,18 @@ class SqlOutput:
     `already_attributed` remembers (until the end of the pass) the latest run it saw for an attempt it answered
     False for; `claim` succeeds only while that is still the latest run (and no other driver holds a claim), so
     an attempt another driver attributed meanwhile is not attributed again. Without a look first (`--force`),
-    the claim compares with the latest run it finds."""
+    the claim compares with the latest run it finds.
+
+    A connection lost (a database restarted or failed over) is opened again, and the operation it broke is tried
+    once more on the new one: a lookup, a claim (its transaction was rolled back), or a claimed write (which the
+    claim fences: a write that was committed before the connection broke is refused, not written twice)."""
 
     kind = "output"
 
     def __init__(self, label: str, target: str | Path, lease: timedelta) -> None:
         self.label = label
         self.lease_s = lease_seconds(lease)
+        self.target = target
         self.db = resultsdb.open_results(target)
         self.owner = resultsdb.new_owner()
         self._seen: dict[tuple[str, int], int | None] = {}
@@ -67,8 +75,24 @@ class SqlOutput:
         """A second connection (the heartbeat's), not migrating."""
         raise NotImplementedError
 
+    def _call(self, operation: Callable[..., T], *args: Any, retry: bool = True) -> T:
+        """`operation(db, *args)` on a live connection, once more on a new one when the connection was lost."""
+        if self.db.broken():
+            self._reopen()
+        try:
+            return operation(self.db, *args)
+        except resultsdb.driver_errors():
+            if not retry or not self.db.broken():
+                raise
+        self._reopen()
+        return operation(self.db, *args)
+
+    def _reopen(self) -> None:
+        self.db.close()
+        self.db = resultsdb.open_results(self.target)
+
     def already_attributed(self, ctx: ExecutionContext) -> bool:
-        run_id, status = resultsdb.latest_run(self.db, ctx)
+        run_id, status = self._call(resultsdb.latest_run, ctx)
         if status == "ok":
             return True
         self._seen[(ctx.workload_id, ctx.attempt)] = run_id
@@ -76,10 +100,10 @@ class SqlOutput:
 
     def claim(self, ctx: ExecutionContext) -> bool:
         key = (ctx.workload_id, ctx.attempt)
-        seen = self._seen[key] if key in self._seen else resultsdb.latest_run(self.db, ctx)[0]
+        seen = self._seen[key] if key in self._seen else self._call(resultsdb.latest_run, ctx)[0]
         if self._heartbeat is None:
             self._heartbeat = resultsdb.Heartbeat(self.connect, self.owner, self.lease_s)
-        if not resultsdb.claim(self.db, ctx, self.owner, self.lease_s, seen):
+        if not self._call(resultsdb.claim, ctx, self.owner, self.lease_s, seen):
             return False
         self._seen.pop(key, None)
         self._claimed.add(key)
@@ -87,13 +111,13 @@ class SqlOutput:
 
     def release(self, ctx: ExecutionContext) -> None:
         self._claimed.discard((ctx.workload_id, ctx.attempt))
-        resultsdb.release(self.db, ctx, self.owner)
+        self._call(resultsdb.release, ctx, self.owner)
 
     def write(self, result: AttributionBlueprintResult) -> None:
         key = (result.context.workload_id, result.context.attempt)
         owner = self.owner if key in self._claimed else None
         self._claimed.discard(key)
-        resultsdb.store(self.db, result, owner)
+        self._call(resultsdb.store, result, owner, retry=owner is not None)
 
     def flush(self) -> None:
         self._seen.clear()
