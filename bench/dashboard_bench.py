@@ -88,7 +88,7 @@ def _target(db: Path, admin_dsn: str | None) -> Iterator[str]:
         started = time.perf_counter()
         copy_results(db, dsn)
         with psycopg.connect(dsn, autocommit=True) as con:
-            con.execute("VACUUM ANALYZE")
+            con.execute("ANALYZE")
             size = con.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         print(f"copied into PostgreSQL in {time.perf_counter() - started:.1f} s ({size / 1e6:.0f} MB)", file=sys.stderr)
         yield dsn

@@ -65,7 +65,7 @@ def _postgres_round(workloads: Path, drivers: int, admin_dsn: str, attempts: int
     try:
         seconds = _run_drivers(workloads, ["postgres", "dsn", dsn], drivers)
         with psycopg.connect(dsn, autocommit=True) as con:
-            con.execute("VACUUM ANALYZE")
+            con.execute("ANALYZE")
             rows = con.execute("SELECT attempt_id, COUNT(*) FROM attribution_runs GROUP BY 1").fetchall()
             size = sum(con.execute(f"SELECT pg_total_relation_size('{t}')").fetchone()[0] for t in TABLES)
     finally:

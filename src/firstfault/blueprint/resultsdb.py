@@ -134,6 +134,7 @@ _PG_TYPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = 
     (re.compile(r"json_array_length\((\w+), '\$\.([\w.]+)'\)"),
      lambda m: f"json_array_length(({m[1]})::json #> '{{{m[2].replace('.', ',')}}}')"),
 ]
+_CREATE_INDEX = re.compile(r"^(CREATE (?:UNIQUE )?INDEX \w+ ON \w+)\((.*)\)$")
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (?:IF NOT EXISTS )?(\w+)")
 _REFERENCE = re.compile(r"^(\s*(\w+)\s.*?)\s+REFERENCES (\w+)\((\w+)\)", re.M)
 _IDENTITY = re.compile(r"^\s*(\w+)\s+INTEGER PRIMARY KEY\b", re.M)
@@ -149,6 +150,8 @@ class _PgSchema:
     identities: dict[str, str] = field(default_factory=dict)
 
     def translate(self, statement: str) -> str:
+        if index := _CREATE_INDEX.match(statement):
+            return f"{index[1]}({', '.join(map(_sqlite_nulls, index[2].split(',')))})"
         if created := _CREATE_TABLE.match(statement):
             table = created[1]
             self.references[table] = [ForeignKey(table, m[2], m[3], m[4]) for m in _REFERENCE.finditer(statement)]
@@ -182,6 +185,13 @@ class _PgSchema:
                            f"ALTER TABLE {fk.table} ADD CONSTRAINT {fk.name} FOREIGN KEY ({fk.column}) "
                            f"REFERENCES {fk.target}({fk.target_column}); END IF; END $$")
         return out
+
+
+def _sqlite_nulls(column: str) -> str:
+    """An index column ordering NULLs as SQLite does (smaller than every value), so PostgreSQL reads a page sorted
+    `DESC NULLS LAST` (or `ASC NULLS FIRST`) in index order, as SQLite does."""
+    column = column.strip()
+    return f"{column} NULLS LAST" if column.upper().endswith(" DESC") else f"{column} NULLS FIRST"
 
 
 class PostgresDialect(Dialect):

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from firstfault.blueprint.result import SCHEMA_VERSION
-from firstfault.blueprint.resultsdb import SQLITE, Database, connect_postgres, driver_errors, is_postgres
+from firstfault.blueprint.resultsdb import POSTGRES, SQLITE, Database, connect_postgres, driver_errors, is_postgres
 from firstfault.errors import ConfigError, DatabaseError
 
 # What a list can be sorted by: the name used in URLs -> the SQL expression (never taken from the request).
@@ -338,9 +338,12 @@ def _readable_version(name: str, version: int) -> int:
 _ROW_COLUMNS = """a.id, a.workload_id, a.attempt, a.name, a.job_id, a.scheduler, a.start_time, a.end_time,
     a.scheduler_state, a.exit_code, r.id, r.attributed_at, r.status, r.error, r.terminal_state, r.outcome,
     r.sub_domain, r.root_symptom, r.root_node, r.culprit_nodes_json, r.failed_connectors"""
-# Each attempt with its latest run. `r.attempt_id = a.id` is implied by the first condition, and stated so
-# that either table can lead the join through a primary key (workload_attempts.latest_run_id has no index).
-_LATEST = "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id AND a.id = r.attempt_id"
+# Each attempt with its latest run. On SQLite, `r.attempt_id = a.id` (implied by the first condition) is stated
+# too, so that either table can lead the join through a primary key (workload_attempts.latest_run_id has no
+# index). PostgreSQL's planner would multiply the two conditions into an estimate of one row and sort every
+# attempt for a page; with the first alone it reads the page in index order.
+_LATEST = {SQLITE.name: "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id AND a.id = r.attempt_id",
+           POSTGRES.name: "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id"}
 # the nodes (and the connector reports) of the latest run of each attempt
 _NODES = ("run_nodes n JOIN attribution_runs r ON r.id = n.run_id "
           "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
@@ -419,6 +422,7 @@ class ResultsDB:
         db = open_readonly(target)
         self.name = db.name    # shown on every page: the file, or the DSN without its password
         self.sql = db.dialect
+        self.latest = _LATEST[db.dialect.name]
         db.close()
         self._local = threading.local()
         self._cache: dict[str, tuple[int, Any]] = {}
@@ -476,7 +480,7 @@ class ResultsDB:
         where, params = _where(f, self.sql.like)
         column = SORT_COLUMNS[f.sort]
         with self._read() as db:
-            count_sql = (f"SELECT COUNT(*) FROM {_LATEST}{where}" if where else
+            count_sql = (f"SELECT COUNT(*) FROM {self.latest}{where}" if where else
                          "SELECT COUNT(*) FROM workload_attempts WHERE latest_run_id IS NOT NULL")
             total = db.execute(count_sql, params).fetchone()[0]
             offset = (f.page - 1) * f.per_page
@@ -491,7 +495,7 @@ class ResultsDB:
             # NULLs stay last in the page order, so they come first when reading backwards
             nulls = "NULLS FIRST" if reverse else "NULLS LAST"
             rows = db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST}{where} ORDER BY {column} {direction} {nulls}, "
+                f"SELECT {_ROW_COLUMNS} FROM {self.latest}{where} ORDER BY {column} {direction} {nulls}, "
                 f"a.id {direction} LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
         if reverse:
             rows.reverse()
@@ -507,7 +511,7 @@ class ResultsDB:
                 attempt = attempts[-1]
             elif attempt not in attempts:
                 return None
-            row = db.execute(f"SELECT {_ROW_COLUMNS} FROM {_LATEST} WHERE a.workload_id = ? AND a.attempt = ?",
+            row = db.execute(f"SELECT {_ROW_COLUMNS} FROM {self.latest} WHERE a.workload_id = ? AND a.attempt = ?",
                              (workload_id, attempt)).fetchone()
             if row is None:
                 return None
@@ -599,7 +603,7 @@ class ResultsDB:
             counts: dict[str, list[Any]] = {}
             with self._read() as db:
                 for node, count, when in db.execute(
-                        f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {_LATEST}, "
+                        f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {self.latest}, "
                         f"{self.sql.json_array('r.culprit_nodes_json', 'j')} "
                         f"WHERE r.culprit_nodes_json != '[]' AND {_FAILED} GROUP BY 1"):
                     counts[str(node)] = [count, 0, when]
@@ -638,7 +642,7 @@ class ResultsDB:
             series: dict[str, dict[int, dict[str, int]]] = {"outcome": {}, "sub_domain": {}}
             for bucket, outcome, sub, status, count in db.execute(
                     f"SELECT {self.sql.epoch('a.end_time')} / ?, r.outcome, r.sub_domain, r.status, "
-                    f"COUNT(*) FROM {_LATEST} {where} GROUP BY 1, 2, 3, 4", [seconds, *params]):
+                    f"COUNT(*) FROM {self.latest} {where} GROUP BY 1, 2, 3, 4", [seconds, *params]):
                 outcome, sub = outcome or NOT_ATTRIBUTED, sub or NOT_ATTRIBUTED
                 total += count
                 failed += count if outcome not in ("Pass", NOT_ATTRIBUTED) else 0
@@ -653,7 +657,7 @@ class ResultsDB:
             blamed: dict[str, dict[str, int]] = {}
             last_blamed: dict[str, str] = {}
             for node, sub, count, when in db.execute(
-                    f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {_LATEST}, "
+                    f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {self.latest}, "
                     f"{self.sql.json_array('r.culprit_nodes_json', 'j')} {where}{also} r.culprit_nodes_json != '[]' AND {_FAILED} "
                     "GROUP BY 1, 2", params):
                 blamed.setdefault(str(node), {})[sub or ""] = count
@@ -664,7 +668,7 @@ class ResultsDB:
                                      offenders.get(n))
                             for n in ranked[:10]]
             top_roots = [Count(k, c) for k, c in db.execute(
-                f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} {where}{also} r.root_symptom IS NOT NULL "
+                f"SELECT r.root_symptom, COUNT(*) FROM {self.latest} {where}{also} r.root_symptom IS NOT NULL "
                 "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10", params)]
             collectors = []
             for kind, connector, ok, empty, error in db.execute(
@@ -677,7 +681,7 @@ class ResultsDB:
                 collectors.append(CollectorHealth(kind, connector, ok, empty, error,
                                                   *(last_error or (None, None, None))))
             recent = [_row(r) for r in db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST} {where}{also} (r.outcome IS NULL OR r.outcome != 'Pass') "
+                f"SELECT {_ROW_COLUMNS} FROM {self.latest} {where}{also} (r.outcome IS NULL OR r.outcome != 'Pass') "
                 "ORDER BY a.end_time DESC NULLS LAST, a.id DESC LIMIT 8", params)]
         return Overview(
             total=total, failed=failed, not_attributed=not_attributed,
@@ -697,9 +701,9 @@ class ResultsDB:
     def _rule_counts(self, sample: int) -> tuple[dict[str, int], int, int]:
         sql = self.sql
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status != 'error'").fetchone()[0]
+            total = db.execute(f"SELECT COUNT(*) FROM {self.latest} WHERE r.status != 'error'").fetchone()[0]
             rows = db.execute(
-                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status != 'error'
+                f"""WITH recent AS (SELECT r.id, r.result_json FROM {self.latest} WHERE r.status != 'error'
                                     ORDER BY r.attributed_at DESC LIMIT ?)
                 SELECT name, COUNT(DISTINCT id) FROM (
                     SELECT recent.id, {sql.json_field('t.value', 'rule')} AS name
@@ -719,7 +723,7 @@ class ResultsDB:
         def compute() -> list[tuple[str, int]]:
             with self._read() as db:
                 return [(str(k), int(c)) for k, c in db.execute(
-                    f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} WHERE r.root_symptom IS NOT NULL "
+                    f"SELECT r.root_symptom, COUNT(*) FROM {self.latest} WHERE r.root_symptom IS NOT NULL "
                     "GROUP BY 1 ORDER BY 2 DESC, 1")]
 
         return self._cached("root_symptoms", compute)  # type: ignore[no-any-return]
