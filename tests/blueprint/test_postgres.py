@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -238,6 +239,22 @@ def test_a_dead_drivers_claim_runs_out_and_its_late_write_is_refused(shared: Cal
     assert _runs(a, ctx) == 1
 
 
+def test_a_claim_of_a_dead_process_of_this_host_is_taken_at_once(shared: Callable[..., Any]) -> None:
+    """A driver restarted on the host where the previous one died does not wait for the dead one's lease."""
+    a, b = shared(), shared()
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    a.owner = f"{socket.gethostname()}:{finished.pid}:dead"   # the claims of a process that is gone
+    ctx = ExecutionContext(workload_id="w4", nodes=["n1"])
+    assert a.claim(ctx)
+    assert b.claim(ctx)
+    with pytest.raises(resultsdb.ClaimLost):
+        a.write(_result(ctx))
+    b.write(_result(ctx))
+    assert _runs(a, ctx) == 1
+    assert not resultsdb.dead_here(b.owner) and not resultsdb.dead_here(f"another-host:{finished.pid}:x")
+
+
 def test_a_lease_shorter_than_a_second_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="at least 1s"):
         SqliteOutput(ConnectorSpec("output", "sqlite", {"path": str(tmp_path / "r.db"), "lease": "500ms"}))
@@ -295,9 +312,9 @@ def test_two_drivers_at_once_attribute_each_attempt_once(pg: str, tmp_path: Path
 
 
 def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path: Path) -> None:
-    """SIGKILL one driver inside the transaction writing its fifth run: that run is not in the database and its
-    claim stands. A second driver (a watch) attributes every other attempt at once and that one only after the
-    10 s lease has run out; every attempt ends with exactly one run and no claim is left."""
+    """SIGKILL one driver (of another host) inside the transaction writing its fifth run: that run is not in the
+    database and its claim stands. A second driver (a watch) attributes every other attempt at once and that one
+    only after the 10 s lease has run out; every attempt ends with exactly one run and no claim is left."""
     workloads = sample_copies(tmp_path / "w", 8)
     marker = tmp_path / "writes"
     first = _driver(workloads, pg, lease="10s", slow_writes=marker)
@@ -308,6 +325,8 @@ def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=30)
     writes = marker.read_text().count("inside")
+    # as if it had run on another host (a dead driver of this host would be taken over at once: the next test)
+    query(pg, "UPDATE attempt_claims SET owner = 'another-host:' || split_part(owner, ':', 2) || ':x'")
     (workload, expires_at), = query(pg, "SELECT workload_id, expires_at FROM attempt_claims")
     assert query(pg, "SELECT COUNT(*) FROM attribution_runs") == [(writes - 1,)]   # the killed one rolled back
     assert _attempt_runs(pg).get(workload, 0) == 0

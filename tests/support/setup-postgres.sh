@@ -55,7 +55,7 @@ SELECT 'CREATE ROLE firstfault LOGIN CREATEDB' WHERE NOT EXISTS (SELECT 1 FROM p
 SELECT 'CREATE ROLE firstfault_reader LOGIN' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'firstfault_reader') \gexec
 ALTER ROLE firstfault PASSWORD 'firstfault';
 ALTER ROLE firstfault_reader PASSWORD 'firstfault_reader';
-GRANT pg_signal_backend TO firstfault;
+SELECT 'GRANT pg_signal_backend TO firstfault' WHERE NOT pg_has_role('firstfault', 'pg_signal_backend', 'MEMBER') \gexec
 SELECT 'CREATE DATABASE firstfault OWNER firstfault' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'firstfault') \gexec
 SQL
 # what the writer creates, the reader may read (in every database the writer creates from now on, too)

@@ -13,7 +13,8 @@ Claims (`attempt_claims`): before a driver attributes an attempt it claims it fo
 was written for the attempt since the driver looked (compare and claim, one transaction). The claim is renewed
 while the driver works (`Heartbeat`) and removed in the transaction that writes the run, which is refused when the
 claim was taken over (its lease ran out). So several drivers attribute each attempt once, and a driver that dies
-leaves a claim that another takes once its lease has run out.
+leaves a claim that another takes once its lease has run out (at once when the dead driver ran on the same host:
+a restart redoes its work without waiting).
 """
 
 from __future__ import annotations
@@ -510,10 +511,28 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
+def dead_here(owner: str) -> bool:
+    """Whether a claim's owner was a process on this host that no longer runs (a driver that crashed and was
+    restarted here: its claims need not wait for their lease). A reused process id reads as alive: safe."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # alive, another user's
+        return False
+    return False
+
+
 def claim(db: Database, ctx: ExecutionContext, owner: str, lease_s: float, seen_run: int | None) -> bool:
-    """Claim the attempt for `lease_s` seconds: True when no other owner holds an unexpired claim on it and its
-    latest run is still `seen_run` (what the driver saw when it decided to attribute it)."""
+    """Claim the attempt for `lease_s` seconds: True when no other owner holds an unexpired claim on it (a dead
+    process of this host holds none) and its latest run is still `seen_run` (what the driver saw when it decided
+    to attribute it)."""
     now = db.dialect.now()
+    key = (ctx.workload_id, storable(ctx).attempt)
     with db.write():
         taken = db.execute(
             f"""INSERT INTO attempt_claims (workload_id, attempt, owner, claimed_at, expires_at)
@@ -522,9 +541,15 @@ def claim(db: Database, ctx: ExecutionContext, owner: str, lease_s: float, seen_
                     claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
                 WHERE attempt_claims.owner = excluded.owner OR attempt_claims.expires_at < {now}
                 RETURNING owner""",
-            (ctx.workload_id, storable(ctx).attempt, owner, _now(), lease_s)).fetchone()
+            (*key, owner, _now(), lease_s)).fetchone()
         if taken is None:
-            return False
+            holder = db.execute("SELECT owner FROM attempt_claims WHERE workload_id = ? AND attempt = ?",
+                                key).fetchone()
+            if holder is None or not dead_here(holder[0]) or db.execute(
+                    f"""UPDATE attempt_claims SET owner = ?, claimed_at = ?, expires_at = {now} + ?
+                        WHERE workload_id = ? AND attempt = ? AND owner = ?""",
+                    (owner, _now(), lease_s, *key, holder[0])).rowcount != 1:
+                return False
         if latest_run(db, ctx)[0] != seen_run:   # another driver wrote a run since: give the claim back
             release(db, ctx, owner)
             return False

@@ -123,10 +123,10 @@ class SqlOutput:
         self._seen.clear()
 
     def close(self) -> None:
-        if self._heartbeat is not None:
+        if self._heartbeat is not None:   # it claimed: give back what it still holds (a write that failed)
             self._heartbeat.stop()
         try:
-            if self._claimed:
+            if self._heartbeat is not None:
                 resultsdb.release_all(self.db, self.owner)
         except resultsdb.driver_errors():
             pass   # a database gone: the claims run out by themselves
