@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -61,10 +61,14 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _timeless(html: str) -> str:
-    """The page without the times of today, to the second: a relative range (`from=30d`) starts at the moment of
-    the request, which the two requests do not share."""
-    today = datetime.now(UTC).date().isoformat()
-    return re.sub(rf"{today}[T ]\d\d:\d\d(:\d\d)?Z?", "(today)", html)
+    """The page without the times of the last 100 days, to the second: a relative range (`from=90d`) starts at
+    the moment of the request, which the two requests do not share (the results' own times are months older)."""
+    recent = datetime.now(UTC).date() - timedelta(days=100)
+
+    def mask(m: re.Match[str]) -> str:
+        return "(recent)" if date.fromisoformat(m[1]) >= recent else m[0]
+
+    return re.sub(r"(\d{4}-\d\d-\d\d)[T ]\d\d:\d\d(:\d\d)?Z?", mask, html)
 
 
 def _links(html: str) -> list[str]:
