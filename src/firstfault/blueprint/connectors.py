@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from firstfault.blueprint.attribution import AttributionOptions, Attributor, make_attributor
 from firstfault.blueprint.base import Collector, ContextConnector
@@ -34,6 +34,7 @@ from firstfault.blueprint.options import (
     render_table,
 )
 from firstfault.blueprint.outputs.alertmanager import AlertmanagerOutput
+from firstfault.blueprint.outputs.postgres import PostgresOutput
 from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.outputs.webhook import WebhookOutput
@@ -52,6 +53,15 @@ class Output(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Claiming(Protocol):
+    """An output several drivers share: the driver claims an attempt there before attributing it, and skips it
+    when another driver has it (outputs/sqlite.py)."""
+
+    def claim(self, ctx: ExecutionContext) -> bool: ...
+    def release(self, ctx: ExecutionContext) -> None: ...
+
+
 CONTEXTS: dict[str, Any] = {"slurm": SlurmContexts, "kueue": KueueContexts, "static": StaticContexts}
 COLLECTORS: dict[tuple[str, str], Any] = {
     ("logs", "files"): FilesCollector,
@@ -59,8 +69,8 @@ COLLECTORS: dict[tuple[str, str], Any] = {
     ("logs", "k8s"): PodLogsCollector,
     ("metrics", "promql"): PromqlCollector,
 }
-OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput, "alertmanager": AlertmanagerOutput,
-                           "webhook": WebhookOutput}
+OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput, "postgres": PostgresOutput,
+                           "alertmanager": AlertmanagerOutput, "webhook": WebhookOutput}
 
 
 @dataclass

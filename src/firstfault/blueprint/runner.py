@@ -38,7 +38,7 @@ from rich.table import Table
 
 from firstfault.blueprint.base import Batch, Collector, ContextConnector
 from firstfault.blueprint.config import BlueprintConfig
-from firstfault.blueprint.connectors import Plan
+from firstfault.blueprint.connectors import Claiming, Plan
 from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, ReportStatus, Timings
 from firstfault.engine import Attribution, ExecutionContext
 from firstfault.errors import AttributionError, CollectorError, CollectorTimeout, NothingInScope
@@ -52,6 +52,7 @@ class Summary:
     attributed: int = 0
     skipped: int = 0
     failed: int = 0
+    elsewhere: int = 0   # another driver was attributing it (claimed in a shared results database)
     outcomes: Counter[str] = field(default_factory=Counter)
     collector_errors: Counter[str] = field(default_factory=Counter)
     problems: deque[str] = field(default_factory=lambda: deque(maxlen=PROBLEMS_KEPT))
@@ -193,7 +194,8 @@ class Runner:
                     item = next(waiting, None)
                     if item is None:
                         return
-                    running[pool.submit(self.attribute, *item)] = item[1]
+                    if self._claim(item[0]):
+                        running[pool.submit(self.attribute, *item)] = item[1]
 
             start_more()
             while running:
@@ -209,6 +211,32 @@ class Runner:
                 start_more()
         self._flush()
         return processed
+
+    def _claim(self, ctx: ExecutionContext) -> bool:
+        """Claim the attempt in every output several drivers share. False, holding nothing, when another driver
+        has it or wrote it meanwhile (counted in `elsewhere`; the next pass looks again) or a claim failed (a
+        problem; the next pass tries again)."""
+        held: list[Claiming] = []
+        for output in self.plan.outputs:
+            if not isinstance(output, Claiming):
+                continue
+            try:
+                claimed = output.claim(ctx)
+            except Exception as exc:  # noqa: BLE001 - a workload the outputs cannot claim fails alone
+                self.summary.failed += 1
+                self.summary.problem(f"output {output.label}: workload {ctx.workload_id} attempt {ctx.attempt} "
+                                     f"cannot be claimed: {_describe(exc)}")
+                claimed = None
+            if not claimed:
+                self.summary.elsewhere += claimed is False
+                for other in held:
+                    try:
+                        other.release(ctx)
+                    except Exception:  # noqa: BLE001 - an unreleased claim runs out by itself
+                        pass
+                return False
+            held.append(output)
+        return True
 
     def watch(self, cycles: int | None = None, sleep: Callable[[float], None] | None = None) -> None:
         """Keep discovering newly finished workloads every `interval` (for `cycles` passes, or until `stop` is
@@ -230,7 +258,8 @@ class Runner:
 
     def run_cycle(self) -> dict[str, Any]:
         """One pass of the watch (`run_once`) and its log record, which is written and returned."""
-        before = (self.summary.attributed, self.summary.failed, self.summary.skipped, self.summary.problem_count)
+        before = (self.summary.attributed, self.summary.failed, self.summary.skipped, self.summary.problem_count,
+                  self.summary.elsewhere)
         started = time.monotonic()
         found_before = self.discovered
         self.run_once()
@@ -239,7 +268,7 @@ class Runner:
         record = cycle_record(
             cycle=self.cycles, discovered=self.discovered - found_before, attributed=s.attributed - before[0],
             failed=s.failed - before[1], skipped=s.skipped - before[2], problems=s.problem_count - before[3],
-            seconds=time.monotonic() - started, known=len(self.done), problems_kept=len(s.problems))
+            elsewhere=s.elsewhere - before[4], seconds=time.monotonic() - started, known=len(self.done), problems_kept=len(s.problems))
         self._emit(record)
         return record
 
@@ -281,8 +310,9 @@ class Runner:
     # -- summary ----------------------------------------------------------------------------------------
     def print_summary(self) -> None:
         s = self.summary
+        elsewhere = f", {s.elsewhere} left to another driver" if s.elsewhere else ""
         self.console.print(f"[bold]firstfault blueprint[/bold]: {s.attributed} attributed, {s.skipped} skipped "
-                           f"(already attributed), {s.failed} failed")
+                           f"(already attributed){elsewhere}, {s.failed} failed")
         if s.outcomes:
             table = Table("outcome / sub_domain", "workloads")
             for name, count in sorted(s.outcomes.items()):
@@ -306,14 +336,14 @@ def rss_mb() -> float:
 
 
 def cycle_record(*, cycle: int, discovered: int, attributed: int, failed: int, skipped: int, problems: int,
-                 seconds: float, known: int, problems_kept: int) -> dict[str, Any]:
+                 seconds: float, known: int, problems_kept: int, elsewhere: int) -> dict[str, Any]:
     """The watch's log line for one pass: what it discovered (every attempt the connectors reported, including
-    those attributed before), attributed, failed to attribute, skipped (an output already held them) and the
-    problems it met; how long it took; how many attempts `done` remembers and how many problems the summary
+    those attributed before), attributed, failed to attribute, skipped (an output already held them), left to
+    another driver (`elsewhere`: claimed in a shared results database) and the problems it met; how long it took; how many attempts `done` remembers and how many problems the summary
     keeps (both bounded); the resident memory."""
     return {"event": "cycle", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cycle": cycle,
             "discovered": discovered, "attributed": attributed, "failed": failed, "skipped": skipped,
-            "problems": problems, "seconds": round(seconds, 3), "known": known, "problems_kept": problems_kept,
+            "elsewhere": elsewhere, "problems": problems, "seconds": round(seconds, 3), "known": known, "problems_kept": problems_kept,
             "rss_mb": round(rss_mb(), 1)}
 
 
