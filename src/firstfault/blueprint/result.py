@@ -186,5 +186,21 @@ CREATE INDEX attribution_runs_time ON attribution_runs(attributed_at);
 CREATE INDEX attribution_runs_outcome ON attribution_runs(outcome, attributed_at);
 CREATE INDEX attribution_runs_sub_domain ON attribution_runs(sub_domain, attributed_at);
 """ + _LATEST_VIEW),
+    (3, "the output patterns of Slurm jobs seen while slurmctld held them (sacct before 24.05 has none)", """
+CREATE TABLE slurm_job_output (
+    job_id        TEXT NOT NULL,
+    submit_time   TEXT NOT NULL,
+    array_job_id  TEXT NOT NULL,
+    user          TEXT NOT NULL,
+    batch         INTEGER NOT NULL,
+    batch_host    TEXT NOT NULL,
+    stdout        TEXT NOT NULL,
+    stderr        TEXT NOT NULL,
+    seen_at       TEXT NOT NULL,
+    PRIMARY KEY (job_id, submit_time)
+) WITHOUT ROWID;
+CREATE INDEX slurm_job_output_array ON slurm_job_output(array_job_id);
+CREATE INDEX slurm_job_output_seen ON slurm_job_output(seen_at);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
