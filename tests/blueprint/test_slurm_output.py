@@ -15,6 +15,7 @@ from firstfault.blueprint.contexts.slurm_output import (
     OutputStore,
     PatternJob,
     expand,
+    index,
     match,
     parse_squeue,
     parse_version,
@@ -85,8 +86,8 @@ def test_the_store_keeps_patterns_and_finds_them_by_job_or_array(tmp_path: Path)
     old = LiveJob("5", "", submit, "bob", True, "n1", "/o/%j", "")
     store.save([old], now - timedelta(days=31))
     store.save([array], now)
-    rows = store.find(["13", "12"])
-    assert rows == [array]                                   # 30 days after it was last seen, `old` is gone
+    assert store.find(["13", "12", "5"]) == [array]          # 30 days after it was last seen, `old` is gone
+    rows = index([array])
     assert match(rows, "13", "12", {submit}, "root") == array   # a task of the array
     assert match(rows, "13", "12", {submit + timedelta(seconds=1)}, "root") is None   # another submission
     assert match(rows, "13", "12", {submit}, "alice") is None

@@ -37,11 +37,13 @@ from firstfault.blueprint.contexts.slurm_output import (
     NEW_EXPANSION,
     SACCT_PATTERNS,
     SEP,
+    Index,
     LiveJob,
     OutputStore,
     PatternJob,
     Version,
     expand,
+    index,
     local_time,
     match,
     parse_squeue,
@@ -448,7 +450,7 @@ class SlurmContexts:
         singles = [r for r in records if not r.het_job_id]
         merged = singles + [merge_het(group) for group in _het_runs(r for r in records if r.het_job_id)]
         groups = dict(sorted(_attempts(merged).items()))
-        outputs = OutputPaths(self, found.problems)
+        outputs = OutputPaths(self, found.problems, merged)
         for job_id, runs in groups.items():
             for attempt, record in enumerate(runs):
                 why = outputs.resolve(record, attempt, runs)
@@ -465,16 +467,18 @@ class SlurmContexts:
 
 
 class OutputPaths:
-    """One pass's resolution of output paths: from accounting, else from what slurmctld holds (`squeue`, read
-    once), else from what earlier passes kept in the database."""
+    """One pass's resolution of output paths of `records`: from accounting, else from what slurmctld holds
+    (`squeue`, read once), else from what earlier passes kept in the database (read once)."""
 
-    def __init__(self, slurm: SlurmContexts, problems: list[str]) -> None:
+    def __init__(self, slurm: SlurmContexts, problems: list[str], records: list[JobRecord]) -> None:
         self.slurm = slurm
         self.problems = problems
         self.version = slurm.version or (0, 0)
         self.store = OutputStore(slurm.database, slurm.keep_output_paths) if slurm.database else None
+        self.wanting = [r for r in records if r.started and r.batch is not False and not r.stdout_pattern]
         self._live: list[LiveJob] | None = None
-        self._stored: dict[str, list[LiveJob]] = {}
+        self._live_index: Index | None = None
+        self._stored: Index | None = None
         self._hosts: dict[str, str] | None = None
 
     def resolve(self, record: JobRecord, attempt: int, runs: list[JobRecord]) -> str:
@@ -502,9 +506,11 @@ class OutputPaths:
         return ""
 
     def _seen(self, record: JobRecord, submits: set[datetime]) -> LiveJob | None:
-        found = match(self.live(), record.raw_id, record.array_job_id, submits, record.user)
+        if self._live_index is None:
+            self._live_index = index(self.live())
+        found = match(self._live_index, record.raw_id, record.array_job_id, submits, record.user)
         if found is None and self.store is not None:
-            found = match(self._stored_rows(record), record.raw_id, record.array_job_id, submits, record.user)
+            found = match(self._stored_rows(), record.raw_id, record.array_job_id, submits, record.user)
         return found
 
     def live(self) -> list[LiveJob]:
@@ -518,16 +524,17 @@ class OutputPaths:
                 self.problems.append(f"the output paths slurmctld holds could not be read: {exc}")
         return self._live
 
-    def _stored_rows(self, record: JobRecord) -> list[LiveJob]:
+    def _stored_rows(self) -> Index:
+        """The rows kept for every record that needs them, read at once."""
         assert self.store is not None
-        key = record.array_job_id or record.raw_id
-        if key not in self._stored:
+        if self._stored is None:
+            self._stored = {}
             try:
-                self._stored[key] = self.store.find([record.raw_id, key])
+                self._stored = index(self.store.find(
+                    {i for r in self.wanting for i in (r.raw_id, r.array_job_id) if i}))
             except FirstfaultError as exc:
                 self.problems.append(f"the output paths kept in {self.store.path} could not be read: {exc}")
-                self._stored[key] = []
-        return self._stored[key]
+        return self._stored
 
     def keep(self, now: datetime) -> None:
         """Keep what slurmctld holds for later passes, where sacct does not record output paths."""

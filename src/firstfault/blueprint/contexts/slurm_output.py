@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from firstfault.blueprint.outputs.sqlite import connect
-from firstfault.errors import SlurmError
+from firstfault.errors import DatabaseError, SlurmError
 
 Version = tuple[int, int]
 # the first release with sacct's StdOut/StdErr fields (and sacct --json's stdout/stderr)
@@ -126,15 +127,19 @@ def _value(letter: str, width: int, job: PatternJob, pattern: str) -> str:
 
 
 def _number(letter: str, job: PatternJob, pattern: str) -> int:
-    task = int(job.array_task_id) if job.array_task_id else NO_VAL
     if letter == "r":
         if job.restart_count is None:
             raise SlurmError(f"%r in {pattern!r}: the job's restart count is not known")
         return job.restart_count
-    value = {"A": job.array_job_id or job.job_id, "J": job.job_id, "j": job.job_id}.get(letter)
-    if value is not None:
-        return int(value)
-    return {"a": task, "b": task % 10}.get(letter, 0)   # %n, %t: node 0, task 0
+    value = {"A": job.array_job_id or job.job_id, "J": job.job_id, "j": job.job_id, "a": job.array_task_id,
+             "b": job.array_task_id}.get(letter)
+    if value is None:
+        return 0   # %n, %t: node 0, task 0
+    if not (value.isascii() and value.isdigit()):
+        if letter in "ab" and not value:
+            return NO_VAL if letter == "a" else NO_VAL % 10
+        raise SlurmError(f"%{letter} in {pattern!r}: the job's id {value!r} is not a number")
+    return int(value) % 10 if letter == "b" else int(value)
 
 
 def parse_version(text: str) -> Version | None:
@@ -217,53 +222,66 @@ class OutputStore:
         self.path = path
         self.keep = keep
 
-    def _open(self) -> sqlite3.Connection:
-        return connect(self.path)
-
-    def save(self, jobs: Iterable[LiveJob], now: datetime) -> None:
-        rows = [(j.job_id, j.submit.isoformat(), j.array_job_id, j.user, int(j.batch), j.batch_host, j.stdout,
-                 j.stderr, now.isoformat()) for j in jobs]
-        db = self._open()
+    @contextmanager
+    def _open(self) -> Iterator[sqlite3.Connection]:
+        db = connect(self.path)
         try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(
-                """INSERT INTO slurm_job_output VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (job_id, submit_time) DO UPDATE SET array_job_id = excluded.array_job_id,
-                       user = excluded.user, batch = excluded.batch, batch_host = excluded.batch_host,
-                       stdout = excluded.stdout, stderr = excluded.stderr, seen_at = excluded.seen_at""", rows)
-            db.execute("DELETE FROM slurm_job_output WHERE seen_at < ?", ((now - self.keep).isoformat(),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            yield db
+        except sqlite3.Error as exc:
+            raise DatabaseError(f"{self.path}: {exc}") from None
         finally:
             db.close()
+
+    def save(self, jobs: Iterable[LiveJob], now: datetime) -> None:
+        """Keep these jobs' patterns (seen now) and drop the rows not seen for `keep`, in one transaction."""
+        rows = [(j.job_id, j.submit.isoformat(), j.array_job_id, j.user, int(j.batch), j.batch_host, j.stdout,
+                 j.stderr, now.isoformat()) for j in jobs]
+        with self._open() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    """INSERT INTO slurm_job_output VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (job_id, submit_time) DO UPDATE SET array_job_id = excluded.array_job_id,
+                           user = excluded.user, batch = excluded.batch, batch_host = excluded.batch_host,
+                           stdout = excluded.stdout, stderr = excluded.stderr, seen_at = excluded.seen_at""", rows)
+                db.execute("DELETE FROM slurm_job_output WHERE seen_at < ?", ((now - self.keep).isoformat(),))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
     def find(self, ids: Iterable[str]) -> list[LiveJob]:
         """The rows of these job ids, as a job's own or its array's."""
         wanted = sorted(set(ids))
-        if not wanted:
-            return []
-        db = self._open()
-        try:
-            found = []
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start:start + 500]
+        found = []
+        with self._open() as db:
+            for start in range(0, len(wanted), 400):
+                chunk = wanted[start:start + 400]
                 marks = ",".join("?" * len(chunk))
                 found += db.execute(
                     f"SELECT job_id, array_job_id, submit_time, user, batch, batch_host, stdout, stderr "
                     f"FROM slurm_job_output WHERE job_id IN ({marks}) OR array_job_id IN ({marks})",
                     chunk + chunk).fetchall()
-        finally:
-            db.close()
         return [LiveJob(job_id=r[0], array_job_id=r[1], submit=datetime.fromisoformat(r[2]), user=r[3],
                         batch=bool(r[4]), batch_host=r[5], stdout=r[6], stderr=r[7]) for r in found]
 
 
-def match(jobs: Iterable[LiveJob], job_id: str, array_job_id: str, submits: set[datetime],
-          user: str) -> LiveJob | None:
+Index = dict[str, list[LiveJob]]
+
+
+def index(jobs: Iterable[LiveJob]) -> Index:
+    """The jobs by their own id and by their array's."""
+    found: Index = {}
+    for job in jobs:
+        for key in {job.job_id, job.array_job_id} - {""}:
+            found.setdefault(key, []).append(job)
+    return found
+
+
+def match(jobs: Index, job_id: str, array_job_id: str, submits: set[datetime], user: str) -> LiveJob | None:
     """The record of this job (its own id first, else its array's) submitted at one of `submits` by `user`."""
-    candidates = [j for j in jobs if j.submit.astimezone(timezone.utc) in submits and (not user or j.user == user)]
-    own = [j for j in candidates if j.job_id == job_id]
-    array = [j for j in candidates if array_job_id and j.array_job_id == array_job_id]
-    return next(iter(own + array), None)
+    for key in (job_id, array_job_id):
+        for job in jobs.get(key, []) if key else []:
+            if job.submit in submits and (not user or job.user == user):
+                return job
+    return None
