@@ -147,6 +147,10 @@ def build_plan(config: BlueprintConfig) -> Plan:
         raise ConfigError("no workloads to attribute: give --configs DIR or a --connector context ...")
     if not outputs:
         outputs.append(StdoutOutput(ConnectorSpec("output", "stdout")))
+    databases = [o.path for o in outputs if isinstance(o, SqliteOutput)]
+    for context in contexts:   # Slurm keeps the output paths slurmctld holds in the results database by default
+        if isinstance(context, SlurmContexts) and context.database is None and databases:
+            context.database = databases[0]
     return Plan(contexts, collectors, outputs, make_attributor(attribution[0] if attribution else None), timeouts)
 
 

@@ -199,5 +199,21 @@ CREATE TABLE attempt_claims (
 ) WITHOUT ROWID;
 CREATE INDEX attempt_claims_owner ON attempt_claims(owner);
 """),
+    (4, "the output patterns of Slurm jobs seen while slurmctld held them (sacct before 24.05 has none)", """
+CREATE TABLE slurm_job_output (
+    job_id        TEXT NOT NULL,
+    submit_time   TEXT NOT NULL,
+    array_job_id  TEXT NOT NULL,
+    user          TEXT NOT NULL,
+    batch         INTEGER NOT NULL,
+    batch_host    TEXT NOT NULL,
+    stdout        TEXT NOT NULL,
+    stderr        TEXT NOT NULL,
+    seen_at       TEXT NOT NULL,
+    PRIMARY KEY (job_id, submit_time)
+) WITHOUT ROWID;
+CREATE INDEX slurm_job_output_array ON slurm_job_output(array_job_id);
+CREATE INDEX slurm_job_output_seen ON slurm_job_output(seen_at);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -55,6 +55,7 @@ class Summary:
     elsewhere: int = 0   # another driver was attributing it (claimed in a shared results database)
     outcomes: Counter[str] = field(default_factory=Counter)
     collector_errors: Counter[str] = field(default_factory=Counter)
+    unresolved: Counter[str] = field(default_factory=Counter)   # per context: attempts missing evidence it names
     problems: deque[str] = field(default_factory=lambda: deque(maxlen=PROBLEMS_KEPT))
     problem_count: int = 0
 
@@ -69,14 +70,21 @@ class Summary:
             self.attributed += 1
             self.outcomes[f"{result.diagnosis.outcome.value} / {result.diagnosis.sub_domain.value}"] += 1
         for report in result.failed_connectors():
-            self.collector_errors[f"{report.kind} {report.connector}"] += 1
+            counter = self.unresolved if report.kind == "context" else self.collector_errors
+            counter[f"{report.kind} {report.connector}"] += 1
+
+    @property
+    def incomplete(self) -> bool:
+        """Some workload was attributed with evidence missing (what `--strict` fails on)."""
+        return bool(self.collector_errors or self.unresolved)
 
 
 def _key(ctx: ExecutionContext) -> tuple[str, int]:
     return ctx.workload_id, ctx.attempt
 
 
-Found = list[tuple[ExecutionContext, ContextConnector]]
+# an attempt, the connector that found it, and what that connector could not locate for it ("": nothing)
+Found = list[tuple[ExecutionContext, ContextConnector, str]]
 
 
 class Runner:
@@ -96,11 +104,13 @@ class Runner:
         self._log = log
 
     # -- one workload -----------------------------------------------------------------------------------
-    def attribute(self, ctx: ExecutionContext, found_by: ContextConnector) -> AttributionBlueprintResult:
-        """Collect every applicable collector's evidence for one attempt and attribute it."""
+    def attribute(self, ctx: ExecutionContext, found_by: ContextConnector,
+                  unresolved: str = "") -> AttributionBlueprintResult:
+        """Collect every applicable collector's evidence for one attempt and attribute it. What the context
+        connector could not locate (`unresolved`) makes its report an `error`, and the diagnosis partial."""
         started = time.monotonic()
-        reports = [ConnectorReport(connector=found_by.label, kind=found_by.kind, status="ok",
-                                   nodes=list(ctx.nodes))]
+        reports = [ConnectorReport(connector=found_by.label, kind=found_by.kind, status="error" if unresolved else "ok",
+                                   reason=unresolved, nodes=list(ctx.nodes))]
         diagnosis: Attribution | None = None
         error: str | None = None
         collect_s = attribute_s = 0.0
@@ -144,7 +154,7 @@ class Runner:
                 continue
             for problem in discovery.problems:
                 self.summary.problem(f"context {connector.label}: {problem}")
-            found += [(ctx, connector) for ctx in discovery.contexts]
+            found += [(ctx, connector, discovery.unresolved.get(_key(ctx), "")) for ctx in discovery.contexts]
             reported[index] = {_key(ctx) for ctx in discovery.contexts}
         self.discovered += len(found)
         return found, reported
@@ -157,7 +167,7 @@ class Runner:
     def _todo(self, found: Found) -> Found:
         todo = []
         index = {id(c): i for i, c in enumerate(self.plan.contexts)}
-        for ctx, connector in found:
+        for ctx, connector, unresolved in found:
             if _key(ctx) in self.done:
                 continue
             try:
@@ -171,7 +181,7 @@ class Runner:
                 self.summary.skipped += 1
                 self.done[_key(ctx)] = index.get(id(connector), -1)
                 continue
-            todo.append((ctx, connector))
+            todo.append((ctx, connector, unresolved))
         return todo
 
     def run_once(self) -> int:
@@ -320,6 +330,9 @@ class Runner:
             self.console.print(table)
         for name, count in sorted(s.collector_errors.items()):
             self.console.print(f"[yellow]collector error[/yellow] {escape(name)}: {count} workload(s)")
+        for name, count in sorted(s.unresolved.items()):
+            self.console.print(f"[yellow]unresolved[/yellow] {escape(name)}: {count} workload(s) attributed without "
+                               "evidence it could not locate (their context reports say what, by job)")
         for problem in s.problems:
             self.console.print(f"[red]problem[/red] {escape(problem)}", markup=True, highlight=False)
         if s.problem_count > len(s.problems):
