@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType
+from firstfault.engine.model import Event, EventType, SourceKind, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
@@ -411,3 +411,47 @@ def sxid_severity_not_logged(ws: Workspace) -> None:
                   and "severity not logged" not in s.name and s.value_set("sxid") & codes]
         if not logged:
             ws.promote(data, f"SXid {', '.join(sorted(codes))}: only its Data lines were logged, severity unknown")
+
+
+KERNEL_RECORD_BEFORE_S = 1800.0  # a node's kernel record of a GPU fault this long before an application's report
+
+
+@refiner("KernelRecordLocatesGpuReport", phase=Phase.REFINE_LATE, doc=f"""
+An application's report of a GPU fault (CUDA's uncorrectable ECC, unknown or initialisation errors) names no GPU by
+itself and is printed wherever the job's output is collected - under Slurm, every task's output lands in the batch
+host's file unless the job asks for one file per node. When the node holding the report has no kernel record of a
+GPU fault while another node's kernel recorded one (an Xid) in the {KERNEL_RECORD_BEFORE_S / 60:.0f} minutes before it
+(or at the same time), the report is that node's incident and no longer blames the node that printed it.
+""", cases=[
+    RuleCase(title="the batch host prints the faulty node's CUDA error", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z Accelerator Fatal Error: call to cuCtxCreate returned error 214 "
+                     "(CUDA_ERROR_ECC_UNCORRECTABLE): uncorrectable ECC error encountered"],
+        "a/syslog": ["2025-01-01T00:00:00Z a systemd[1]: Started Session 1 of user ci."],
+        "b/syslog": ["2025-01-01T00:05:00Z b kernel: NVRM: Xid (PCI:0000:ca:00): 48, pid=88127, name=python, An "
+                     "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+                     "subpartition 0."]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="each node's own fault", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z Accelerator Fatal Error: call to cuCtxCreate returned error 214 "
+                     "(CUDA_ERROR_ECC_UNCORRECTABLE): uncorrectable ECC error encountered"],
+        "a/syslog": ["2025-01-01T00:09:59Z a kernel: NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=python, An "
+                     "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+                     "subpartition 0."],
+        "b/syslog": ["2025-01-01T00:09:58Z b kernel: NVRM: Xid (PCI:0000:ca:00): 48, pid=88127, name=python, An "
+                     "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+                     "subpartition 0."]},
+        expect=Expect(fired=False)),
+])
+def kernel_record_locates_gpu_report(ws: Workspace) -> None:
+    kernel = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU)
+              if s.first_time and any(e.source == SourceKind.SYSLOG for e in s.evidence)]
+    for report in ws.active(role="root", sub_domain=SubDomain.GPU):
+        if report.definition.blame != "node" or report.first_time is None or \
+                not all(e.source == SourceKind.APPLOG for e in report.evidence) or \
+                any(k.node == report.node for k in kernel):
+            continue
+        before, after = timedelta(seconds=KERNEL_RECORD_BEFORE_S), timedelta(seconds=ws.params.clock_skew_s)
+        owners = sorted({k.node for k in kernel if k.node and k.first_time is not None
+                         and report.first_time - before <= k.first_time <= report.first_time + after})
+        if len(owners) == 1:
+            ws.demote(report, f"{owners[0]}'s kernel recorded the GPU fault; this node only printed the report")
