@@ -301,7 +301,7 @@ def _explained_by(root: WorkSymptom, other: WorkSymptom) -> str | None:
     return None
 
 
-@refiner("XidBurstRoot", phase=Phase.CLEAN, doc=f"""
+@refiner("XidBurstRoot", phase=Phase.CLEAN, after=("Xid154Linkage",), doc=f"""
 Within one node's Xid burst (events less than burst_gap_s apart, 3 minutes by default) the earliest
 hardware-class Xid (strength >= {HARDWARE_STRENGTH}: 48, 62, 64, 74, 79, 94, 95, 119/120, 140, 143, fatal NVLink5 ...)
 is the root. Its symptoms are: application-class Xids of the burst (13, 31, 43 ...), later Xids on the same GPU,
