@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -107,7 +108,9 @@ class RayExecutor:
         self.ray = import_ray()
         self._connected_here = False
         if not self.ray.is_initialized():
-            where = os.environ.get("RAY_ADDRESS") or "(none: the local cluster, or a new one)"
+            address = os.environ.get("RAY_ADDRESS", "")
+            where = address or "(none: the local cluster, or a new one)"
+            _check_reachable(address)
             try:
                 # log_to_driver off: worker output must not mix into `analyze --json`'s standard output
                 self.ray.init(log_to_driver=False)
@@ -190,6 +193,18 @@ class _RayPool(futures.Executor):
                 self.ray.cancel(ref)
             except Exception:  # noqa: BLE001 - a task that finished meanwhile cannot be cancelled: nothing to do
                 pass
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast when RAY_ADDRESS names a host and port nothing answers on (Ray itself keeps retrying for
+    minutes); `auto`, `local` and no address are left to Ray."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ExecutorError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {exc.strerror or exc}") from None
 
 
 def import_ray() -> Any:

@@ -143,6 +143,7 @@ class Engine:
                 futures.append(pool.submit(_scan_files, setup, [items[i] for i in batch]))
                 task_of.update({i: t for i in batch})
             timings.add("analyze.pool_start", time.perf_counter() - started)  # wall only
+            timings.count("tasks", len(batches))
             states: dict[int, IngestState] = {}
             for i, item in enumerate(files):  # merged in file order, whatever order the tasks finish in
                 if i not in states:
