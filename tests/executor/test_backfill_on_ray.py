@@ -4,9 +4,7 @@ is a failed result that the next pass attributes again."""
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,31 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from bench.backfill import stored_diagnoses
 from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, spec_from_words
 from firstfault.blueprint.connectors import build_plan, with_environment
 from firstfault.blueprint.runner import Runner
 from firstfault.blueprint.workload import WorkloadTask, run_workload
-from firstfault.engine import Attribution, ExecutionContext
+from firstfault.engine import ExecutionContext
 from firstfault.errors import ExecutorError
 from firstfault.executor import RayExecutor
 from firstfault.samples import samples_root
 from tests.executor.conftest import Killer, slow_workload
 from tests.support.ray_cluster import RayCluster
 from tests.support.workloads import CORPUS
-
-
-def _diagnoses(db: Path) -> dict[tuple[str, int], list[str]]:
-    """Every run stored per attempt: its diagnosis as canonical JSON (or the error)."""
-    runs: dict[tuple[str, int], list[str]] = {}
-    with sqlite3.connect(db) as conn:
-        for workload_id, attempt, result_json in conn.execute(
-                "SELECT a.workload_id, a.attempt, r.result_json FROM attribution_runs r "
-                "JOIN workload_attempts a ON a.id = r.attempt_id ORDER BY r.id"):
-            result = json.loads(result_json)
-            diagnosis = result["diagnosis"]
-            text = Attribution.model_validate(diagnosis).to_json() if diagnosis else f"error: {result['error']}"
-            runs.setdefault((workload_id, attempt), []).append(text)
-    return runs
 
 
 def _blueprint(db: Path, roots: list[Path], *args: str, env: dict[str, str] | None = None) -> None:
@@ -52,7 +37,7 @@ def test_a_backfill_on_ray_writes_each_result_once_and_identical(cluster: RayClu
     roots = [CORPUS, samples_root()]
     _blueprint(tmp_path / "local.db", roots)
     _blueprint(tmp_path / "ray.db", roots, "--executor", "ray", "--workers", "auto", env=cluster.env)
-    local, on_ray = _diagnoses(tmp_path / "local.db"), _diagnoses(tmp_path / "ray.db")
+    local, on_ray = stored_diagnoses(tmp_path / "local.db"), stored_diagnoses(tmp_path / "ray.db")
     assert len(local) >= 60 and all(len(runs) == 1 for runs in on_ray.values())
     assert on_ray == local
 
@@ -93,9 +78,9 @@ def test_a_worker_killed_mid_task_loses_and_duplicates_nothing(ray_executor: Ray
     watching.join(5)
     assert watching.killed, "no workload task ran long enough to be killed"
     assert runner.summary.failed == 0 and runner.summary.attributed == 8
-    on_ray = _diagnoses(tmp_path / "ray.db")
+    on_ray = stored_diagnoses(tmp_path / "ray.db")
     assert all(len(runs) == 1 for runs in on_ray.values())
-    assert on_ray == _diagnoses(tmp_path / "local.db")
+    assert on_ray == stored_diagnoses(tmp_path / "local.db")
 
 
 def test_a_task_ray_gives_up_on_is_failed_then_attributed_again(ray_executor: RayExecutor,
@@ -118,9 +103,9 @@ def test_a_task_ray_gives_up_on_is_failed_then_attributed_again(ray_executor: Ra
         assert runner.summary.attributed == 1 and len(runner.done) == 1
     finally:
         plan.close()
-    (failed, attributed), = _diagnoses(tmp_path / "ray.db").values()
+    (failed, attributed), = stored_diagnoses(tmp_path / "ray.db").values()
     assert failed.startswith("error: executor ray: the task failed:") and "Worker" in failed
-    assert [attributed] == next(iter(_diagnoses(tmp_path / "local.db").values()))
+    assert [attributed] == next(iter(stored_diagnoses(tmp_path / "local.db").values()))
 
 
 def test_a_worker_with_another_catalog_refuses_the_work(tmp_path: Path) -> None:
@@ -141,3 +126,12 @@ def test_the_config_shipped_to_workers_carries_the_drivers_environment() -> None
     assert shipped.connectors[0].options == {"selector": '{job="x"}', "url": "http://loki:3100"}
     assert shipped.connectors[1].options == {"path": "r.db"}   # outputs are written by the driver only
     assert config.connectors[0].options == {"selector": '{job="x"}'}   # the driver's own config is unchanged
+
+
+def test_the_backfill_benchmark_runs_and_checks_its_results(cluster: RayCluster, tmp_path: Path) -> None:
+    """bench/backfill.py at a tiny size (its numbers are in docs/benchmarks.md; nothing here is timed)."""
+    run = subprocess.run([sys.executable, "-m", "bench", "backfill", "--workloads", "12", "--repeat", "1",
+                          "--runs", "local:1", "ray:auto", "--quiet", "1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900, env={**os.environ, **cluster.env})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "every diagnosis identical to the first run's" in run.stdout and "| ray | auto |" in run.stdout
