@@ -135,3 +135,24 @@ def test_the_backfill_benchmark_runs_and_checks_its_results(cluster: RayCluster,
                          capture_output=True, text=True, timeout=900, env={**os.environ, **cluster.env})
     assert run.returncode == 0, run.stderr[-3000:]
     assert "every diagnosis identical to the first run's" in run.stdout and "| ray | auto |" in run.stdout
+
+
+def test_the_executor_setting_from_the_command_line_and_the_config_file(tmp_path: Path) -> None:
+    from firstfault.cli import build_parser
+    from firstfault.cli.blueprint import build_config
+    from firstfault.errors import ConfigError
+
+    toml = tmp_path / "blueprint.toml"
+    toml.write_text('executor = "ray"\nworkers = 0\n')
+    config = build_config(build_parser().parse_args(["blueprint", "--config", str(toml)]))
+    assert (config.executor, config.workers) == ("ray", 0)
+    config = build_config(build_parser().parse_args(["blueprint", "--config", str(toml), "--executor", "local",
+                                                     "--workers", "3"]))
+    assert (config.executor, config.workers) == ("local", 3)
+    assert build_config(build_parser().parse_args(["blueprint", "--workers", "auto"])).workers == 0
+    for text, message in (('executor = "dask"', "`executor` must be one of local, ray"),
+                          ("executor = 1", "`executor` must be a string"),
+                          ("workers = -1", "`workers` must be 0 \\(auto\\) or more")):
+        toml.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=message):
+            build_config(build_parser().parse_args(["blueprint", "--config", str(toml)]))
