@@ -3,6 +3,7 @@
     python -m bench run [--suite quick|full|smoke] [--series size,nodes,rules] [--repeat N] [--pin]
                         [--clean] [--out bench/out]
     python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
+                            [--replicas 1 2 3 --store redis://... --repeat R] [--redis-share --store redis://...]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
     python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--nodes", type=int, default=16)
     s.add_argument("--mib-per-node", type=float, default=1.0)
     s.add_argument("--batch-mib", type=float, default=4.0, help="raw_text batch size")
+    s.add_argument("--replicas", type=int, nargs="+", default=[1],
+                   help="`serve` replicas per row, each request sent to the next (above 1: needs --store)")
+    s.add_argument("--store", default="", help="serve --store for every replica (a Redis URL)")
+    s.add_argument("--repeat", type=int, default=1, help="runs per row (median and range)")
+    s.add_argument("--redis-share", action="store_true",
+                   help="time the share of an ingest spent on Redis round trips, in this process (needs --store)")
     s.add_argument("--out", type=Path, default=DEFAULT_OUT)
     g = sub.add_parser("generate", help="write one synthetic workload")
     g.add_argument("out", type=Path)

@@ -6,6 +6,10 @@ page once cold (right after start: caches empty) and then `--repeat` times, and 
 
     .venv/bin/python bench/dashboard_bench.py                     # 100k attempts
     .venv/bin/python bench/dashboard_bench.py --rows 1000000 --db /tmp/1m.db
+    .venv/bin/python bench/dashboard_bench.py --postgres postgresql://firstfault:firstfault@127.0.0.1:15432/firstfault
+
+With `--postgres DSN` (a role that may CREATE DATABASE), the same rows are copied into a new PostgreSQL database
+(tests/support/postgres.py: copy_results) and the dashboard reads that instead; the database is dropped after.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.dashboard import synthetic  # noqa: E402 - after the sys.path entry above
 from tests.dashboard.helpers import free_port  # noqa: E402
+from tests.support.postgres import copy_results  # noqa: E402
 
 PAGES = [
     ("overview", "/"),
@@ -48,6 +56,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--db", type=Path, help="where to build the database (default: a temporary directory)")
+    parser.add_argument("--postgres", metavar="DSN", help="read the same rows from a new PostgreSQL database")
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory()
     db = args.db or Path(tmp.name) / "bench.db"
@@ -58,8 +67,39 @@ def main() -> None:
               file=sys.stderr)
     nvlink = sum(1 for i in range(1, args.rows + 1) if synthetic.sub_domain(i) == "nvlink")
     values = {"last": -(-args.rows // 50), "nvlink_last": -(-nvlink // 50)}
+    with _target(db, args.postgres) as target:
+        _measure(target, args.rows, args.repeat, values)
+    tmp.cleanup()
+
+
+@contextmanager
+def _target(db: Path, admin_dsn: str | None) -> Iterator[str]:
+    """The SQLite file, or a new PostgreSQL database holding its rows (dropped on exit)."""
+    if admin_dsn is None:
+        yield str(db)
+        return
+    import psycopg
+
+    name = f"ff_dash_bench_{uuid.uuid4().hex[:10]}"
+    dsn = admin_dsn.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        started = time.perf_counter()
+        copy_results(db, dsn)
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute("ANALYZE")
+            size = con.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        print(f"copied into PostgreSQL in {time.perf_counter() - started:.1f} s ({size / 1e6:.0f} MB)", file=sys.stderr)
+        yield dsn
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _measure(target: str, rows: int, repeat: int, values: dict[str, int]) -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "firstfault", "dashboard", "--db", str(db), "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "firstfault", "dashboard", "--db", target, "--port", str(port),
                                 "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}"
     try:
@@ -70,12 +110,12 @@ def main() -> None:
                     break
                 except httpx.TransportError:
                     time.sleep(0.1)
-            print(f"| page ({args.rows:,} attempts) | cold | warm p50 | warm max |")
+            print(f"| page ({rows:,} attempts) | cold | warm p50 | warm max |")
             print("|---|---|---|---|")
             for label, path in PAGES:
                 path = path.format(**values)
                 timings = []
-                for _ in range(args.repeat + 1):
+                for _ in range(repeat + 1):
                     started = time.perf_counter()
                     response = client.get(path)
                     timings.append(time.perf_counter() - started)
@@ -86,7 +126,6 @@ def main() -> None:
     finally:
         process.terminate()
         process.wait()
-        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -98,8 +98,9 @@ def test_a_batch_the_engine_rejects_stops_only_that_batch(tmp_path: Path, capsys
 def test_a_version_1_database_is_migrated_and_its_partial_runs_attributed_again(tmp_path: Path) -> None:
     """Runs stored as `ok` with a failed collector or coverage issues before `partial` existed become `partial`
     (so the next run attributes them again); the other runs, and every reference to them, are kept."""
-    from firstfault.blueprint.outputs.sqlite import _statements, connect
+    from firstfault.blueprint.outputs.sqlite import connect
     from firstfault.blueprint.result import MIGRATIONS
+    from firstfault.blueprint.resultsdb import statements as _statements
 
     db = tmp_path / "v1.db"
     with sqlite3.connect(db) as conn:

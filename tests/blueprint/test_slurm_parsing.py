@@ -1,5 +1,8 @@
 """The Slurm connector's parsers on recorded output: `sacct --json` from the real 22.05 cluster (with its wrong
-exit codes) and in the newer data_parser layout, `sacct -P`, and `scontrol show job -o`."""
+exit codes) and in the newer data_parser layout, `sacct -P` (recorded with `|`; the connector now asks for the
+\x1f separator, and the Submit column was added from the same jobs' JSON record), `scontrol show -o`.
+squeue-22.05.txt is a stand-in: what `squeue -O` prints for job 1, written to agree with that job's recorded
+`scontrol show job` (the cluster that ran these jobs is gone)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fake_command(tmp_path: Path, name: str, outputs: dict[str, str]) -> str:
-    """A stand-in for sacct/scontrol printing a recorded file, chosen by whether `--json` was asked for."""
+    """A stand-in for sacct/squeue printing a recorded file, chosen by a flag of its command line."""
     script = tmp_path / name
     cases = "\n".join(f'  *"{flag}"*) cat "{DATA / file}" ;;' for flag, file in outputs.items())
     script.write_text(f'#!/bin/sh\ncase "$*" in\n{cases}\nesac\n')
@@ -58,7 +61,7 @@ def test_the_newer_layout() -> None:
     by_id = {r.job_id: r for r in records}
     run = by_id["812345"]
     assert (run.state, run.exit_code, run.nodes[-1], len(run.nodes)) == ("FAILED", "1:0", "gpu07", 5)
-    assert run.stdout == "/lustre/alice/run7/llama-pretrain-812345.out"
+    assert run.stdout_pattern == "/lustre/alice/run7/%x-%j.out" and run.batch is None   # the fixture has no steps
     assert by_id["812399_3"].exit_code == "0:9" and by_id["812399_3"].state == "NODE_FAIL"
     assert by_id["812500+1"].het_job_id == "812500"
     assert not by_id["812600"].finished
@@ -66,15 +69,20 @@ def test_the_newer_layout() -> None:
 
 def test_discovery_from_recorded_22_05_output(tmp_path: Path) -> None:
     sacct = fake_command(tmp_path, "sacct", {"--json": "sacct-22.05.json", "-P": "sacct-22.05.txt"})
-    scontrol = fake_command(tmp_path, "scontrol", {"show": "scontrol-22.05.txt"})
+    squeue = fake_command(tmp_path, "squeue", {"-O": "squeue-22.05.txt"})
     found = SlurmContexts(spec_from_words(["context", "slurm", "jobs", "1,2,3,6", "sacct", sacct,
-                                           "scontrol", scontrol])).discover()
+                                           "squeue", squeue, "scontrol", "/bin/false"])).discover()
     assert found.problems == []
     got = {(c.job_id, c.attempt): c for c in found.contexts}
     assert set(got) == {("1", 0), ("2_1", 0), ("2_2", 0), ("3", 0), ("6", 0), ("6", 1)}
     assert got[("1", 0)].exit_code == "3:0"                           # from sacct -P, not the JSON
-    assert got[("1", 0)].metadata["stdout"] == "/tmp/slurm-ci/out/failjob-1.out"   # from scontrol
-    assert got[("1", 0)].metadata["batch_host"] == "node1"
+    assert got[("1", 0)].metadata["stdout"] == "/tmp/slurm-ci/out/failjob-1.out"   # squeue's pattern, expanded
+    assert got[("1", 0)].metadata["batch_host"] == "node1"            # the batch step's node in accounting
+    assert got[("6", 1)].metadata["batch_host"] == "node1"
+    # slurmctld no longer holds the other jobs, and no database kept what an earlier pass saw
+    assert {key for key in found.unresolved} == {(f"slurm:ci:{j}", a) for j, a in got if j != "1"}
+    assert "job 2_1 (arr): stdout path unknown: sacct records no output paths before Slurm 24.05 and slurmctld no " \
+           "longer holds the job (MinJobAge); declare `output db sqlite`" in found.unresolved[("slurm:ci:2_1", 0)]
     assert got[("2_2", 0)].exit_code == "2:0"
     assert got[("3", 0)].nodes == ["node1", "node2"]                 # both het components
     assert got[("6", 0)].scheduler_state == "REQUEUED" and got[("6", 1)].scheduler_state == "COMPLETED"
@@ -85,9 +93,13 @@ def test_discovery_from_recorded_22_05_output(tmp_path: Path) -> None:
 def test_discovery_merges_newer_het_jobs(tmp_path: Path) -> None:
     sacct = fake_command(tmp_path, "sacct", {"--json": "sacct-newer-layout.json"})
     found = SlurmContexts(spec_from_words(["context", "slurm", "since", "30d", "sacct", sacct,
-                                           "scontrol", "/bin/false"])).discover()
+                                           "squeue", "/bin/false", "scontrol", "/bin/false"])).discover()
     got = {c.job_id: c for c in found.contexts}
     assert set(got) == {"812345", "812399_3", "812500"}
+    # 24.11's own pattern, expanded (no live record needed); the others' records here have no stdout field
+    assert got["812345"].metadata["stdout"] == "/lustre/alice/run7/llama-pretrain-812345.out"
+    assert set(found.unresolved) == {("slurm:gb200:812399_3", 0), ("slurm:gb200:812500", 0)}
+    assert any("could not be read" in p and "/bin/false" in p for p in found.problems)   # squeue failed
     het = got["812500"]
     assert het.nodes == ["gpu20", "gpu21", "gpu22"] and het.scheduler_state == "FAILED" and het.exit_code == "2:0"
 
@@ -98,3 +110,6 @@ def test_scontrol_values_with_spaces() -> None:
     fields = parse_scontrol(line)["7"]
     assert fields["JobName"] == "train model" and fields["Command"] == "/home/a/run job.sh"
     assert fields["StdOut"] == "/home/a/out dir/7.out"
+    node = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 NodeAddr=127.0.0.1 NodeHostName=vm Port=16831 "
+            "Version=22.05.8 OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=2000")   # the real 22.05
+    assert parse_scontrol(node, "NodeName")["node1"]["NodeHostName"] == "vm"

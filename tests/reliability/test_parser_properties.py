@@ -9,7 +9,7 @@ or raises the project's own documented error, never anything else.
 | `scenario.toml` times across the whole calendar | `EvidenceError` |
 | `firstfault.wire`'s structured times | `ValueError` (a 4xx) |
 | times people type (`firstfault.timeinput.parse_time`) | `ConfigError` |
-| Slurm node lists and accounting (`expand_nodes`, `parse_sacct_text`, `parse_sacct_json`) | `SlurmError` |
+| Slurm node lists and accounting (`expand_nodes`, `parse_sacct_text`, `parse_sacct_json`), output file patterns (`expand`) | `SlurmError` |
 | the TOML rule loader (`load_catalog`) | `CatalogError` |
 | Loki streams: the service's `raw_loki_streams` batches, the Blueprint's `query_range` answers | 4xx `ServiceError` / `CollectorError` |
 | Prometheus: the service's `prometheus_metrics` batches, the Blueprint's `query_range` answers | 4xx `ServiceError` / `CollectorError` |
@@ -41,6 +41,7 @@ from firstfault.blueprint.contexts.slurm import (
     parse_sacct_text,
     parse_scontrol,
 )
+from firstfault.blueprint.contexts.slurm_output import SEP, PatternJob, expand, parse_squeue
 from firstfault.engine import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.inputs import EARLIEST, LATEST
@@ -311,10 +312,10 @@ def test_node_lists_round_trip(nodes: list[str]) -> None:
     assert sorted(expand_nodes(hostlist.collect_hostlist(nodes))) == sorted(nodes)
 
 
-SACCT_ROW = st.lists(st.one_of(st.text(string.printable.replace("|", "").replace("\n", ""), max_size=20),
+SACCT_ROW = st.lists(st.one_of(st.text(string.printable.replace("\n", ""), max_size=20),
                                st.sampled_from(["FAILED", "COMPLETED", "CANCELLED by 0", "2026-03-02T08:00:00",
                                                 "Unknown", "gpu[01-04]", "1:0", "None assigned", "12_3", "9+1"])),
-                     min_size=len(TEXT_FIELDS) - 1, max_size=len(TEXT_FIELDS) + 1).map("|".join)
+                     min_size=len(TEXT_FIELDS) - 1, max_size=len(TEXT_FIELDS) + 1).map(SEP.join)
 
 
 @PROPERTIES
@@ -337,7 +338,8 @@ SACCT_JOB = st.fixed_dictionaries({}, optional={
                                                                               "infinite": st.booleans(),
                                                                               "number": JSON}) | JSON}) | JSON,
     "exit_code": st.fixed_dictionaries({}, optional={"return_code": JSON, "signal": JSON}) | JSON,
-    "array": JSON, "het": JSON, "stdout_expanded": JSON,
+    "array": JSON, "het": JSON, "stdout": JSON, "stderr": JSON,
+    "steps": st.lists(st.fixed_dictionaries({}, optional={"step": JSON, "nodes": JSON}) | JSON, max_size=2) | JSON,
 })
 
 
@@ -357,6 +359,27 @@ def test_sacct_json_parses_or_raises_slurm_error(doc: Any) -> None:
 @given(st.text(max_size=300))
 def test_scontrol_output_never_raises(text: str) -> None:
     assert isinstance(parse_scontrol(text), dict)
+
+
+@PROPERTIES
+@given(st.lists(st.lists(st.text(max_size=12) | st.sampled_from(["N/A", "1", "2026-03-02T08:00:00", "/w/%j.out"]),
+                         min_size=9, max_size=11).map(SEP.join), max_size=4).map("\n".join) | st.text(max_size=300))
+def test_squeue_output_never_raises(text: str) -> None:
+    assert all(job.job_id is not None for job in parse_squeue(text))
+
+
+@PROPERTIES
+@given(st.text(st.sampled_from("%\\/ab0123456789AaJjNnsStuxrq.-"), max_size=30),
+       st.sampled_from([(22, 5), (24, 11), (25, 11)]), st.sampled_from(["", "3", "x"]), st.sampled_from(["", "/w"]))
+def test_output_patterns_expand_or_raise_slurm_error(pattern: str, version: tuple[int, int], task: str,
+                                                     work_dir: str) -> None:
+    job = PatternJob(job_id="7", array_job_id="5" if task else "", array_task_id=task, user="u", name="n",
+                     work_dir=work_dir)
+    try:
+        path = expand(pattern, job, version)
+    except SlurmError:
+        return
+    assert path == "" or path.startswith("/")
 
 
 # -- the TOML rule loader --------------------------------------------------------------------------------------------

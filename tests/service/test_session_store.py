@@ -1,15 +1,15 @@
-"""SessionStore and IdempotencyCache in-process, with a fake clock (eviction and expiry rules)."""
+"""The in-memory SessionStore and IdempotencyCache, with a fake clock (eviction and expiry rules). The Redis store
+keeps the same rules across replicas: test_redis_store.py."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
 from firstfault.engine import ExecutionContext
 from firstfault.errors import ServiceError, SessionNotFound
 from firstfault.service.schemas import IngestAck
-from firstfault.service.sessions import IdempotencyCache, SessionStore, StoreLimits
+from firstfault.service.sessions import IdempotencyCache, MemorySessionStore
+from firstfault.service.store import BatchCounts, StoreLimits
 from firstfault.tools.verify import default_engine
 
 CONTEXT = ExecutionContext(workload_id="w", nodes=["n1"])
@@ -23,15 +23,16 @@ class Clock:
         return self.now
 
 
-def store(clock: Clock, max_sessions: int = 2, removed: list[str] | None = None) -> SessionStore:
+def store(clock: Clock, max_sessions: int = 2, removed: list[str] | None = None) -> MemorySessionStore:
     """A store with a TTL of 100 s and an idle minimum of 10 s on `clock`; `removed` collects removal reasons."""
     limits = StoreLimits(max_sessions=max_sessions, ttl_s=100, min_idle_s=10, max_observations=10, max_bytes=100,
                          idempotency_keys=2)
-    return SessionStore(limits, on_remove=None if removed is None else removed.append, clock=clock)
+    return MemorySessionStore(default_engine(), limits, on_remove=None if removed is None else removed.append,
+                              clock=clock)
 
 
-def create(s: SessionStore) -> str:
-    return s.create(CONTEXT, default_engine().session(CONTEXT)).id
+def create(s: MemorySessionStore) -> str:
+    return s.create(CONTEXT, 0)
 
 
 def test_eviction_takes_the_longest_idle_session() -> None:
@@ -108,46 +109,35 @@ def test_session_caps() -> None:
     clock = Clock()
     s = store(clock)
     with s.use(create(s)) as record:
-        record.check_room(10, 100, s.limits)
-        record.add_batch(10, 50, 0)
+        with record.base() as (base, position):
+            trial = default_engine().session(CONTEXT)
+            trial.fork(base)
+        state = trial.export_state()
+        assert record.append(state, BatchCounts(10, 50, 0), None, "", position).observations_total == 10
         with pytest.raises(ServiceError, match="cap of 10"):
-            record.check_room(1, 0, s.limits)
+            record.append(state, BatchCounts(1, 0, 0), None, "", position + 1)
+        assert record.describe().batches == 1
 
 
 def ack(n: int) -> IngestAck:
     return IngestAck(accepted=n, observations_total=n, bytes_total=n, truncated_lines=0, replayed=False, batch=1)
 
 
-def test_idempotency_replay_conflict_and_abandon() -> None:
+def test_idempotency_replay_and_conflict() -> None:
     cache = IdempotencyCache(capacity=2)
-    assert cache.begin("k", "f1") is None
-    cache.finish("k", ack(3))
-    replay = cache.begin("k", "f1")
+    assert cache.get("k", "f1") is None
+    cache.put("k", "f1", ack(3))
+    replay = cache.get("k", "f1")
     assert replay is not None and replay.replayed and replay.accepted == 3
     with pytest.raises(ServiceError) as conflict:
-        cache.begin("k", "other body")
+        cache.get("k", "other body")
     assert conflict.value.status == 409
-    assert cache.begin("j", "f") is None
-    cache.abandon("j")  # the batch failed: a retry runs it again
-    assert cache.begin("j", "f") is None
-
-
-def test_idempotency_retry_waits_for_the_running_attempt() -> None:
-    cache = IdempotencyCache(capacity=2)
-    assert cache.begin("k", "f") is None
-    answers: list[IngestAck | None] = []
-    waiter = threading.Thread(target=lambda: answers.append(cache.begin("k", "f")))
-    waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive()  # still waiting for the first attempt
-    cache.finish("k", ack(7))
-    waiter.join(5)
-    assert answers[0] is not None and answers[0].replayed and answers[0].accepted == 7
 
 
 def test_idempotency_memory_is_bounded() -> None:
     cache = IdempotencyCache(capacity=2)
     for key in ("a", "b", "c"):
-        assert cache.begin(key, "f") is None
-        cache.finish(key, ack(1))
-    assert cache.begin("a", "f") is None  # forgotten: the oldest key went first
+        assert cache.get(key, "f") is None
+        cache.put(key, "f", ack(1))
+    assert cache.get("a", "f") is None  # forgotten: the oldest key went first
+    assert cache.get("c", "f") is not None

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from firstfault.engine import ExecutionContext
+from firstfault.engine import ExecutionContext, SourceKind
 from firstfault.engine.session import Session
 from firstfault.errors import ServiceError
 from firstfault.service.core import AttributionService
@@ -87,7 +87,7 @@ def test_a_batch_the_engine_fails_on_midway_changes_nothing(monkeypatch: pytest.
     idempotency key is released, and the retry (the engine working again) is counted once."""
     service = AttributionService(default_engine(), Settings())
     context = ExecutionContext(workload_id="w", nodes=["n1", "n2"], end_time="2026-03-02T09:00:00Z")
-    sid = service.create_session(context).id
+    sid = service.create_session(context)
     batch = RawTextBatch(format="raw_text", node="n1", source="syslog",
                          text="\n".join([XID.format(stamp="Mar  2 08:10:01")] * 4))
     real = Session.ingest_lines
@@ -110,3 +110,42 @@ def test_a_batch_the_engine_fails_on_midway_changes_nothing(monkeypatch: pytest.
     assert not ack.replayed and ack.accepted == 4
     assert service.ingest(sid, batch, "key", "fingerprint").replayed
     assert [s.count for s in service.attribute(sid).result.symptoms if s.symptom == "XID-79"] == [4]
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_the_event_key_cap_across_batches_merges_exactly_and_one_batch_over_it_is_refused_whole(store: str) -> None:
+    """With a cap of 6 distinct events per session: batches that reach it together give the result of one session
+    that read them itself; a batch that alone holds more is refused (413) and changes nothing."""
+    from dataclasses import replace
+
+    from firstfault.engine import Engine
+    from firstfault.engine.params import Params
+    from tests.service.replicas import ensure_redis, flush, redis_url
+
+    engine = Engine(default_engine().catalog, replace(Params(), max_event_keys=6))
+    if store == "redis":
+        ensure_redis()
+        flush(8)
+    service = AttributionService(engine, Settings(store=redis_url(8) if store == "redis" else ""))
+    context = ExecutionContext(workload_id="w", nodes=["n1", "n2"], end_time="2026-03-02T09:00:00Z")
+    batches = [RawTextBatch(format="raw_text", node="n1", source="syslog", origin=f"n1/s{b}",
+                            text="\n".join(XID.format(stamp=f"Mar  2 08:1{b}:0{i}").replace("91:00", f"a{b * 3 + i:x}:00")
+                                           for i in range(3))) for b in range(4)]
+    sid = service.create_session(context)
+    for b in batches:
+        service.ingest(sid, b)
+    reference = engine.session(context)
+    for b in batches:
+        reference.ingest_lines("n1", SourceKind.SYSLOG, b.text.split("\n"), b.origin)
+    result = service.attribute(sid).result
+    assert "more than 6 distinct event keys" in " ".join(result.coverage.issues)
+    assert result.to_json() == reference.attribute().to_json()
+    other = service.create_session(context)
+    big = RawTextBatch(format="raw_text", node="n1", source="syslog",
+                       text="\n".join(XID.format(stamp="Mar  2 08:10:01").replace("91:00", f"{i:02x}:00")
+                                      for i in range(9)))
+    with pytest.raises(ServiceError) as refused:
+        service.ingest(other, big, "key", "f")
+    assert refused.value.status == 413 and refused.value.error_code == "batch_event_limit"
+    assert "smaller batches" in refused.value.message and service.describe(other).batches == 0
+    service.store.close()

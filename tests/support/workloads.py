@@ -3,6 +3,8 @@ the labelled development corpus they sit next to."""
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,4 +31,18 @@ def write_workload(parent: Path, files: dict[str, list[str] | bytes], *, nodes: 
         path = root / node / f"{source}.log"
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else ("\n".join(content) + "\n").encode())
+    return root
+
+
+def sample_copies(root: Path, copies: int) -> Path:
+    """`root` holding `copies` renamed copies of every bundled sample (`<sample>-NN`: 5 x copies workloads)."""
+    from firstfault.samples import samples_root
+
+    for sample in sorted(p for p in samples_root().iterdir() if (p / "scenario.toml").exists()):
+        for n in range(copies):
+            target = root / f"{sample.name}-{n:02d}"
+            shutil.copytree(sample, target)
+            scenario = target / "scenario.toml"
+            scenario.write_text(re.sub(r'^id = "(.*)"$', rf'id = "\1-{n:02d}"', scenario.read_text(), count=1,
+                                       flags=re.M))
     return root

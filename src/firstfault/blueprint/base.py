@@ -103,10 +103,13 @@ class Collector(Protocol):
 
 @dataclass
 class Discovery:
-    """What one discovery pass found: the workload attempts, and what could not be read (one line each)."""
+    """What one discovery pass found: the workload attempts, what could not be read (one line each), and per
+    attempt (workload id, attempt) the evidence the connector could not locate for it (e.g. a Slurm job's output
+    path): that attempt's context report is an `error` saying so."""
 
     contexts: list[ExecutionContext] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unresolved: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 class ContextConnector(Protocol):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from firstfault.blueprint.attribution import AttributionOptions, Attributor, make_attributor
 from firstfault.blueprint.base import Collector, ContextConnector
@@ -37,6 +37,7 @@ from firstfault.blueprint.options import (
     render_table,
 )
 from firstfault.blueprint.outputs.alertmanager import AlertmanagerOutput
+from firstfault.blueprint.outputs.postgres import PostgresOutput
 from firstfault.blueprint.outputs.sqlite import SqliteOutput
 from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.outputs.webhook import WebhookOutput
@@ -55,6 +56,15 @@ class Output(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Claiming(Protocol):
+    """An output several drivers share: the driver claims an attempt there before attributing it, and skips it
+    when another driver has it (outputs/sqlite.py)."""
+
+    def claim(self, ctx: ExecutionContext) -> bool: ...
+    def release(self, ctx: ExecutionContext) -> None: ...
+
+
 CONTEXTS: dict[str, Any] = {"slurm": SlurmContexts, "kueue": KueueContexts, "static": StaticContexts}
 COLLECTORS: dict[tuple[str, str], Any] = {
     ("logs", "files"): FilesCollector,
@@ -62,8 +72,8 @@ COLLECTORS: dict[tuple[str, str], Any] = {
     ("logs", "k8s"): PodLogsCollector,
     ("metrics", "promql"): PromqlCollector,
 }
-OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput, "alertmanager": AlertmanagerOutput,
-                           "webhook": WebhookOutput}
+OUTPUTS: dict[str, Any] = {"stdout": StdoutOutput, "sqlite": SqliteOutput, "postgres": PostgresOutput,
+                           "alertmanager": AlertmanagerOutput, "webhook": WebhookOutput}
 
 
 @dataclass
@@ -124,6 +134,10 @@ def build_plan(config: BlueprintConfig) -> Plan:
         raise ConfigError("no workloads to attribute: give --configs DIR or a --connector context ...")
     if not outputs:
         outputs.append(StdoutOutput(ConnectorSpec("output", "stdout")))
+    databases = [o.path for o in outputs if isinstance(o, SqliteOutput)]
+    for context in contexts:   # Slurm keeps the output paths slurmctld holds in the results database by default
+        if isinstance(context, SlurmContexts) and context.database is None and databases:
+            context.database = databases[0]
     return Plan(contexts, collectors, outputs, _attributor(config), timeouts)
 
 

@@ -1,5 +1,6 @@
 """The Blueprint's results contract: `AttributionBlueprintResult` (what it writes for one workload attempt) and
-the SQL schema it is stored in (`MIGRATIONS`). The dashboard reads results through this module only."""
+the SQL schema it is stored in (`MIGRATIONS`, on SQLite and PostgreSQL: resultsdb.py). The dashboard reads results
+through this module and resultsdb.py only."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ FROM workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id;
 """
 
 # The results database, versioned: each entry is (version, what it adds, SQL). `SCHEMA_VERSION` is the newest.
-# They run with foreign keys off (a table rebuild drops the table the others refer to; outputs/sqlite.py).
+# Written in SQLite's SQL; PostgreSQL runs a translation of it (resultsdb.py: keep to the forms it translates and
+# test both). On SQLite they run with foreign keys off (a table rebuild drops the table the others refer to).
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "workload attempts, attribution runs, run nodes, connector reports", """
 CREATE TABLE workload_attempts (
@@ -186,5 +188,32 @@ CREATE INDEX attribution_runs_time ON attribution_runs(attributed_at);
 CREATE INDEX attribution_runs_outcome ON attribution_runs(outcome, attributed_at);
 CREATE INDEX attribution_runs_sub_domain ON attribution_runs(sub_domain, attributed_at);
 """ + _LATEST_VIEW),
+    (3, "claims on workload attempts, so several Blueprint drivers attribute each attempt once", """
+CREATE TABLE attempt_claims (
+    workload_id  TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    owner        TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    expires_at   REAL NOT NULL,
+    PRIMARY KEY (workload_id, attempt)
+) WITHOUT ROWID;
+CREATE INDEX attempt_claims_owner ON attempt_claims(owner);
+"""),
+    (4, "the output patterns of Slurm jobs seen while slurmctld held them (sacct before 24.05 has none)", """
+CREATE TABLE slurm_job_output (
+    job_id        TEXT NOT NULL,
+    submit_time   TEXT NOT NULL,
+    array_job_id  TEXT NOT NULL,
+    user          TEXT NOT NULL,
+    batch         INTEGER NOT NULL,
+    batch_host    TEXT NOT NULL,
+    stdout        TEXT NOT NULL,
+    stderr        TEXT NOT NULL,
+    seen_at       TEXT NOT NULL,
+    PRIMARY KEY (job_id, submit_time)
+) WITHOUT ROWID;
+CREATE INDEX slurm_job_output_array ON slurm_job_output(array_job_id);
+CREATE INDEX slurm_job_output_seen ON slurm_job_output(seen_at);
+"""),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

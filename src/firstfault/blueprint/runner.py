@@ -38,7 +38,7 @@ from rich.table import Table
 from firstfault.blueprint.attribution import catalog_hash
 from firstfault.blueprint.base import ContextConnector
 from firstfault.blueprint.config import BlueprintConfig
-from firstfault.blueprint.connectors import Plan, with_environment
+from firstfault.blueprint.connectors import Claiming, Plan, with_environment
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.blueprint.workload import (
     WorkloadTask,
@@ -62,8 +62,10 @@ class Summary:
     attributed: int = 0
     skipped: int = 0
     failed: int = 0
+    elsewhere: int = 0   # another driver was attributing it (claimed in a shared results database)
     outcomes: Counter[str] = field(default_factory=Counter)
     collector_errors: Counter[str] = field(default_factory=Counter)
+    unresolved: Counter[str] = field(default_factory=Counter)   # per context: attempts missing evidence it names
     problems: deque[str] = field(default_factory=lambda: deque(maxlen=PROBLEMS_KEPT))
     problem_count: int = 0
 
@@ -78,14 +80,21 @@ class Summary:
             self.attributed += 1
             self.outcomes[f"{result.diagnosis.outcome.value} / {result.diagnosis.sub_domain.value}"] += 1
         for report in result.failed_connectors():
-            self.collector_errors[f"{report.kind} {report.connector}"] += 1
+            counter = self.unresolved if report.kind == "context" else self.collector_errors
+            counter[f"{report.kind} {report.connector}"] += 1
+
+    @property
+    def incomplete(self) -> bool:
+        """Some workload was attributed with evidence missing (what `--strict` fails on)."""
+        return bool(self.collector_errors or self.unresolved)
 
 
 def _key(ctx: ExecutionContext) -> tuple[str, int]:
     return ctx.workload_id, ctx.attempt
 
 
-Found = list[tuple[ExecutionContext, ContextConnector]]
+# an attempt, the connector that found it, and what that connector could not locate for it ("": nothing)
+Found = list[tuple[ExecutionContext, ContextConnector, str]]
 
 
 class Runner:
@@ -111,9 +120,12 @@ class Runner:
         self._log = log
 
     # -- one workload -----------------------------------------------------------------------------------
-    def attribute(self, ctx: ExecutionContext, found_by: ContextConnector) -> AttributionBlueprintResult:
-        """Collect every applicable collector's evidence for one attempt and attribute it, in this thread."""
-        return attribute_workload(self.plan, self.config, ctx, found_by.label, found_by.kind)
+    def attribute(self, ctx: ExecutionContext, found_by: ContextConnector,
+                  unresolved: str = "") -> AttributionBlueprintResult:
+        """Collect every applicable collector's evidence for one attempt and attribute it, in this thread. What
+        the context connector could not locate (`unresolved`) makes its report an `error`, and the diagnosis
+        partial."""
+        return attribute_workload(self.plan, self.config, ctx, found_by.label, found_by.kind, unresolved)
 
     # -- batches ----------------------------------------------------------------------------------------
     def discover(self) -> Found:
@@ -132,7 +144,7 @@ class Runner:
                 continue
             for problem in discovery.problems:
                 self.summary.problem(f"context {connector.label}: {problem}")
-            found += [(ctx, connector) for ctx in discovery.contexts]
+            found += [(ctx, connector, discovery.unresolved.get(_key(ctx), "")) for ctx in discovery.contexts]
             reported[index] = {_key(ctx) for ctx in discovery.contexts}
         self.discovered += len(found)
         return found, reported
@@ -145,7 +157,7 @@ class Runner:
     def _todo(self, found: Found) -> Found:
         todo = []
         index = {id(c): i for i, c in enumerate(self.plan.contexts)}
-        for ctx, connector in found:
+        for ctx, connector, unresolved in found:
             if _key(ctx) in self.done:
                 continue
             try:
@@ -159,7 +171,7 @@ class Runner:
                 self.summary.skipped += 1
                 self.done[_key(ctx)] = index.get(id(connector), -1)
                 continue
-            todo.append((ctx, connector))
+            todo.append((ctx, connector, unresolved))
         return todo
 
     def run_once(self) -> int:
@@ -177,21 +189,22 @@ class Runner:
         try:
             with self._progress(len(todo)) as advance, self.executor.pool(workers, threads=True) as pool:
                 waiting = iter(todo)
-                running: dict[Future[dict[str, Any]], tuple[ExecutionContext, ContextConnector]] = {}
+                running: dict[Future[dict[str, Any]], tuple[ExecutionContext, ContextConnector, str]] = {}
 
                 def start_more() -> None:
                     while len(running) < workers and not self.stop.is_set():
                         item = next(waiting, None)
                         if item is None:
                             return
-                        running[pool.submit(run_workload, self._task(*item))] = item
+                        if self._claim(item[0]):
+                            running[pool.submit(run_workload, self._task(*item))] = item
 
                 start_more()
                 while running:
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
-                        ctx, connector = running.pop(future)
-                        result = self._result(future, ctx, connector)
+                        ctx, connector, unresolved = running.pop(future)
+                        result = self._result(future, ctx, connector, unresolved)
                         self._write(result)
                         processed += 1
                         if result.diagnosis is not None:
@@ -203,21 +216,48 @@ class Runner:
         self._flush()
         return processed
 
-    def _task(self, ctx: ExecutionContext, found_by: ContextConnector) -> WorkloadTask:
+    def _task(self, ctx: ExecutionContext, found_by: ContextConnector, unresolved: str) -> WorkloadTask:
         if self._shipped is None:   # the driver's environment, written into the config once
             self._shipped = with_environment(self.config)
         return WorkloadTask(plan_key=self._plan_key, config=self._shipped, catalog_hash=self._catalog_hash,
-                            context=ctx.model_dump(mode="json"), found_by=found_by.label, found_kind=found_by.kind)
+                            context=ctx.model_dump(mode="json"), found_by=found_by.label, found_kind=found_by.kind,
+                            unresolved=unresolved)
 
-    def _result(self, future: Future[dict[str, Any]], ctx: ExecutionContext,
-                found_by: ContextConnector) -> AttributionBlueprintResult:
+    def _result(self, future: Future[dict[str, Any]], ctx: ExecutionContext, found_by: ContextConnector,
+                unresolved: str) -> AttributionBlueprintResult:
         """The task's result; when the executor gave up on the task (its worker died every time), a failed
         result saying so: the attempt is not done, so a watch attributes it again on its next pass."""
         try:
             return AttributionBlueprintResult.model_validate(future.result())
         except Exception as exc:  # noqa: BLE001 - one lost task must not stop the batch
-            return failed_result(self.plan, ctx, found_by.label, found_by.kind,
+            return failed_result(self.plan, ctx, found_by.label, found_by.kind, unresolved,
                                  f"executor {self.executor.name}: the task failed: {describe(exc)}")
+
+    def _claim(self, ctx: ExecutionContext) -> bool:
+        """Claim the attempt in every output several drivers share. False, holding nothing, when another driver
+        has it or wrote it meanwhile (counted in `elsewhere`; the next pass looks again) or a claim failed (a
+        problem; the next pass tries again)."""
+        held: list[Claiming] = []
+        for output in self.plan.outputs:
+            if not isinstance(output, Claiming):
+                continue
+            try:
+                claimed = output.claim(ctx)
+            except Exception as exc:  # noqa: BLE001 - a workload the outputs cannot claim fails alone
+                self.summary.failed += 1
+                self.summary.problem(f"output {output.label}: workload {ctx.workload_id} attempt {ctx.attempt} "
+                                     f"cannot be claimed: {describe(exc)}")
+                claimed = None
+            if not claimed:
+                self.summary.elsewhere += claimed is False
+                for other in held:
+                    try:
+                        other.release(ctx)
+                    except Exception:  # noqa: BLE001 - an unreleased claim runs out by itself
+                        pass
+                return False
+            held.append(output)
+        return True
 
     def watch(self, cycles: int | None = None, sleep: Callable[[float], None] | None = None) -> None:
         """Keep discovering newly finished workloads every `interval` (for `cycles` passes, or until `stop` is
@@ -239,7 +279,8 @@ class Runner:
 
     def run_cycle(self) -> dict[str, Any]:
         """One pass of the watch (`run_once`) and its log record, which is written and returned."""
-        before = (self.summary.attributed, self.summary.failed, self.summary.skipped, self.summary.problem_count)
+        before = (self.summary.attributed, self.summary.failed, self.summary.skipped, self.summary.problem_count,
+                  self.summary.elsewhere)
         started = time.monotonic()
         found_before = self.discovered
         self.run_once()
@@ -248,7 +289,7 @@ class Runner:
         record = cycle_record(
             cycle=self.cycles, discovered=self.discovered - found_before, attributed=s.attributed - before[0],
             failed=s.failed - before[1], skipped=s.skipped - before[2], problems=s.problem_count - before[3],
-            seconds=time.monotonic() - started, known=len(self.done), problems_kept=len(s.problems))
+            elsewhere=s.elsewhere - before[4], seconds=time.monotonic() - started, known=len(self.done), problems_kept=len(s.problems))
         self._emit(record)
         return record
 
@@ -290,8 +331,9 @@ class Runner:
     # -- summary ----------------------------------------------------------------------------------------
     def print_summary(self) -> None:
         s = self.summary
+        elsewhere = f", {s.elsewhere} left to another driver" if s.elsewhere else ""
         self.console.print(f"[bold]firstfault blueprint[/bold]: {s.attributed} attributed, {s.skipped} skipped "
-                           f"(already attributed), {s.failed} failed")
+                           f"(already attributed){elsewhere}, {s.failed} failed")
         if s.outcomes:
             table = Table("outcome / sub_domain", "workloads")
             for name, count in sorted(s.outcomes.items()):
@@ -299,6 +341,9 @@ class Runner:
             self.console.print(table)
         for name, count in sorted(s.collector_errors.items()):
             self.console.print(f"[yellow]collector error[/yellow] {escape(name)}: {count} workload(s)")
+        for name, count in sorted(s.unresolved.items()):
+            self.console.print(f"[yellow]unresolved[/yellow] {escape(name)}: {count} workload(s) attributed without "
+                               "evidence it could not locate (their context reports say what, by job)")
         for problem in s.problems:
             self.console.print(f"[red]problem[/red] {escape(problem)}", markup=True, highlight=False)
         if s.problem_count > len(s.problems):
@@ -315,14 +360,14 @@ def rss_mb() -> float:
 
 
 def cycle_record(*, cycle: int, discovered: int, attributed: int, failed: int, skipped: int, problems: int,
-                 seconds: float, known: int, problems_kept: int) -> dict[str, Any]:
+                 seconds: float, known: int, problems_kept: int, elsewhere: int) -> dict[str, Any]:
     """The watch's log line for one pass: what it discovered (every attempt the connectors reported, including
-    those attributed before), attributed, failed to attribute, skipped (an output already held them) and the
-    problems it met; how long it took; how many attempts `done` remembers and how many problems the summary
+    those attributed before), attributed, failed to attribute, skipped (an output already held them), left to
+    another driver (`elsewhere`: claimed in a shared results database) and the problems it met; how long it took; how many attempts `done` remembers and how many problems the summary
     keeps (both bounded); the resident memory."""
     return {"event": "cycle", "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cycle": cycle,
             "discovered": discovered, "attributed": attributed, "failed": failed, "skipped": skipped,
-            "problems": problems, "seconds": round(seconds, 3), "known": known, "problems_kept": problems_kept,
+            "elsewhere": elsewhere, "problems": problems, "seconds": round(seconds, 3), "known": known, "problems_kept": problems_kept,
             "rss_mb": round(rss_mb(), 1)}
 
 

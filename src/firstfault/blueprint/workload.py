@@ -29,11 +29,12 @@ from firstfault.errors import AttributionError, CollectorError, CollectorTimeout
 
 
 def attribute_workload(plan: Plan, config: BlueprintConfig, ctx: ExecutionContext, found_by: str,
-                       found_kind: str) -> AttributionBlueprintResult:
+                       found_kind: str, unresolved: str = "") -> AttributionBlueprintResult:
     """Collect every applicable collector's evidence for one attempt and attribute it (never raises: a failure
-    is the result's `error`). `found_by` and `found_kind` name the context connector that reported it."""
+    is the result's `error`). `found_by` and `found_kind` name the context connector that reported it; what it
+    could not locate (`unresolved`) makes its report an `error`, and the diagnosis partial."""
     started = time.monotonic()
-    reports = [ConnectorReport(connector=found_by, kind=found_kind, status="ok", nodes=list(ctx.nodes))]
+    reports = [_found_report(ctx, found_by, found_kind, unresolved)]
     diagnosis: Attribution | None = None
     error: str | None = None
     collect_s = attribute_s = 0.0
@@ -61,14 +62,18 @@ def attribute_workload(plan: Plan, config: BlueprintConfig, ctx: ExecutionContex
         attributed_at=datetime.now(timezone.utc))
 
 
-def failed_result(plan: Plan, ctx: ExecutionContext, found_by: str, found_kind: str,
+def failed_result(plan: Plan, ctx: ExecutionContext, found_by: str, found_kind: str, unresolved: str,
                   error: str) -> AttributionBlueprintResult:
     """The result of an attempt whose task never answered (the executor gave up on it)."""
     return AttributionBlueprintResult(
-        context=ctx, diagnosis=None, error=error,
-        connector_reports=[ConnectorReport(connector=found_by, kind=found_kind, status="ok", nodes=list(ctx.nodes))],
+        context=ctx, diagnosis=None, error=error, connector_reports=[_found_report(ctx, found_by, found_kind, unresolved)],
         timings=Timings(collect_s=0.0, attribute_s=0.0, total_s=0.0), catalog_hash="", mode=plan.attributor.mode,
         attributed_at=datetime.now(timezone.utc))
+
+
+def _found_report(ctx: ExecutionContext, found_by: str, found_kind: str, unresolved: str) -> ConnectorReport:
+    return ConnectorReport(connector=found_by, kind=found_kind, status="error" if unresolved else "ok",
+                           reason=unresolved, nodes=list(ctx.nodes))
 
 
 # -- the task form ----------------------------------------------------------------------------------------------
@@ -85,6 +90,7 @@ class WorkloadTask:
     context: dict[str, Any]
     found_by: str
     found_kind: str
+    unresolved: str = ""    # what the context connector could not locate for it
 
 
 # The driver's plans while a pass runs, by key; and the one plan a worker process built (for the latest key).
@@ -111,7 +117,8 @@ def run_workload(task: WorkloadTask) -> dict[str, Any]:
     """Attribute one attempt; the result in JSON form."""
     plan = _plan_for(task)
     ctx = ExecutionContext.model_validate(task.context)
-    return attribute_workload(plan, task.config, ctx, task.found_by, task.found_kind).model_dump(mode="json")
+    return attribute_workload(plan, task.config, ctx, task.found_by, task.found_kind,
+                              task.unresolved).model_dump(mode="json")
 
 
 def _plan_for(task: WorkloadTask) -> Plan:

@@ -67,7 +67,8 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
         runner.print_summary()
     if runner.stopped_by:   # a watch asked to stop (systemctl stop, Ctrl-C): its passes were logged as they ran
         return 0
-    return 1 if runner.summary.failed or runner.summary.problems else 0
+    failed = runner.summary.failed or runner.summary.problems
+    return 1 if failed or (args.strict and runner.summary.incomplete) else 0
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,4 +101,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when stderr is a terminal)")
     p.add_argument("--quiet", action="store_true", help="no summary at the end")
+    p.add_argument("--strict", action="store_true",
+                   help="also exit 1 when a workload was attributed with evidence missing: a collector failed, or "
+                        "the context could not locate some (e.g. a Slurm job's output path)")
     p.set_defaults(func=cmd_blueprint)

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from rich.console import Console
 
+from firstfault.blueprint.resultsdb import is_postgres
 from firstfault.cli import error
 from firstfault.dashboard.db import RepeatPolicy
 from firstfault.errors import ConfigError, DatabaseError
@@ -28,11 +29,13 @@ QUICKSTART_DB = Path(".firstfault") / "quickstart.db"
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("dashboard", help="the read-only web dashboard over a results database",
-                       description="Serve the read-only dashboard over a SQLite results database written by "
-                                   "`firstfault blueprint ... --connector output db sqlite path FILE`. The database "
-                                   "is opened read-only; no page writes.")
-    p.add_argument("--db", type=Path, default=_env_path("FIRSTFAULT_SQLITE_PATH"), metavar="FILE",
-                   help="the results database (default: $FIRSTFAULT_SQLITE_PATH)")
+                       description="Serve the read-only dashboard over a results database written by `firstfault "
+                                   "blueprint ... --connector output db sqlite path FILE` (or `... db postgres dsn "
+                                   "DSN`). The database is opened read-only; no page writes.")
+    p.add_argument("--db", type=_db_target, metavar="FILE|DSN",
+                   default=_env_path("FIRSTFAULT_SQLITE_PATH") or os.environ.get("FIRSTFAULT_POSTGRES_DSN") or None,
+                   help="the results database: a SQLite file, or PostgreSQL as postgresql://USER@HOST:PORT/DB "
+                        "(default: $FIRSTFAULT_SQLITE_PATH, else $FIRSTFAULT_POSTGRES_DSN)")
     _server_options(p)
     _repeat_options(p)
     p.set_defaults(func=cmd_dashboard)
@@ -74,6 +77,11 @@ def _repeat_policy(args: argparse.Namespace) -> RepeatPolicy:
     return RepeatPolicy(args.repeat_workloads, parse_duration(args.repeat_window))
 
 
+def _db_target(text: str) -> str | Path:
+    """A PostgreSQL DSN as given, anything else a SQLite file."""
+    return text if is_postgres(text) else Path(text)
+
+
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value) if value else None
@@ -81,7 +89,8 @@ def _env_path(name: str) -> Path | None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.db is None:
-        return error("give the results database: --db FILE (or set FIRSTFAULT_SQLITE_PATH)")
+        return error("give the results database: --db FILE or --db postgresql://... (or set FIRSTFAULT_SQLITE_PATH "
+                     "or FIRSTFAULT_POSTGRES_DSN)")
     try:
         app = _app(args.db, _repeat_policy(args), args)
         sock = _bind(args.host, args.port)
@@ -89,7 +98,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         return error(str(exc))
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     url = _url(args.host, sock.getsockname()[1])
-    console.print(f"[bold]firstfault dashboard[/bold] on {url}  (database {args.db.resolve()}, read-only)")
+    console.print(f"[bold]firstfault dashboard[/bold] on {url}  (database {app.state.results.name}, read-only)")
     _warn_if_exposed(console, args.host)
     return _serve(app, sock, args.log_level or "info", console)
 
@@ -169,7 +178,7 @@ def _attribute_samples(db_path: Path, console: Console) -> int:
     return 0
 
 
-def _app(db_path: Path, repeat: RepeatPolicy, args: argparse.Namespace) -> Any:
+def _app(db_path: str | Path, repeat: RepeatPolicy, args: argparse.Namespace) -> Any:
     from firstfault.dashboard.app import create_app
     from firstfault.service.settings import trusted_hosts
 

@@ -10,7 +10,7 @@ import sys
 from types import FrameType
 
 from firstfault.cli import error
-from firstfault.errors import CatalogError
+from firstfault.errors import CatalogError, FirstfaultError
 from firstfault.service.logs import log_config
 from firstfault.service.middleware import SpanStarter, no_spans
 from firstfault.service.protocol import header_deadline_protocol
@@ -25,6 +25,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--host", help="address to bind (default 127.0.0.1: loopback only)")
     p.add_argument("--port", type=int, help="TCP port (default 8000)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    p.add_argument("--store", metavar="URL",
+                   help="where sessions live: memory (this process, the default) or a Redis URL such as "
+                        "redis://127.0.0.1:6379/0, shared by every replica behind one load balancer (needs the "
+                        "`redis` extra; docs/operations.md)")
     p.add_argument("--insecure-no-auth", action="store_true", default=None,
                    help="serve on a non-loopback --host without FIRSTFAULT_API_TOKEN (refused otherwise): anyone "
                         "who can reach the address can write")
@@ -38,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         settings = Settings.from_env(host=args.host, port=args.port, log_level=args.log_level,
-                                     insecure_no_auth=args.insecure_no_auth)
+                                     insecure_no_auth=args.insecure_no_auth, store=args.store)
     except ValueError as exc:
         return error(str(exc))
     logging.config.dictConfig(log_config(settings.log_level))
@@ -50,7 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spans = _spans(settings)
     except RuntimeError as exc:
         return error(str(exc))
-    app = create_app(settings, engine, spans)
+    try:
+        app = create_app(settings, engine, spans)
+    except FirstfaultError as exc:  # the session store cannot be used (Redis unreachable, the extra missing)
+        return error(f"not serving: {exc}")
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
                             access_log=False, timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
                             server_header=False, http=header_deadline_protocol(settings.header_timeout_s))

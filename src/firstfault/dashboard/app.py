@@ -73,9 +73,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def create_app(db_path: Path, catalog: Catalog | None = None, repeat: RepeatPolicy | None = None, *,
+def create_app(db_path: str | Path, catalog: Catalog | None = None, repeat: RepeatPolicy | None = None, *,
                allowed_hosts: Sequence[str]) -> FastAPI:
-    """The dashboard over one results database (checked now: a bad file fails here, not at the first page);
+    """The dashboard over one results database, a SQLite file or a PostgreSQL DSN (checked now: a bad one fails
+    here, not at the first page);
     `repeat` says when a node is a repeat offender (default: RepeatPolicy()). It answers only requests whose Host
     header names one of `allowed_hosts` (400 otherwise), so a page of another site cannot reach it through DNS
     rebinding."""

@@ -1,9 +1,11 @@
-"""The dashboard's read-only query layer over the Blueprint's SQLite results (docs/blueprint.md, "SQLite schema").
+"""The dashboard's read-only query layer over the Blueprint's results, in SQLite or PostgreSQL (docs/blueprint.md,
+"Results database"); the few expressions that differ are the dialect's (blueprint/resultsdb.py).
 
-Every connection is opened with a `file:...?mode=ro` URI plus `PRAGMA query_only`, so nothing the dashboard does
-can write the database, and a missing file is an error instead of a new empty database. Every value that comes
-from a request is a bound parameter; the only SQL text chosen by a request is a column or a direction picked
-from the whitelists below.
+A SQLite connection is opened with a `file:...?mode=ro` URI plus `PRAGMA query_only`, so nothing the dashboard
+does can write the database, and a missing file is an error instead of a new empty database. A PostgreSQL
+session is read-only (`SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY`; docs/operations.md also gives the
+dashboard a role that may only read). Every value that comes from a request is a bound parameter; the only SQL
+text chosen by a request is a column or a direction picked from the whitelists below.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from firstfault.blueprint.result import SCHEMA_VERSION
+from firstfault.blueprint.resultsdb import POSTGRES, SQLITE, Database, connect_postgres, driver_errors, is_postgres
 from firstfault.errors import ConfigError, DatabaseError
 
 # What a list can be sorted by: the name used in URLs -> the SQL expression (never taken from the request).
@@ -269,8 +272,19 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return db
 
 
-def check_database(path: Path) -> int:
-    """Raise DatabaseError unless PATH is a results database this firstfault can read; return its schema version."""
+def open_readonly(target: str | Path) -> Database:
+    """A read-only connection to a results database: a SQLite file, or a PostgreSQL DSN (`postgresql://...`)."""
+    if is_postgres(target):
+        return connect_postgres(str(target), readonly=True, application="firstfault dashboard")
+    return Database(connect_readonly(Path(target)), SQLITE, str(target))
+
+
+def check_database(target: str | Path) -> int:
+    """Raise DatabaseError unless TARGET is a results database this firstfault can read; return its schema
+    version."""
+    if is_postgres(target):
+        return _check_postgres(str(target))
+    path = Path(target)
     if not path.exists():
         raise DatabaseError(f"{path}: no such file (write one with `firstfault blueprint ... --connector output db "
                             f"sqlite path {path}`, or run `firstfault quickstart`)")
@@ -291,25 +305,52 @@ def check_database(path: Path) -> int:
         raise DatabaseError(f"{path}: not a SQLite database ({exc})") from None
     finally:
         db.close()
+    return _readable_version(str(path), version)
+
+
+def _check_postgres(dsn: str) -> int:
+    db = open_readonly(dsn)
+    try:
+        tables = {row[0] for row in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+        missing = _REQUIRED_TABLES - tables
+        if missing:
+            raise DatabaseError(f"{db.name}: not a firstfault results database (no {', '.join(sorted(missing))} "
+                                f"table that this role may read; write one with `firstfault blueprint ... "
+                                f"--connector output db postgres dsn DSN`)")
+        version = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    except driver_errors() as exc:
+        raise DatabaseError(f"{db.name}: cannot read it ({str(exc).strip().splitlines()[0]})") from None
+    finally:
+        db.close()
+    return _readable_version(db.name, version)
+
+
+def _readable_version(name: str, version: int) -> int:
     if version > SCHEMA_VERSION:
-        raise DatabaseError(f"{path}: written by a newer firstfault (schema version {version}; this one reads up to "
+        raise DatabaseError(f"{name}: written by a newer firstfault (schema version {version}; this one reads up to "
                             f"{SCHEMA_VERSION}): upgrade firstfault")
     if version < 1:
-        raise DatabaseError(f"{path}: the results schema was never applied")
+        raise DatabaseError(f"{name}: the results schema was never applied")
     return int(version)
 
 
 _ROW_COLUMNS = """a.id, a.workload_id, a.attempt, a.name, a.job_id, a.scheduler, a.start_time, a.end_time,
     a.scheduler_state, a.exit_code, r.id, r.attributed_at, r.status, r.error, r.terminal_state, r.outcome,
     r.sub_domain, r.root_symptom, r.root_node, r.culprit_nodes_json, r.failed_connectors"""
-# Each attempt with its latest run. `r.attempt_id = a.id` is implied by the first condition, and stated so
-# that either table can lead the join through a primary key (workload_attempts.latest_run_id has no index).
-_LATEST = "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id AND a.id = r.attempt_id"
+# Each attempt with its latest run. On SQLite, `r.attempt_id = a.id` (implied by the first condition) is stated
+# too, so that either table can lead the join through a primary key (workload_attempts.latest_run_id has no
+# index). PostgreSQL's planner would multiply the two conditions into an estimate of one row and sort every
+# attempt for a page; with the first alone it reads the page in index order.
+_LATEST = {SQLITE.name: "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id AND a.id = r.attempt_id",
+           POSTGRES.name: "workload_attempts a JOIN attribution_runs r ON r.id = a.latest_run_id"}
 # the nodes (and the connector reports) of the latest run of each attempt
 _NODES = ("run_nodes n JOIN attribution_runs r ON r.id = n.run_id "
           "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
 # a failure: the latest run names an outcome other than Pass (node history and culprit counts read only these)
 _FAILED = "r.outcome IS NOT NULL AND r.outcome != 'Pass'"
+# how many of the reports are `ok`, `empty`, `error`
+_STATUS_COUNTS = ", ".join(f"SUM(CASE WHEN c.status = '{status}' THEN 1 ELSE 0 END)" for status in ("ok", "empty", "error"))
 _REPORTS = ("connector_reports c JOIN attribution_runs r ON r.id = c.run_id "
             "JOIN workload_attempts a ON a.id = r.attempt_id AND a.latest_run_id = r.id")
 
@@ -334,7 +375,7 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _where(f: WorkloadFilters) -> tuple[str, list[Any]]:
+def _where(f: WorkloadFilters, like_op: str = "LIKE") -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     if f.terminal_state:
@@ -365,8 +406,8 @@ def _where(f: WorkloadFilters) -> tuple[str, list[Any]]:
         clauses.append(_FAILED)
     if f.q:
         like = f"%{_escape_like(f.q)}%"
-        clauses.append("(a.workload_id LIKE ? ESCAPE '\\' OR a.name LIKE ? ESCAPE '\\' OR a.job_id LIKE ? ESCAPE '\\' "
-                       "OR r.root_symptom LIKE ? ESCAPE '\\' OR r.root_node LIKE ? ESCAPE '\\')")
+        clauses.append("(" + " OR ".join(f"{column} {like_op} ? ESCAPE '\\'" for column in (
+            "a.workload_id", "a.name", "a.job_id", "r.root_symptom", "r.root_node")) + ")")
         params += [like] * 5
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
@@ -374,33 +415,36 @@ def _where(f: WorkloadFilters) -> tuple[str, list[Any]]:
 class ResultsDB:
     """Typed read-only queries. One connection per thread (FastAPI runs sync routes in a thread pool)."""
 
-    def __init__(self, path: Path, repeat: RepeatPolicy | None = None) -> None:
-        self.path = path
+    def __init__(self, target: str | Path, repeat: RepeatPolicy | None = None) -> None:
+        self.target = target
         self.repeat = repeat or RepeatPolicy()
-        self.schema_version = check_database(path)
+        self.schema_version = check_database(target)
+        db = open_readonly(target)
+        self.name = db.name    # shown on every page: the file, or the DSN without its password
+        self.sql = db.dialect
+        self.latest = _LATEST[db.dialect.name]
+        db.close()
         self._local = threading.local()
         self._cache: dict[str, tuple[int, Any]] = {}
         self._cache_lock = threading.Lock()
 
     # -- connections ------------------------------------------------------------------------------------
     @property
-    def connection(self) -> sqlite3.Connection:
-        """This thread's read-only connection (tests use it to show that writes fail)."""
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = connect_readonly(self.path)
+    def connection(self) -> Database:
+        """This thread's read-only connection (tests use it to show that writes fail); a PostgreSQL connection
+        that broke (the server restarted) is replaced."""
+        db: Database | None = getattr(self._local, "db", None)
+        if db is None or db.broken():
+            db = open_readonly(self.target)
             self._local.db = db
         return db
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> Iterator[Database]:
         """One consistent snapshot for the queries of one page (a read transaction; WAL never blocks it)."""
         db = self.connection
-        db.execute("BEGIN")
-        try:
+        with db.snapshot():
             yield db
-        finally:
-            db.execute("COMMIT")
 
     def version(self) -> int:
         """Changes whenever the Blueprint writes a run (runs are only ever appended)."""
@@ -426,17 +470,17 @@ class ResultsDB:
             with self._read() as db:
                 attempts = db.execute("SELECT COUNT(*) FROM workload_attempts").fetchone()[0]
                 runs, latest = db.execute("SELECT COUNT(*), MAX(attributed_at) FROM attribution_runs").fetchone()
-            return DatabaseInfo(str(self.path), self.schema_version, attempts, runs, latest)
+            return DatabaseInfo(self.name, self.schema_version, attempts, runs, latest)
 
         return self._cached("info", compute)  # type: ignore[no-any-return]
 
     def workloads(self, f: WorkloadFilters) -> Page:
         """One page of attempts. Pages past the middle are read from the other end (a small OFFSET on the
         reversed order), so the last page of 100k rows costs what the first one does."""
-        where, params = _where(f)
+        where, params = _where(f, self.sql.like)
         column = SORT_COLUMNS[f.sort]
         with self._read() as db:
-            count_sql = (f"SELECT COUNT(*) FROM {_LATEST}{where}" if where else
+            count_sql = (f"SELECT COUNT(*) FROM {self.latest}{where}" if where else
                          "SELECT COUNT(*) FROM workload_attempts WHERE latest_run_id IS NOT NULL")
             total = db.execute(count_sql, params).fetchone()[0]
             offset = (f.page - 1) * f.per_page
@@ -451,7 +495,7 @@ class ResultsDB:
             # NULLs stay last in the page order, so they come first when reading backwards
             nulls = "NULLS FIRST" if reverse else "NULLS LAST"
             rows = db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST}{where} ORDER BY {column} {direction} {nulls}, "
+                f"SELECT {_ROW_COLUMNS} FROM {self.latest}{where} ORDER BY {column} {direction} {nulls}, "
                 f"a.id {direction} LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
         if reverse:
             rows.reverse()
@@ -467,7 +511,7 @@ class ResultsDB:
                 attempt = attempts[-1]
             elif attempt not in attempts:
                 return None
-            row = db.execute(f"SELECT {_ROW_COLUMNS} FROM {_LATEST} WHERE a.workload_id = ? AND a.attempt = ?",
+            row = db.execute(f"SELECT {_ROW_COLUMNS} FROM {self.latest} WHERE a.workload_id = ? AND a.attempt = ?",
                              (workload_id, attempt)).fetchone()
             if row is None:
                 return None
@@ -522,7 +566,7 @@ class ResultsDB:
                         f"WHERE n.node = ? AND n.role IN ('culprit', 'symptom') AND {_FAILED}")
             total = db.execute(f"SELECT COUNT(DISTINCT r.id) {involved}", (node,)).fetchone()[0]
             rows = db.execute(
-                f"SELECT {_ROW_COLUMNS}, GROUP_CONCAT(n.role) {involved} GROUP BY r.id "
+                f"SELECT {_ROW_COLUMNS}, {self.sql.group_concat('n.role')} {involved} GROUP BY r.id, a.id "
                 "ORDER BY a.end_time DESC NULLS LAST, a.id DESC LIMIT ? OFFSET ?",
                 (node, per_page, (page - 1) * per_page)).fetchall()
         page_rows = [_row(r[:21], tuple(sorted(set(str(r[21]).split(","))))) for r in rows]
@@ -559,7 +603,8 @@ class ResultsDB:
             counts: dict[str, list[Any]] = {}
             with self._read() as db:
                 for node, count, when in db.execute(
-                        f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {_LATEST}, json_each(r.culprit_nodes_json) j "
+                        f"SELECT j.value, COUNT(*), MAX(a.end_time) FROM {self.latest}, "
+                        f"{self.sql.json_array('r.culprit_nodes_json', 'j')} "
                         f"WHERE r.culprit_nodes_json != '[]' AND {_FAILED} GROUP BY 1"):
                     counts[str(node)] = [count, 0, when]
                 for node, count, when in db.execute(
@@ -596,8 +641,8 @@ class ResultsDB:
             by_sub: dict[str, int] = {}
             series: dict[str, dict[int, dict[str, int]]] = {"outcome": {}, "sub_domain": {}}
             for bucket, outcome, sub, status, count in db.execute(
-                    f"SELECT CAST(strftime('%s', a.end_time) AS INTEGER) / ?, r.outcome, r.sub_domain, r.status, "
-                    f"COUNT(*) FROM {_LATEST} {where} GROUP BY 1, 2, 3, 4", [seconds, *params]):
+                    f"SELECT {self.sql.epoch('a.end_time')} / ?, r.outcome, r.sub_domain, r.status, "
+                    f"COUNT(*) FROM {self.latest} {where} GROUP BY 1, 2, 3, 4", [seconds, *params]):
                 outcome, sub = outcome or NOT_ATTRIBUTED, sub or NOT_ATTRIBUTED
                 total += count
                 failed += count if outcome not in ("Pass", NOT_ATTRIBUTED) else 0
@@ -612,8 +657,8 @@ class ResultsDB:
             blamed: dict[str, dict[str, int]] = {}
             last_blamed: dict[str, str] = {}
             for node, sub, count, when in db.execute(
-                    f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {_LATEST}, "
-                    f"json_each(r.culprit_nodes_json) j {where}{also} r.culprit_nodes_json != '[]' AND {_FAILED} "
+                    f"SELECT j.value, r.sub_domain, COUNT(*), MAX(a.end_time) FROM {self.latest}, "
+                    f"{self.sql.json_array('r.culprit_nodes_json', 'j')} {where}{also} r.culprit_nodes_json != '[]' AND {_FAILED} "
                     "GROUP BY 1, 2", params):
                 blamed.setdefault(str(node), {})[sub or ""] = count
                 last_blamed[str(node)] = max(last_blamed.get(str(node), ""), when or "")
@@ -623,12 +668,12 @@ class ResultsDB:
                                      offenders.get(n))
                             for n in ranked[:10]]
             top_roots = [Count(k, c) for k, c in db.execute(
-                f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} {where}{also} r.root_symptom IS NOT NULL "
+                f"SELECT r.root_symptom, COUNT(*) FROM {self.latest} {where}{also} r.root_symptom IS NOT NULL "
                 "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10", params)]
             collectors = []
             for kind, connector, ok, empty, error in db.execute(
-                    f"SELECT c.kind, c.connector, SUM(c.status = 'ok'), SUM(c.status = 'empty'), "
-                    f"SUM(c.status = 'error') FROM {_REPORTS} {where} GROUP BY 1, 2 ORDER BY 5 DESC, 1, 2", params):
+                    f"SELECT c.kind, c.connector, {_STATUS_COUNTS} FROM {_REPORTS} {where} "
+                    "GROUP BY 1, 2 ORDER BY 5 DESC, 1, 2", params):
                 last_error = db.execute(
                     f"SELECT c.reason, a.workload_id, a.attempt FROM {_REPORTS} WHERE c.status = 'error' AND "
                     f"c.connector = ? AND c.kind = ? {'AND a.end_time >= ?' if since else ''} "
@@ -636,7 +681,7 @@ class ResultsDB:
                 collectors.append(CollectorHealth(kind, connector, ok, empty, error,
                                                   *(last_error or (None, None, None))))
             recent = [_row(r) for r in db.execute(
-                f"SELECT {_ROW_COLUMNS} FROM {_LATEST} {where}{also} (r.outcome IS NULL OR r.outcome != 'Pass') "
+                f"SELECT {_ROW_COLUMNS} FROM {self.latest} {where}{also} (r.outcome IS NULL OR r.outcome != 'Pass') "
                 "ORDER BY a.end_time DESC NULLS LAST, a.id DESC LIMIT 8", params)]
         return Overview(
             total=total, failed=failed, not_attributed=not_attributed,
@@ -654,20 +699,21 @@ class ResultsDB:
         return self._cached(f"rules:{sample}", lambda: self._rule_counts(sample))  # type: ignore[no-any-return]
 
     def _rule_counts(self, sample: int) -> tuple[dict[str, int], int, int]:
+        sql = self.sql
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM {_LATEST} WHERE r.status != 'error'").fetchone()[0]
+            total = db.execute(f"SELECT COUNT(*) FROM {self.latest} WHERE r.status != 'error'").fetchone()[0]
             rows = db.execute(
-                f"""WITH recent AS (SELECT r.id, r.result_json FROM {_LATEST} WHERE r.status != 'error'
+                f"""WITH recent AS (SELECT r.id, r.result_json FROM {self.latest} WHERE r.status != 'error'
                                     ORDER BY r.attributed_at DESC LIMIT ?)
                 SELECT name, COUNT(DISTINCT id) FROM (
-                    SELECT recent.id, json_extract(t.value, '$.rule') AS name
-                      FROM recent, json_each(recent.result_json, '$.diagnosis.trace') t
+                    SELECT recent.id, {sql.json_field('t.value', 'rule')} AS name
+                      FROM recent, {sql.json_objects('recent.result_json', ('diagnosis', 'trace'), 't')}
                     UNION ALL
-                    SELECT recent.id, json_extract(s.value, '$.rule')
-                      FROM recent, json_each(recent.result_json, '$.diagnosis.symptoms') s
+                    SELECT recent.id, {sql.json_field('s.value', 'rule')}
+                      FROM recent, {sql.json_objects('recent.result_json', ('diagnosis', 'symptoms'), 's')}
                     UNION ALL
-                    SELECT recent.id, json_extract(s.value, '$.demoted_by')
-                      FROM recent, json_each(recent.result_json, '$.diagnosis.symptoms') s)
+                    SELECT recent.id, {sql.json_field('s.value', 'demoted_by')}
+                      FROM recent, {sql.json_objects('recent.result_json', ('diagnosis', 'symptoms'), 's')}) AS used
                 WHERE name IS NOT NULL GROUP BY name""", (sample,)).fetchall()
         return {name: int(count) for name, count in rows}, min(total, sample), total
 
@@ -677,7 +723,7 @@ class ResultsDB:
         def compute() -> list[tuple[str, int]]:
             with self._read() as db:
                 return [(str(k), int(c)) for k, c in db.execute(
-                    f"SELECT r.root_symptom, COUNT(*) FROM {_LATEST} WHERE r.root_symptom IS NOT NULL "
+                    f"SELECT r.root_symptom, COUNT(*) FROM {self.latest} WHERE r.root_symptom IS NOT NULL "
                     "GROUP BY 1 ORDER BY 2 DESC, 1")]
 
         return self._cached("root_symptoms", compute)  # type: ignore[no-any-return]

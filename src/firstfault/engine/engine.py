@@ -19,10 +19,11 @@ from firstfault.engine.evidence import (
     open_evidence,
     read_context,
 )
-from firstfault.engine.ingest import IngestState
+from firstfault.engine.ingest import InexactMerge, IngestState
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import Session
+from firstfault.engine.state_format import decode_state, encode_state
 from firstfault.engine.timing import Timings
 from firstfault.errors import ExecutorError
 from firstfault.executor import Executor, LocalExecutor
@@ -137,7 +138,7 @@ class Engine:
         items = [(item.node, item.source, str(item.path), _origin(item)) for item in files]
         with executor.pool(workers) as pool:
             batches = _batches(sizes, workers)
-            futures: list[Future[list[IngestState]] | None] = []
+            futures: list[Future[list[Scanned]] | None] = []
             task_of: dict[int, int] = {}  # file index -> the task that scans it
             for t, batch in enumerate(batches):
                 futures.append(pool.submit(_scan_files, setup, [items[i] for i in batch]))
@@ -155,25 +156,31 @@ class Engine:
                     futures[t] = None
                 state = states.pop(i)
                 with timings.phase("analyze.merge"):
-                    if state.dropped_keys:
-                        # The task hit the event-key cap on this file alone: only a sequential ingest
-                        # reproduces which events survive the cap, so do that here.
+                    try:
+                        session.merge_state(state)
+                    except InexactMerge:
+                        # The task hit a cap on this file alone (event keys, issues) in a way only a
+                        # sequential ingest reproduces, so do that here.
                         self.ingest_file(session, item.node, item.source, item.path, origin=items[i][3])
                         timings.count("merge_fallbacks", 1)
-                    else:
-                        session.merge_state(state)
 
 
-def _task_states(future: Future[list[IngestState]], executor: Executor, setup: ScanSetup, items: list[ScanItem],
+def _task_states(future: Future[list[Scanned]], executor: Executor, setup: ScanSetup, items: list[ScanItem],
                  timings: Timings) -> list[IngestState]:
     """A task's states; when the executor lost the task (its worker died for good), its files scanned here."""
     try:
-        return future.result()
+        scanned = future.result()
     except Exception as exc:
         if not executor.lost(exc):
             raise
         timings.count("executor_fallbacks", 1)
-        return _scan_files(setup, items)
+        scanned = _scan_files(setup, items)
+    states = []
+    for data, spent in scanned:
+        state = decode_state(data, setup.content_hash, setup.params)
+        state.timings = spent
+        states.append(state)
+    return states
 
 
 def _batches(sizes: list[int], workers: int) -> list[list[int]]:
@@ -225,6 +232,9 @@ def _size(path: Path) -> int:
 _ENGINES: dict[str, Engine] = {}
 _LOADED: dict[str, Engine] = {}
 ScanItem = tuple[str, SourceKind, str, str]  # node, source, path, origin
+# What a task returns per file: its ingest state as versioned JSON (engine/state_format.py: data, never pickle,
+# refused by a process with another catalog), and where its time went.
+Scanned = tuple[bytes, Timings]
 
 
 @dataclass(frozen=True)
@@ -262,16 +272,17 @@ def _task_engine(setup: ScanSetup) -> Engine:
     return loaded
 
 
-def _scan_files(setup: ScanSetup, items: list[ScanItem]) -> list[IngestState]:
+def _scan_files(setup: ScanSetup, items: list[ScanItem]) -> list[Scanned]:
     """Scan each file into a session of its own (states merge per file, in file order)."""
     engine = _task_engine(setup)
-    states = []
+    scanned = []
     for node, source, path, origin in items:
         session = Session(setup.context, engine.compiled, setup.params, block_size=setup.block_size,
                           max_line_bytes=setup.max_line_bytes)
         engine.ingest_file(session, node, source, Path(path), origin=origin)
-        states.append(session.export_state())
-    return states
+        state = session.export_state()
+        scanned.append((encode_state(state, setup.content_hash, setup.params), state.timings))
+    return scanned
 
 
 __all__ = ["Engine", "auto_workers", "looks_binary"]

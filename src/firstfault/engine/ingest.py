@@ -17,9 +17,11 @@ from typing import Any
 from firstfault.engine.model import Event, Evidence
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
+from firstfault.errors import FirstfaultError
 
 MAX_ISSUES = 200
 MAX_ORIGINS_PER_STREAM = 16
+MAX_OUT_OF_ORDER_STREAMS = 64
 
 
 @dataclass(slots=True)
@@ -54,7 +56,11 @@ _AccKey = tuple[str, str | None, str | None, str, tuple[str, ...]]
 @dataclass
 class IngestState:
     """Everything a session accumulated from ingest, in insertion order: what a worker process returns for
-    the files it scanned, to be merged into the real session with `Accumulator.merge()`."""
+    the files it scanned, to be merged into the real session with `Accumulator.merge()`.
+
+    `out_of_order`: the streams this state found out of time order, with the issue it wrote for each (those
+    it was seeded with by `Accumulator.fork()` left out). `issues_dropped`: new issues it left out at its own
+    cap (`MAX_ISSUES`)."""
 
     accs: list[tuple[_AccKey, _Acc]]
     stats: list[tuple[tuple[str, str], int, int, list[str]]]
@@ -62,6 +68,13 @@ class IngestState:
     dropped_keys: int
     timings: Timings
     notes: list[str] = field(default_factory=list)
+    out_of_order: list[tuple[str, str]] = field(default_factory=list)
+    issues_dropped: int = 0
+
+
+class InexactMerge(FirstfaultError, ValueError):
+    """A state cannot be merged into this accumulator exactly as if its evidence had been ingested here: the
+    caller must ingest that evidence here instead (or read it again against this accumulator)."""
 
 
 def evidence_key(ev: Evidence) -> tuple[Any, ...]:
@@ -80,7 +93,11 @@ class Accumulator:
         self._stats: dict[tuple[str, str], _StreamStats] = {}
         self._issues: dict[str, None] = {}
         self._notes: dict[str, None] = {}
+        # Streams found out of time order (each reported once per session), with the issue written for each.
+        self._out_of_order: dict[str, str] = {}
+        self._seeded = 0  # entries of _out_of_order copied from another accumulator by fork()
         self._dropped_keys = 0
+        self._issues_dropped = 0
         self.lock = threading.Lock()
 
     def add(self, event_type: str, node: str | None, symptom: str | None, rule: str,
@@ -134,8 +151,33 @@ class Accumulator:
     def issue(self, message: str) -> None:
         """Record an evidence problem that makes the result partial (each message once, at most MAX_ISSUES)."""
         with self.lock:
-            if len(self._issues) < MAX_ISSUES:
-                self._issues[message] = None
+            self._add_issue(message)
+
+    def _add_issue(self, message: str) -> None:
+        if message in self._issues:
+            return
+        if len(self._issues) < MAX_ISSUES:
+            self._issues[message] = None
+        else:
+            self._issues_dropped += 1
+
+    def out_of_order(self, origin: str, message: str) -> None:
+        """Record that stream `origin` went back in time (`message`): once per stream, for at most
+        MAX_OUT_OF_ORDER_STREAMS streams."""
+        with self.lock:
+            if origin in self._out_of_order or len(self._out_of_order) >= MAX_OUT_OF_ORDER_STREAMS:
+                return
+            self._out_of_order[origin] = message
+            self._add_issue(message)
+
+    def fork(self, base: Accumulator) -> None:
+        """Start from `base`'s memory of streams out of time order (this accumulator being new), so evidence read
+        here reports only what `base` has not: what ingesting it into `base` would report."""
+        with base.lock:
+            seeded = dict(base._out_of_order)
+        with self.lock:
+            self._out_of_order = {**seeded, **self._out_of_order}
+            self._seeded = len(seeded)
 
     def note(self, message: str) -> None:
         """Record how the evidence was read when that is not what it says by itself (a stream's time zone)."""
@@ -171,22 +213,34 @@ class Accumulator:
                 accs=list(self._accs.items()),
                 stats=[(k, v.observations, v.bytes, list(v.origins)) for k, v in self._stats.items()],
                 issues=list(self._issues), dropped_keys=self._dropped_keys, timings=timings,
-                notes=list(self._notes))
+                notes=list(self._notes), out_of_order=list(self._out_of_order.items())[self._seeded:],
+                issues_dropped=self._issues_dropped)
 
     def merge(self, state: IngestState) -> None:
         """Merge the state another session accumulated from later evidence, as if this one had ingested that
         evidence itself, in order: merging the per-file states of files in file order gives exactly the state
         (and so the result JSON) of ingesting the files one after the other.
 
-        One case cannot be reproduced from a state: a state that dropped events at its own event-key cap
-        (this session may already hold those keys). The caller must ingest that evidence here instead
-        (`Engine.analyze_path` does).
+        Caps merge exactly: a state keeps the first values, origins, issues and notes of its own evidence up to
+        the same caps, which is always at least what this session still has room for. A stream out of time order
+        that this session already reported (or past its cap of such streams) is not reported again.
+
+        Two cases cannot be reproduced from a state, and raise `InexactMerge` before anything is changed: a
+        state that dropped events at its own event-key cap (this session may already hold those keys), and one
+        that dropped issues at its own cap while some of the issues it kept are not reported here (out-of-order
+        streams this session reported since the state was forked from it), so that the dropped ones might have
+        been. The caller must read that evidence again here (`Engine.analyze_path`, the service do).
         """
         if state.dropped_keys:
-            raise ValueError("a state that dropped events at the event-key cap cannot be merged exactly")
+            raise InexactMerge("a state that dropped events at the event-key cap cannot be merged exactly")
         limit = self.params.max_values_per_attribute
         max_keys = self.params.max_event_keys
         with self.lock:
+            reported, suppressed = self._out_of_order_merge(state)
+            if suppressed and state.issues_dropped and len(self._issues) < MAX_ISSUES:
+                raise InexactMerge("a state that dropped issues at its cap cannot be merged exactly into a session "
+                                   "that reported some of its out-of-order streams since it was forked")
+            self._out_of_order.update(reported)
             for key, other in state.accs:
                 acc = self._accs.get(key)
                 if acc is None:
@@ -218,11 +272,25 @@ class Accumulator:
                     if len(stats.origins) < MAX_ORIGINS_PER_STREAM:
                         stats.origins[origin] = None
             for message in state.issues:
-                if len(self._issues) < MAX_ISSUES:
-                    self._issues[message] = None
+                if message not in suppressed:
+                    self._add_issue(message)
+            self._issues_dropped += state.issues_dropped
             for message in state.notes:
                 if len(self._notes) < MAX_ISSUES:
                     self._notes[message] = None
+
+    def _out_of_order_merge(self, state: IngestState) -> tuple[dict[str, str], set[str]]:
+        """The out-of-order streams of `state` this accumulator takes (in order, under its cap), and the issues
+        of those it does not (already reported here, or past the cap)."""
+        reported: dict[str, str] = {}
+        suppressed: set[str] = set()
+        for origin, message in state.out_of_order:
+            if origin in self._out_of_order or origin in reported or \
+                    len(self._out_of_order) + len(reported) >= MAX_OUT_OF_ORDER_STREAMS:
+                suppressed.add(message)
+            else:
+                reported[origin] = message
+        return reported, suppressed
 
     # -- what attribution reads ------------------------------------------------------------------------------
     def events(self) -> list[Event]:

@@ -9,7 +9,6 @@ line count). A matching line without a stamp of its own takes the time of the ne
 from __future__ import annotations
 
 import re
-import threading
 import time as _time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,7 +34,6 @@ from firstfault.engine.timestamps import TimestampParser
 
 _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
 _TIME_LOOKBACK_LINES = 64
-_MAX_OUT_OF_ORDER_STREAMS = 64
 _PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
 _EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
                     "xid": EventType.XID_BURST}
@@ -80,8 +78,6 @@ class LineReader:
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
         self.timestamps = TimestampParser(context.start_time or context.end_time)
-        self._out_of_order: set[str] = set()
-        self._lock = threading.Lock()
 
     def read_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> StreamCost:
         """Scan one log stream (a file, a pod log) of one node.
@@ -254,12 +250,9 @@ class LineReader:
     def _time_went_back(self, origin: str, line_no: int, before: datetime, now: datetime) -> None:
         """A stream is read as chronological (progress markers keep their first and last match only): a line
         stamped well before an earlier one makes the result partial, said once per stream."""
-        with self._lock:
-            if origin in self._out_of_order or len(self._out_of_order) >= _MAX_OUT_OF_ORDER_STREAMS:
-                return
-            self._out_of_order.add(origin)
-        self.accumulator.issue(f"{origin}:{line_no}: lines out of time order (stamped {before - now} before a line above it); "
-                    "the stream is read as chronological, so the result may be affected")
+        self.accumulator.out_of_order(origin, f"{origin}:{line_no}: lines out of time order (stamped {before - now} "
+                                              "before a line above it); the stream is read as chronological, so the "
+                                              "result may be affected")
 
     def _first_time_of(self, data: bytes | bytearray, length: int, stream_clock: StreamClock) -> None:
         """Let `stream_clock` see the first stamped line among the block's first lines (bounded look-ahead)."""

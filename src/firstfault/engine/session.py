@@ -116,8 +116,14 @@ class Session:
         """The accumulated ingest state (picklable), for `merge_state()` on another session."""
         return self.state.export(self.timings)
 
+    def fork(self, base: Session) -> None:
+        """Read evidence as `base` would (a new session of the same context that will be merged into `base`):
+        streams `base` already reported out of time order are not reported again (`Accumulator.fork`)."""
+        self.state.fork(base.state)
+
     def merge_state(self, state: IngestState) -> None:
-        """Merge another session's state as if this session had ingested its evidence (`Accumulator.merge`)."""
+        """Merge another session's state as if this session had ingested its evidence (`Accumulator.merge`;
+        raises `InexactMerge`, changing nothing, when that cannot be done exactly)."""
         self.state.merge(state)
         with self.state.lock:
             self.timings.merge(state.timings)

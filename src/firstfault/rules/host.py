@@ -8,10 +8,11 @@ events 10 and 9).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from firstfault.engine.model import SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
-from firstfault.engine.workspace import Workspace
+from firstfault.engine.workspace import Workspace, WorkSymptom
 
 MCE_UC_BIT = 61
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
@@ -58,7 +59,8 @@ def aer_corrected_storm(ws: Workspace) -> None:
 @refiner("RecoveredLinkFlap", phase=Phase.CLEAN, doc=f"""
 An IB port error or link-down on a node that is followed, within {FLAP_RECOVERY_S:.0f} s of its last
 occurrence, by the port coming back (port active / Link ACTIVE) is a recovered flap: context, not a cause.
-Repeated errors with no recovery stay (a flapping or dead link).
+Repeated errors with no recovery stay (a flapping or dead link), and so does a flap during which the node's own
+RDMA completions failed (retries exhausted before the port came back: the flap broke the job's traffic).
 """, cases=[
     RuleCase(title="flap", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port error(10)",
@@ -66,6 +68,11 @@ Repeated errors with no recovery stay (a flapping or dead link).
         expect=Expect(fired=True, demoted=["IB port error"])),
     RuleCase(title="down", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error"]},
+        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+    RuleCase(title="the node's own completions failed before the port came back", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
+        "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+        "2025-01-01T00:10:40Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port active"]},
         expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
 ])
 def recovered_link_flap(ws: Workspace) -> None:
@@ -76,10 +83,18 @@ def recovered_link_flap(ws: Workspace) -> None:
             continue
         for up in ws.select(node=down.node, prefix="IB port active") + ws.select(node=down.node, prefix="IB link up"):
             up_last = up.last_time or up.first_time
-            if up_last is not None and last <= up_last <= last + window:
+            if up_last is not None and last <= up_last <= last + window and not _traffic_failed(ws, down, up_last):
                 ws.demote(down, f"the port came back ({up.name}) {(up_last - last).total_seconds():.0f} s after "
                           "its last error: a recovered flap")
                 break
+
+
+def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
+    """The node's own RDMA completions failed while its port was down (between the first error and its return)."""
+    began = down.first_time
+    return began is not None and any(
+        s.definition.blame == "peer" and s.first_time is not None and began <= s.first_time <= back
+        for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
 
 
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once

@@ -1,10 +1,11 @@
 """NCCL and fabric-path rules (the Python side of catalog/nccl.toml): node addresses from NCCL's own lines, the
-peer an RDMA error names, and interfaces that only break multi-node jobs.
+peer an RDMA error names, interfaces that only break multi-node jobs, and rendezvous endpoints no node owns.
 
 Facts used (NCCL issue #902, docs/domain.md §2.1, §6.4): a retry-exceeded completion (error 12) means the NIC got
 no acknowledgement from the named peer. When several nodes name the same peer, the peer (its port, cable or switch
 port) is the common element; when two nodes only name each other, the fault is on the path between them and no
-single node can be blamed. NCCL on a loopback or bridge interface only breaks jobs that span nodes.
+single node can be blamed. NCCL on a loopback or bridge interface only breaks jobs that span nodes. The node
+that owns the rendezvous endpoint serves the c10d store, so it is not among the clients that fail to reach it.
 """
 
 from __future__ import annotations
@@ -133,6 +134,18 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
         "b/applog": ["2025-01-01T00:10:01Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.3<1> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:10.8.0.2 remoteGids::ffff:10.8.0.3"],
         "c/applog": ["2025-01-01T00:10:02Z c:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.2.0.1<1> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:10.8.0.3 remoteGids::ffff:10.8.0.1"]},
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="the only node that printed no address", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="an address on another subnet (another rail) is not assumed to be the silent node's", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.1.2<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:00Z b:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.1.3<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, culprits=[], sub_domain="network")),
     RuleCase(title="peer named by its pod's host name", evidence={
         "a/applog": ["2025-01-01T00:00:01Z job-worker-0:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.1.5<0>",
                      "2025-01-01T00:10:00Z job-worker-0:1:1 [0] NCCL WARN NET/IB : Got completion from peer job-worker-2<1> with error 12, opcode 2, len 1, vendor err 129"],
@@ -146,12 +159,33 @@ def ip_to_node_map(ws: Workspace) -> None:
     hosts = _claims(ws, "host_alias", "host", lambda host: ws.canonical_node(host) is None)
     ws.facts["ip_to_node"] = {ip: next(iter(nodes)) for ip, nodes in addresses.items() if len(nodes) == 1}
     ws.facts["host_to_node"] = {host: next(iter(nodes)) for host, nodes in hosts.items() if len(nodes) == 1}
+    _the_one_unaddressed_node(ws)
     shared = sorted(ip for ip, nodes in addresses.items() if len(nodes) > 1)
     if ws.facts["ip_to_node"] or shared:
         ws.note("collect", f"{len(ws.facts['ip_to_node'])} node addresses from NCCL interface lines"
                 + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
     if ws.facts["host_to_node"]:
         ws.note("collect", f"{len(ws.facts['host_to_node'])} process host names (pods) mapped to their nodes")
+
+
+def _the_one_unaddressed_node(ws: Workspace) -> None:
+    """NCCL's RDMA peers are ranks of the same job. When every allocated node but one printed its address, and the
+    network errors name exactly one other address on the same /24 as those, it is the remaining node's (typically
+    a node that died and left no log of its own)."""
+    known = ws.facts["ip_to_node"]
+    unaddressed = set(ws.context.nodes) - set(known.values())
+    if len(unaddressed) != 1 or len(ws.context.nodes) < 2:
+        return
+    subnets = {ipaddress.ip_network(f"{ip}/24", strict=False) for ip in known if ipaddress.ip_address(ip).version == 4}
+    named = {peer for s in ws.active(role="root", sub_domain=SubDomain.NETWORK)
+             for peer in s.value_set("peer") | s.value_set("peer_rdma")
+             if _routable(peer) and peer not in known and ipaddress.ip_address(peer).version == 4
+             and any(ipaddress.ip_address(peer) in net for net in subnets)}
+    if len(named) == 1:
+        address, node = named.pop(), unaddressed.pop()
+        known[address] = node
+        ws.note("collect", f"{address} is {node}'s: every other node printed its own address on that subnet",
+                node=node)
 
 
 def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -> dict[str, set[str]]:
@@ -192,8 +226,8 @@ def nccl_interface_needs_peers(ws: Workspace) -> None:
 
 @refiner("ConnectToABridgeAddress", phase=Phase.REFINE_EARLY, doc="""
 A socket connect failure to an address that a node of the job advertised on a loopback or bridge interface
-(NCCL 'Bootstrap : Using docker0:172.17.0.1') is what that misconfiguration does to its peers: the failure is
-demoted as downstream of it, and the interface is the cause.
+(NCCL 'Bootstrap : Using docker0:172.17.0.1'), or dialled at a loopback or link-local address, is what that
+misconfiguration does to its peers: the failure is demoted as downstream of it, and the interface is the cause.
 """, cases=[
     RuleCase(title="peer dials a docker bridge address", evidence={
         "a/applog": ["2025-01-01T00:00:05Z a:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.21.0.1<57093> failed : Software caused connection abort"],
@@ -202,10 +236,96 @@ demoted as downstream of it, and the interface is the cause.
 ])
 def connect_to_a_bridge_address(ws: Workspace) -> None:
     advertised = {address for s in ws.active(prefix="NCCL on a non-routable interface")
-                  for address in s.value_set("address")}
+                  for address in s.value_set("address") | s.value_set("loopback")}
     if not advertised:
         return
     for failure in ws.active(prefix="NCCL socket connect failure"):
         dialled = sorted(failure.value_set("peer") & advertised)
         if dialled:
             ws.demote(failure, f"dialled {dialled[0]}, an address a node advertised on a loopback or bridge interface")
+
+
+_ENDPOINT_SYMPTOM = "Rendezvous endpoint outside the workload"
+
+
+@refiner("RendezvousEndpointOutsideWorkload", phase=Phase.REFINE, doc="""
+Store clients that could not reach the rendezvous endpoint (the address their error names, else the one endpoint
+the launch command or MASTER_ADDR set) blame the endpoint, as launch configuration, when it is outside the
+workload: a reserved or multicast address no host can own; or an address no node of the workload is known by
+while every allocated node failed to reach it (the node owning the endpoint serves the store and would not fail).
+Under Kubernetes a host name is a pod or service name, not a node, so only addresses count there. An endpoint
+that is a node of the workload, or that some node did not fail to reach, keeps the failures as context.
+""", cases=[
+    RuleCase(title="every node dials a login node", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z + export MASTER_ADDR=login01.cluster.local",
+                     "2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."],
+        "b/applog": ["2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="a reserved address", context={"scheduler": "kubernetes"}, evidence={
+        "a/applog": ["2025-01-01T00:01:01Z [c10d] The client socket has timed out after 60000ms while trying to "
+                     "connect to (248.2.20.163, 29400)."]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="the endpoint's own node never reached it (it crashed first)", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z + export MASTER_ADDR=a"],
+        "b/applog": ["2025-01-01T00:01:01Z RuntimeError: connect() timed out. Original timeout was 60000 ms."]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="one node of two failed to reach an unknown address", evidence={
+        "a/applog": ["2025-01-01T00:01:01Z [c10d] The client socket has timed out after 60s while trying to "
+                     "connect to 10.1.0.7:29500"],
+        "b/applog": ["2025-01-01T00:00:30Z step 10 loss 2.1"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def rendezvous_endpoint_outside_workload(ws: Workspace) -> None:
+    failures = ws.select(prefix=_ENDPOINT_SYMPTOM, status="interesting")
+    endpoints = {e for s in failures for e in s.value_set("endpoint")} or {
+        str(value) for event in ws.facts_of("rdzv_endpoint")
+        for value in [*event.values.get("endpoint", []), event.attributes.get("endpoint", "")] if value}
+    if not failures or len(endpoints) != 1:
+        return
+    endpoint = endpoints.pop()
+    why = _outside_the_workload(ws, endpoint, {s.node for s in failures if s.node})
+    if why:
+        for s in failures:
+            ws.promote(s, f"rendezvous endpoint {endpoint}: {why}")
+
+
+def _outside_the_workload(ws: Workspace, endpoint: str, reporters: set[str]) -> str | None:
+    try:
+        ip = ipaddress.ip_address(endpoint)
+    except ValueError:
+        ip = None
+    if ip is not None and (ip.is_reserved or ip.is_multicast or ip.is_unspecified):
+        return "a reserved address that no host can own"
+    if ip is not None and ip.is_loopback:
+        return None  # LoopbackRendezvousAddress
+    if _resolve(ws, endpoint) or (ip is None and ws.context.scheduler == "kubernetes"):
+        return None
+    if not set(ws.context.nodes) <= reporters:
+        return None
+    return "no node of the workload is known by it, and every node failed to reach it"
+
+
+@refiner("RdmaDeviceMissingOnSomeNodes", phase=Phase.REFINE, doc="""
+NCCL needs every rank of a communicator on the same network transport. A node whose NCCL found no RDMA device
+('NET/IB : No device found') while another node of the workload uses NET/IB has lost its HCA or its RDMA driver
+stack: its `No RDMA device where the peers have one` becomes a root candidate that blames it. When no node uses
+RDMA, the message is just an Ethernet-only job's.
+""", cases=[
+    RuleCase(title="one node fell back to sockets", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found.",
+                     "2025-01-01T00:00:09Z a:1:1 [0] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.2<0>"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["a"])),
+    RuleCase(title="an Ethernet-only job", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found."],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : No device found."]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
+    using = {event.node for event in ws.facts_of("rdma_in_use") if event.node}
+    missing = ws.select(prefix="No RDMA device where the peers have one", status="interesting")
+    if not using:
+        return
+    for s in missing:
+        if s.node not in using:
+            ws.promote(s, f"NCCL found no RDMA device here while {', '.join(sorted(using))} use NET/IB")

@@ -51,8 +51,9 @@ _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
 _POINTS_ELSEWHERE = re.compile(
-    r"(?i)previous error|error messages? above|(?:see|inspect|check) the (?:\w+ )?(?:log|errors?|exceptions?|output)"
-    r"(?: \w+)? (?:above|before|earlier)|caused by an? (?:exception|error|failure) (?:on|in|of) (?:one of the|another|"
+    r"(?i)previous error|error messages? above|(?:see|inspect|check) (?:the )?(?:\w+ )?(?:log|errors?|exceptions?|output|"
+    r"stack ?trace|traceback)s?(?: \w+)? \(?(?:above|before|earlier)\)?|caused by an? (?:exception|error|failure) "
+    r"(?:on|in|of) (?:one of the|another|"
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)")
 
@@ -80,6 +81,10 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
         "previous error messages for a cause."]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a message that sends the reader to the stack trace above", evidence={"n1/applog": [
+        "2025-11-03T17:03:58Z vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+        "trace (above) for the root cause."]},
         expect=Expect(fired=True, sub_domain="unknown")),
     RuleCase(title="a Go component's error name", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
@@ -131,6 +136,45 @@ def cuda_unknown_error_on_one_gpu(ws: Workspace) -> None:
     for s in raised:
         ws.demote(s, f"CUDA unknown error on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")
 
+
+
+_CONTAINED = "CUDA contained hardware error"
+
+
+@filter_rule("ContainedErrorsAcrossNodes", phase=Phase.FILTER, doc="""
+CUDA_ERROR_CONTAINED reads 'invalid access of peer GPU memory over NVLink or a hardware error'. Raised on one node it
+is that node's GPU; raised on several nodes whose first reports fall within the clock-skew tolerance of each other,
+it is their shared NVLink path: each node's reports become one `CUDA contained errors across the NVLink domain`
+event (same evidence, no node blamed).
+""", cases=[
+    RuleCase(title="three nodes of one NVL domain within a second", evidence={
+        f"n{i}/applog": [f"2025-01-01T00:10:0{i}Z gpu_cudamallocasync_allocator.cc:414] CUDA_ERROR_CONTAINED: Invalid "
+                         "access of peer GPU memory over nvlink or a hardware error"] for i in (1, 2, 3)},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=[],
+                      root_symptom="CUDA contained errors across the NVLink domain")),
+    RuleCase(title="one node", evidence={
+        "n1/applog": ["2025-01-01T00:10:00Z RuntimeError: CUDA driver error: CUDA_ERROR_CONTAINED: Invalid access "
+                      "of peer GPU memory over nvlink or a hardware error"],
+        "n2/applog": ["2025-01-01T00:10:00Z step 10 loss 2.1"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def contained_errors_across_nodes(ws: Workspace) -> None:
+    reports: dict[str, list[Event]] = {}
+    for event in ws.events:
+        if event.symptom == _CONTAINED and event.type == EventType.NODE_BAD and event.node:
+            reports.setdefault(event.node, []).append(event)
+    firsts = sorted(e.time for events in reports.values() for e in events
+                    if e.time is not None and not e.evidence.time_inferred)
+    if len(reports) < 2 or not firsts or (firsts[-1] - firsts[0]).total_seconds() > ws.params.clock_skew_s:
+        return
+    for node, events in sorted(reports.items()):
+        first = min(events, key=lambda e: (e.time is None, e.time or datetime.min))
+        times = [t for e in events if (t := e.last_time or e.time) is not None]
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom="CUDA contained errors across the NVLink domain",
+                         evidence=first.evidence, time=first.time, last_time=max(times, default=None),
+                         count=sum(e.count for e in events)))
+        for event in events:
+            ws.drop(event, f"CUDA_ERROR_CONTAINED on {len(reports)} nodes at once: their shared NVLink path")
 
 
 SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's

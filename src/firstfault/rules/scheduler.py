@@ -156,6 +156,63 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
                           f"{(declared - began).total_seconds() / 60:.0f} min later")
 
 
+@refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
+A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
+[DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
+node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
+was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it.
+""", cases=[
+    RuleCase(title="the evicting node's own kubelet", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom="Node disk pressure")),
+    RuleCase(title="reclaiming disk, nothing evicted", evidence={
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def node_disk_pressure_names_the_node(ws: Workspace) -> None:
+    if not ws.active(prefix="Evicted: node disk full"):
+        return
+    pressed = ws.select(prefix="Node disk pressure", status="interesting")
+    if len({s.node for s in pressed}) == 1:
+        for s in pressed:
+            ws.promote(s, "this node's kubelet was reclaiming disk when the workload's pods were evicted for a full disk")
+
+
+@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
+A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown') goes
+NotReady because it was shut down on purpose. A Kubernetes node failure naming that node, declared within
+{NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
+not a fault of the node: it is demoted and the node is not blamed.
+""", cases=[
+    RuleCase(title="a spot node reclaimed", evidence={
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
+                     "\"Shutdown manager detected new shutdown event, isNodeShuttingDownNow\" event=true"],
+        "a/scheduler": ["2025-01-01T00:11:00Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="PREEMPTED",
+                      demoted=["Kubernetes node failure"])),
+    RuleCase(title="this node was lost; another one was shut down later", evidence={
+        "a/syslog": ["2025-01-01T00:30:00Z a kubelet[1]: I0101 00:30:00.000000 1 nodeshutdown_manager_linux.go:265] "
+                     "\"Shutdown manager detected new shutdown event, isNodeShuttingDownNow\" event=true"],
+        "a/scheduler": ["2025-01-01T00:11:00Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=["b"])),
+])
+def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    began = {s.node: s.first_time for s in ws.active(prefix="Graceful node shutdown") if s.node and s.first_time}
+    for report in ws.active(prefix="Kubernetes node failure"):
+        lost = set(blamed_nodes(ws, report))
+        declared = report.first_time
+        shut = sorted(n for n in lost if n in began and (ws.undated(report) or declared is None or
+                                                        began[n] - window <= declared <= began[n] + window))
+        if shut and len(shut) == len(lost):
+            ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
@@ -192,12 +249,24 @@ def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
     return start <= s.first_time <= end
 
 
+_KERNEL_KILL_RECORDS = ("Process crashed",)  # the kernel's own record of a process it crashed (host_oom: killed)
+
+
+def _ended_a_process(s: WorkSymptom) -> bool:
+    """The symptom shows a process of the workload ended: read from its own output or the scheduler's records, or
+    the kernel's record of killing or crashing one."""
+    return (any(e.source != SourceKind.SYSLOG for e in s.evidence) or s.sub_domain == SubDomain.HOST_OOM
+            or s.name.startswith(_KERNEL_KILL_RECORDS))
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
 WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every remaining bad symptom was
 survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
-demoted, giving `none`. If root candidates from the run itself remain without a success report, the
-accounting is wrong (a step failed) and the terminal state becomes FAILED.
+demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
+a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
+crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
+completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -206,6 +275,10 @@ accounting is wrong (a step failed) and the terminal state becomes FAILED.
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    RuleCase(title="a soft lockup at teardown of a completed job", evidence={"n1/syslog": [
+        "2025-01-01T00:50:00Z n1 kernel: [1443371.3] watchdog: BUG: soft lockup - CPU#29 stuck for 22s! [python:274704]"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
@@ -221,7 +294,7 @@ def completed_workload(ws: Workspace) -> None:
     if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
         return
     succeeded = bool(ws.select(prefix="Workload completed"))
-    roots = [s for s in ws.active(role="root") if _during_run(ws, s)]
+    roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")

@@ -1,7 +1,8 @@
 """Storage rules (the Python side of catalog/storage.toml).
 
-Facts used (docs/domain.md §3.2): an NFS client retries ('still trying') until the server answers ('OK'), and
-tasks blocked on it show up as hung tasks and soft lockups.
+Facts used (docs/domain.md §3.2): an NFS client retries ('still trying') until the server answers ('OK'), a Lustre
+client waits for recovery after losing a target ('was lost') until it reconnects ('Connection restored'), and tasks
+blocked on either show up as hung tasks and soft lockups.
 """
 
 from __future__ import annotations
@@ -11,22 +12,26 @@ from datetime import datetime, timedelta
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
-NFS_RECOVERY_S = 300.0  # an NFS stall answered by 'server OK' within this many seconds recovered
+FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
+# (the stall, the server answering again) for each shared-filesystem client
+_STALLS = (("NFS server not responding", "NFS server OK"),
+           ("Lustre server connection lost", "Lustre connection restored"))
 
 
-def _nfs_ok_after(ws: Workspace, stall: WorkSymptom) -> datetime | None:
-    """When the NFS server answered again on the stalled node, if it did."""
+def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime | None:
+    """When the file server answered again on the stalled node, if it did."""
     start = stall.first_time
-    times = [ok.last_time or ok.first_time for ok in ws.select(node=stall.node, prefix="NFS server OK")]
+    times = [ok.last_time or ok.first_time for ok in ws.select(node=stall.node, prefix=answer)]
     later = sorted(t for t in times if t is not None and start is not None and t >= start)
     return later[0] if later else None
 
 
-@refiner("NfsStallOutcome", phase=Phase.CLEAN, doc=f"""
-An NFS 'server not responding, still trying' answered by 'server OK' within {NFS_RECOVERY_S / 60:.0f} minutes
-is a recovered stall and stays context. A stall that lasts longer or never recovers is a storage root
-candidate; the soft lockups and hung tasks of that node while it lasts are its symptoms (the CPUs and tasks
-were stuck in the NFS client).
+@refiner("FileServerStallOutcome", phase=Phase.CLEAN, doc=f"""
+A shared-filesystem client that lost its server - NFS 'server not responding, still trying', Lustre 'Connection to
+<target> was lost' - and got it back ('server OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f}
+minutes had a recovered stall, which stays context. A stall that lasts longer or never recovers is a storage root
+candidate; the soft lockups and hung tasks of that node while it lasts are its symptoms (the CPUs and tasks were
+stuck in the filesystem client).
 """, cases=[
     RuleCase(title="recovered", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
@@ -36,18 +41,32 @@ were stuck in the NFS client).
         "Jan  1 00:11:20 n1 kernel: watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python3:612802]",
         "Jan  1 00:40:00 n1 kernel: nfs: server nfs01 OK"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["CPU soft lockup"])),
+    RuleCase(title="a Lustre target lost until a time limit", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: Lustre: fs-OST0001-osc-ffff9d61: Connection to fs-OST0001 (at 10.0.0.8@tcp) was "
+        "lost; in progress operations using this service will wait for recovery to complete",
+        "Jan  1 00:14:00 n1 kernel: INFO: task python:288355 blocked for more than 122 seconds."],
+        "n1/applog": ["2025-01-01T02:00:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T02:00:00 "
+                      "DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], terminal_state="TIMEOUT")),
 ])
-def nfs_stall_outcome(ws: Workspace) -> None:
-    recovery = timedelta(seconds=NFS_RECOVERY_S)
-    for stall in ws.select(prefix="NFS server not responding", status="interesting"):
-        if stall.first_time is None:
-            continue
-        answered = _nfs_ok_after(ws, stall)
-        last = stall.last_time or stall.first_time
-        if answered is not None and answered <= last + recovery:
-            continue
-        lasted = f"{(answered - stall.first_time).total_seconds() / 60:.0f} min" if answered else "until the end"
-        ws.promote(stall, f"the NFS server did not answer for {lasted}")
-        for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task"):
-            if stuck.first_time and stuck.first_time >= stall.first_time and (answered is None or stuck.first_time <= answered):
-                ws.demote(stuck, f"stuck while the NFS server was not responding (since {stall.first_time:%H:%M:%S})")
+def file_server_stall_outcome(ws: Workspace) -> None:
+    recovery = timedelta(seconds=FILE_SERVER_RECOVERY_S)
+    for lost, answer in _STALLS:
+        for stall in ws.select(prefix=lost, status="interesting"):
+            if stall.first_time is None:
+                continue
+            answered = _answered_after(ws, stall, answer)
+            last = stall.last_time or stall.first_time
+            if answered is not None and answered <= last + recovery:
+                continue
+            lasted = f"{(answered - stall.first_time).total_seconds() / 60:.0f} min" if answered else "until the end"
+            ws.promote(stall, f"the file server did not answer for {lasted}")
+            _stuck_while(ws, stall, stall.first_time, answered)
+
+
+def _stuck_while(ws: Workspace, stall: WorkSymptom, began: datetime, answered: datetime | None) -> None:
+    """Soft lockups and hung tasks of the stalled node while its file server was away are the stall's."""
+    for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task"):
+        if stuck.first_time and stuck.first_time >= began and (answered is None or stuck.first_time <= answered):
+            ws.demote(stuck, f"stuck while the file server was not answering (since {began:%H:%M:%S})")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -72,7 +73,8 @@ def _lifespan(service: AttributionService) -> Any:
             yield
         finally:
             sweeper.cancel()
-            log.info("stopped", extra={"sessions_dropped": len(service.store)})
+            log.info("stopped", extra={"sessions_live": len(service.store)})
+            service.store.close()
 
     return lifespan
 
@@ -93,7 +95,11 @@ async def _expire_sessions(service: AttributionService) -> None:
     interval = min(60.0, max(0.2, service.settings.session_ttl_s / 4))
     while True:
         await asyncio.sleep(interval)
-        expired = service.store.expire()
+        try:  # in a thread: with Redis the sweep is a round trip
+            expired = await anyio.to_thread.run_sync(service.store.expire)
+        except ServiceError as exc:  # Redis unreachable: sweep again next time
+            log.warning("sessions could not be swept", extra={"error": exc.message})
+            continue
         if expired:
             log.info("sessions expired", extra={"expired": expired})
 

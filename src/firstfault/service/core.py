@@ -2,15 +2,17 @@
 
 Every method is blocking (the engine is CPU work); the HTTP layer runs them in a worker thread.
 
-A batch is applied all or nothing: it is read into a trial session of its own first, and only a batch read
-whole is merged into the real session (`Session.merge_state`, exact). A batch the engine fails on leaves the
-session as it was, so a retry with the same Idempotency-Key is never counted twice.
+A batch is applied all or nothing: it is read into a trial session of its own first (forked from the session,
+`Session.fork`), and only a batch read whole is added to the session, as its ingest state, together with its
+Idempotency-Key record (service/store.py; merging the states in batch order is exact, engine/ingest.py). A batch
+the engine fails on leaves the session as it was, so a retry with the same Idempotency-Key is never counted twice.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import anyio
 import pydantic_core
@@ -20,10 +22,11 @@ from firstfault.engine.ingest import IngestState
 from firstfault.engine.model import ExecutionContext
 from firstfault.engine.session import Session
 from firstfault.errors import ServiceError
-from firstfault.service.memory import RESULT_JSON_FACTOR, deep_size, event_bytes, stream_bytes
+from firstfault.service.memory import deep_size
 from firstfault.service.metrics import ServiceMetrics
 from firstfault.service.schemas import (
     AttributeResponse,
+    ComputedFrom,
     ExtractorView,
     IngestAck,
     PythonRuleView,
@@ -31,22 +34,22 @@ from firstfault.service.schemas import (
     SessionState,
     SymptomDefView,
 )
-from firstfault.service.sessions import SessionRecord, SessionStore, StoreLimits
+from firstfault.service.sessions import MemorySessionStore
 from firstfault.service.settings import Settings
+from firstfault.service.store import BatchCounts, SessionHandle, SessionStore, StaleBase, StoreLimits
 from firstfault.wire import ObservationBatch, PreparedBatch, prepare
 
 log = logging.getLogger("firstfault.service")
+# A batch whose state cannot be merged exactly into a session that changed while it was read is read again, at
+# most this many times (it only happens to batches with more coverage issues than a session keeps).
+_STALE_READS = 8
 
 
 class AttributionService:
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
         self.settings = settings
-        self.store = SessionStore(StoreLimits(
-            max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s,
-            min_idle_s=settings.session_min_idle_s, max_observations=settings.max_session_observations,
-            max_bytes=settings.max_session_bytes, idempotency_keys=settings.idempotency_keys),
-            on_remove=self._removed)
+        self.store = _open_store(engine, settings, self._removed)
         # Attributions run in at most this many worker threads: more would contend with the event loop for the
         # GIL and slow every other request (healthz included), for no more throughput.
         self.attribution_slots = anyio.CapacityLimiter(settings.attribution_threads)
@@ -61,7 +64,7 @@ class AttributionService:
         self.metrics.sessions_removed.labels(reason=reason).inc()
 
     # -- sessions ----------------------------------------------------------------------------------------------
-    def create_session(self, context: ExecutionContext) -> SessionRecord:
+    def create_session(self, context: ExecutionContext) -> str:
         size = deep_size(context)
         if size > self.settings.max_context_bytes:
             raise ServiceError(413, "context_too_large",
@@ -69,18 +72,13 @@ class AttributionService:
                                f"{self.settings.max_context_bytes} (FIRSTFAULT_MAX_CONTEXT_BYTES): fewer nodes or "
                                "shorter metadata")
         self._make_room()
-        record = self.store.create(context, self.engine.session(context))
-        record.retained += size
+        session_id = self.store.create(context, size)
         self.metrics.sessions_created.inc()
-        return record
+        return session_id
 
     def describe(self, session_id: str) -> SessionState:
-        with self.store.use(session_id) as rec:
-            last = rec.last_result.result if rec.last_result else None
-            return SessionState(session_id=rec.id, context=rec.context, created_at=rec.created_at,
-                                last_activity=rec.last_activity, observations=rec.observations, bytes=rec.bytes,
-                                batches=rec.batches, revision=rec.revision, last_result=last,
-                                truncated_lines=rec.truncated_lines)
+        with self.store.use(session_id) as handle:
+            return handle.describe()
 
     def delete(self, session_id: str) -> None:
         self.store.delete(session_id)
@@ -88,50 +86,47 @@ class AttributionService:
     # -- ingest ------------------------------------------------------------------------------------------------
     def ingest(self, session_id: str, batch: ObservationBatch, idempotency_key: str | None = None,
                fingerprint: str = "") -> IngestAck:
-        """Add one batch. With an idempotency key, a retry of an ingested batch returns the first answer."""
-        with self.store.use(session_id) as rec:
-            if idempotency_key is None:
-                return self._ingest(rec, batch)
-            earlier = rec.idempotency.begin(idempotency_key, fingerprint)
-            if earlier is not None:
+        """Add one batch. With an idempotency key, a retry of an ingested batch returns the first answer (a retry
+        that arrives while the first attempt runs reads the batch too; only one of them is applied)."""
+        with self.store.use(session_id) as handle:
+            if idempotency_key is not None and (earlier := handle.replay(idempotency_key, fingerprint)) is not None:
                 return earlier
-            try:
-                ack = self._ingest(rec, batch)
-            except BaseException:
-                rec.idempotency.abandon(idempotency_key)
-                raise
-            rec.idempotency.finish(idempotency_key, ack)
-            return ack
-
-    def _ingest(self, rec: SessionRecord, batch: ObservationBatch) -> IngestAck:
-        prepared = prepare(batch, self.settings.max_line_bytes)
-        self._make_room()
-        trial = self._trial(rec, prepared)
-        state = trial.export_state()
-        _check_writable(state)
-        if state.dropped_keys:
-            raise ServiceError(413, "batch_event_limit",
-                               f"this batch alone holds more than {self.engine.params.max_event_keys} distinct "
-                               "events; send it in smaller batches")
-        per_event = event_bytes(state)
-        with rec.work:
-            rec.check_room(prepared.count, prepared.nbytes, self.store.limits)
-            before = rec.engine.event_keys()
-            rec.engine.merge_state(state)
-            _commit_reader_state(trial, rec.engine)
-            rec.retained += round(per_event * (rec.engine.event_keys() - before)) + _new_stream_bytes(rec, state)
-            ack = rec.add_batch(prepared.count, prepared.nbytes, prepared.truncated_lines)
-        self.metrics.ingested(prepared.format, prepared.count, prepared.nbytes, prepared.truncated_lines)
+            prepared = prepare(batch, self.settings.max_line_bytes)
+            counts = BatchCounts(prepared.count, prepared.nbytes, prepared.truncated_lines)
+            self._make_room()
+            for _ in range(_STALE_READS):
+                with handle.base() as (base, position):
+                    trial = self._trial(handle, base, prepared)
+                state = trial.export_state()
+                _check_writable(state)
+                if state.dropped_keys:
+                    raise ServiceError(413, "batch_event_limit",
+                                       f"this batch alone holds more than {self.engine.params.max_event_keys} "
+                                       "distinct events, more than one session keeps; nothing of it was taken: send "
+                                       "it in smaller batches")
+                try:
+                    ack = handle.append(state, counts, idempotency_key, fingerprint, position)
+                    break
+                except StaleBase:
+                    continue  # another batch of the session was applied meanwhile: read this one against it
+            else:
+                raise ServiceError(503, "session_contended",
+                                   f"other batches of this session were applied while this one was read, "
+                                   f"{_STALE_READS} times; nothing of it was taken: retry it",
+                                   headers={"Retry-After": "1"})
+        if not ack.replayed:
+            self.metrics.ingested(prepared.format, prepared.count, prepared.nbytes, prepared.truncated_lines)
         return ack
 
-    def _trial(self, rec: SessionRecord, prepared: PreparedBatch) -> Session:
+    def _trial(self, handle: SessionHandle, base: Session, prepared: PreparedBatch) -> Session:
         """The batch read into a session of its own (the real one untouched); 422 when the engine fails on it."""
-        trial = self.engine.session(rec.context)
-        _fork_reader_state(rec.engine, trial)
+        trial = self.engine.session(handle.context)
+        trial.fork(base)
         try:
             prepared.apply(trial)
         except Exception as exc:
-            log.error("a batch the engine could not read was refused", exc_info=exc, extra={"session_id": rec.id})
+            log.error("a batch the engine could not read was refused", exc_info=exc,
+                      extra={"session_id": handle.id})
             raise ServiceError(422, "unreadable_batch",
                                f"the engine could not read this batch ({exc.__class__.__name__}: {exc}); nothing "
                                "of it was taken") from None
@@ -154,36 +149,37 @@ class AttributionService:
 
     def attribute_json(self, session_id: str) -> tuple[AttributeResponse, bytes]:
         """`attribute()`, with the result's JSON (written once: the v2 route sends these bytes)."""
-        with self.store.use(session_id) as rec, rec.work:
-            return self._attribute(rec)
+        with self.store.use(session_id) as handle, handle.merged() as (session, computed_from):
+            return self._attribute(handle, session, computed_from)
 
     def current_result(self, session_id: str) -> AttributeResponse:
         """The last result if no evidence arrived since it was computed, else a new one (v1 semantics)."""
-        with self.store.use(session_id) as rec, rec.work:
-            last = rec.last_result
-            if last is not None and last.computed_from == rec.computed_from():
+        with self.store.use(session_id) as handle, handle.merged() as (session, computed_from):
+            last = handle.last_result()
+            if last is not None and last.computed_from == computed_from:
                 return last
-            return self._attribute(rec)[0]
+            return self._attribute(handle, session, computed_from)[0]
 
-    def _attribute(self, rec: SessionRecord) -> tuple[AttributeResponse, bytes]:
+    def _attribute(self, handle: SessionHandle, session: Session,
+                   computed_from: ComputedFrom) -> tuple[AttributeResponse, bytes]:
         """A new result and its JSON, the result kept as the session's last one. A result the engine cannot
         compute or that cannot be written as JSON is refused (422) and not kept: the session stays readable."""
         started = time.perf_counter()
         try:
-            result = rec.engine.attribute()
-            # model_construct: the result is the engine's validated model; validating it again is one long call
-            # holding the interpreter lock (tens of ms at 10,000 nodes) while the event loop waits.
-            response = AttributeResponse.model_construct(session_id=rec.id, revision=rec.revision + 1,
-                                                         computed_from=rec.computed_from(), result=result)
-            body = response.model_dump_json().encode()
+            result = session.attribute()
+            result_json = result.model_dump_json().encode()
         except Exception as exc:
-            log.error("attribution failed", exc_info=exc, extra={"session_id": rec.id})
+            log.error("attribution failed", exc_info=exc, extra={"session_id": handle.id})
             raise ServiceError(422, "unattributable_evidence",
                                f"the engine could not attribute this session's evidence ({exc.__class__.__name__}: "
                                f"{exc}); its earlier results are kept") from None
+        # model_construct: the result is the engine's validated model; validating it again is one long call
+        # holding the interpreter lock (tens of ms at 10,000 nodes) while the event loop waits.
+        response = AttributeResponse.model_construct(session_id=handle.id, revision=handle.new_revision(),
+                                                     computed_from=computed_from, result=result)
+        body = response_json(response, result_json)
         self.metrics.attributed(result, time.perf_counter() - started)
-        rec.revision += 1
-        rec.keep_result(response, len(body) * RESULT_JSON_FACTOR)
+        handle.keep_result(response, body)
         return response, body
 
     # -- catalog -----------------------------------------------------------------------------------------------
@@ -213,21 +209,21 @@ def _check_writable(state: IngestState) -> None:
                                                     "nothing of it was taken") from None
 
 
-def _new_stream_bytes(rec: SessionRecord, state: IngestState) -> int:
-    """Bytes of the stream counters `state` adds to the session (streams it did not hold yet), now noted as held."""
-    added = 0
-    for key, _observations, _nbytes, origins in state.stats:
-        if key not in rec.streams:
-            rec.streams.add(key)
-            added += stream_bytes(key, origins)
-    return added
+def response_json(response: AttributeResponse, result_json: bytes) -> bytes:
+    """`response.model_dump_json()`, its result already written as `result_json` (written once, checked before
+    the response took a revision)."""
+    head = pydantic_core.to_json({"session_id": response.session_id, "revision": response.revision,
+                                  "computed_from": response.computed_from})
+    return head[:-1] + b',"result":' + result_json + b"}"
 
 
-def _fork_reader_state(session: Session, trial: Session) -> None:
-    """Give the trial session the real one's memory of streams already reported out of time order (each is
-    reported once per session), as a copy: a batch that fails must not change it."""
-    trial.reader._out_of_order = set(session.reader._out_of_order)
+def _open_store(engine: Engine, settings: Settings, on_remove: Callable[[str], None]) -> SessionStore:
+    """The store `settings.store` names: in memory (the default) or Redis (the `redis` extra)."""
+    limits = StoreLimits(max_sessions=settings.max_sessions, ttl_s=settings.session_ttl_s,
+                         min_idle_s=settings.session_min_idle_s, max_observations=settings.max_session_observations,
+                         max_bytes=settings.max_session_bytes, idempotency_keys=settings.idempotency_keys)
+    if not settings.store or settings.store == "memory":
+        return MemorySessionStore(engine, limits, on_remove)
+    from firstfault.service.redis_store import RedisSessionStore
 
-
-def _commit_reader_state(trial: Session, session: Session) -> None:
-    session.reader._out_of_order |= trial.reader._out_of_order
+    return RedisSessionStore(settings.store, engine, limits, settings.memory_budget_bytes, on_remove)

@@ -65,3 +65,14 @@ def event_bytes(state: IngestState) -> float:
 def stream_bytes(key: tuple[str, str], origins: list[str]) -> int:
     """Bytes one stream's counters hold in a session (its key, counts and first origins)."""
     return deep_size((key, origins)) + _DICT_ENTRY_BYTES
+
+
+def batch_bytes(state: IngestState, new_events: int, streams: set[tuple[str, str]]) -> int:
+    """Bytes a batch's `state` adds to a session that took `new_events` new coalesced events from it and held
+    counters for `streams` (those it adds are noted there as held)."""
+    added = round(event_bytes(state) * new_events)
+    for key, _observations, _nbytes, origins in state.stats:
+        if key not in streams:
+            streams.add(key)
+            added += stream_bytes(key, origins)
+    return added

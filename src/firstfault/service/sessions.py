@@ -1,7 +1,9 @@
-"""In-memory session store: TTL, a cap on live sessions with eviction of the oldest idle one, per-session caps,
-and idempotent batch acknowledgement.
+"""The in-memory session store (the default): TTL, a cap on live sessions with eviction of the oldest idle one,
+per-session caps, and idempotent batch acknowledgement.
 
-All state of a session lives in the process that created it (docs/service.md, "What state lives where").
+All state of a session lives in the process that created it (docs/service.md, "What state lives where"); each
+batch's state is merged into the session as it is applied. `serve --store redis://...` shares sessions between
+replicas instead (service/redis_store.py).
 """
 
 from __future__ import annotations
@@ -15,84 +17,52 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from firstfault.engine.engine import Engine
+from firstfault.engine.ingest import InexactMerge, IngestState
 from firstfault.engine.model import ExecutionContext
 from firstfault.engine.session import Session
-from firstfault.errors import ServiceError, SessionNotFound
-from firstfault.service.schemas import AttributeResponse, ComputedFrom, IngestAck
+from firstfault.errors import SessionNotFound
+from firstfault.service.memory import RESULT_JSON_FACTOR, batch_bytes
+from firstfault.service.schemas import AttributeResponse, ComputedFrom, IngestAck, SessionState
+from firstfault.service.store import (
+    BatchCounts,
+    SessionHandle,
+    SessionStore,
+    StaleBase,
+    StoreLimits,
+    check_room,
+    idempotency_conflict,
+    too_many_sessions,
+)
 
 _TOMBSTONES = 10_000
-_IDEMPOTENCY_WAIT_S = 120.0
-
-
-@dataclass(frozen=True)
-class StoreLimits:
-    max_sessions: int
-    ttl_s: float
-    min_idle_s: float
-    max_observations: int
-    max_bytes: int
-    idempotency_keys: int
-
-
-@dataclass
-class _KeyEntry:
-    fingerprint: str
-    done: threading.Event = field(default_factory=threading.Event)
-    ack: IngestAck | None = None
 
 
 class IdempotencyCache:
-    """Remembers the acknowledgement of each Idempotency-Key so a retry is answered without re-ingesting.
-
-    A retry that arrives while the first attempt is still running waits for it; if that attempt fails, the
-    key is released and the retry runs the batch itself.
-    """
+    """Remembers the acknowledgement of each Idempotency-Key so a retry is answered without re-ingesting (the
+    oldest key forgotten first past `capacity`). Not thread-safe: its session's `work` lock guards it."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[str, _KeyEntry] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[str, IngestAck]] = OrderedDict()
 
-    def begin(self, key: str, fingerprint: str) -> IngestAck | None:
-        """None: the caller owns the key and must `finish()` or `abandon()` it. Otherwise the earlier answer."""
-        deadline = time.monotonic() + _IDEMPOTENCY_WAIT_S
-        while True:
-            with self._lock:
-                entry = self._entries.get(key)
-                if entry is None:
-                    self._entries[key] = _KeyEntry(fingerprint)
-                    self._trim()
-                    return None
-                if entry.fingerprint != fingerprint:
-                    raise ServiceError(409, "idempotency_key_reused",
-                                       f"Idempotency-Key {key!r} was already used for a different batch")
-                if entry.ack is not None:
-                    return entry.ack.model_copy(update={"replayed": True})
-            if not entry.done.wait(max(0.0, deadline - time.monotonic())):
-                raise ServiceError(409, "idempotency_key_in_progress",
-                                   f"a batch with Idempotency-Key {key!r} is still being ingested; retry later")
+    def get(self, key: str, fingerprint: str) -> IngestAck | None:
+        """The earlier answer for `key` (409 when it was used for another body), else None."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] != fingerprint:
+            raise idempotency_conflict(key)
+        return entry[1].model_copy(update={"replayed": True})
 
-    def finish(self, key: str, ack: IngestAck) -> None:
-        with self._lock:
-            entry = self._entries[key]
-            entry.ack = ack
-        entry.done.set()
-
-    def abandon(self, key: str) -> None:
-        with self._lock:
-            entry = self._entries.pop(key)
-        entry.done.set()
-
-    def _trim(self) -> None:
+    def put(self, key: str, fingerprint: str, ack: IngestAck) -> None:
+        self._entries[key] = (fingerprint, ack)
         while len(self._entries) > self._capacity:
-            oldest = next(iter(self._entries))
-            if self._entries[oldest].ack is None:  # never forget a key whose batch is still running
-                break
-            del self._entries[oldest]
+            self._entries.popitem(last=False)
 
 
 @dataclass
-class SessionRecord:
+class SessionRecord(SessionHandle):
     """One live session: the engine session plus counters, the last result and idempotency memory."""
 
     id: str
@@ -102,12 +72,13 @@ class SessionRecord:
     created_at: datetime
     last_activity: datetime
     last_seen: float  # monotonic clock
+    limits: StoreLimits
     observations: int = 0
-    bytes: int = 0
+    byte_count: int = 0
     batches: int = 0
     truncated_lines: int = 0
     revision: int = 0
-    last_result: AttributeResponse | None = None
+    last: AttributeResponse | None = None
     in_flight: int = 0
     # Estimated bytes this session holds (service/memory.py): context, events, stream counters, last result.
     retained: int = 0
@@ -118,36 +89,72 @@ class SessionRecord:
     work: threading.Lock = field(default_factory=threading.Lock)
 
     def computed_from(self) -> ComputedFrom:
-        return ComputedFrom(observations=self.observations, bytes=self.bytes, batches=self.batches)
+        return ComputedFrom(observations=self.observations, bytes=self.byte_count, batches=self.batches)
 
-    def check_room(self, count: int, nbytes: int, limits: StoreLimits) -> None:
-        if self.observations + count > limits.max_observations:
-            raise ServiceError(413, "session_observation_limit",
-                               f"this batch of {count} observations would take the session past its cap of "
-                               f"{limits.max_observations} (it holds {self.observations})")
-        if self.bytes + nbytes > limits.max_bytes:
-            raise ServiceError(413, "session_byte_limit",
-                               f"this batch of {nbytes} bytes would take the session past its cap of "
-                               f"{limits.max_bytes} bytes (it holds {self.bytes})")
+    def replay(self, key: str, fingerprint: str) -> IngestAck | None:
+        with self.work:
+            return self.idempotency.get(key, fingerprint)
 
-    def keep_result(self, response: AttributeResponse, nbytes: int) -> None:
+    @contextmanager
+    def base(self) -> Iterator[tuple[Session, int]]:
+        yield self.engine, self.batches
+
+    def append(self, state: IngestState, counts: BatchCounts, key: str | None, fingerprint: str,
+               position: int) -> IngestAck:
+        with self.work:
+            if key is not None and (earlier := self.idempotency.get(key, fingerprint)) is not None:
+                return earlier
+            check_room(self.computed_from(), counts, self.limits)
+            before = self.engine.event_keys()
+            try:
+                self.engine.merge_state(state)
+            except InexactMerge:
+                raise StaleBase("the session reported streams of this batch meanwhile") from None
+            self.retained += batch_bytes(state, self.engine.event_keys() - before, self.streams)
+            ack = self.add_batch(counts)
+            if key is not None:
+                self.idempotency.put(key, fingerprint, ack)
+            return ack
+
+    @contextmanager
+    def merged(self) -> Iterator[tuple[Session, ComputedFrom]]:
+        with self.work:
+            yield self.engine, self.computed_from()
+
+    def new_revision(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def keep_result(self, response: AttributeResponse, body: bytes) -> None:
+        nbytes = len(body) * RESULT_JSON_FACTOR
         self.retained += nbytes - self.result_bytes
-        self.last_result, self.result_bytes = response, nbytes
+        self.last, self.result_bytes = response, nbytes
 
-    def add_batch(self, count: int, nbytes: int, truncated: int) -> IngestAck:
-        self.observations += count
-        self.bytes += nbytes
+    def last_result(self) -> AttributeResponse | None:
+        return self.last
+
+    def describe(self) -> SessionState:
+        last = self.last.result if self.last else None
+        return SessionState(session_id=self.id, context=self.context, created_at=self.created_at,
+                            last_activity=self.last_activity, observations=self.observations, bytes=self.byte_count,
+                            batches=self.batches, revision=self.revision, last_result=last,
+                            truncated_lines=self.truncated_lines)
+
+    def add_batch(self, counts: BatchCounts) -> IngestAck:
+        self.observations += counts.observations
+        self.byte_count += counts.nbytes
         self.batches += 1
-        self.truncated_lines += truncated
-        return IngestAck(accepted=count, observations_total=self.observations, bytes_total=self.bytes,
-                         truncated_lines=truncated, replayed=False, batch=self.batches)
+        self.truncated_lines += counts.truncated_lines
+        return IngestAck(accepted=counts.observations, observations_total=self.observations, bytes_total=self.byte_count,
+                         truncated_lines=counts.truncated_lines, replayed=False, batch=self.batches)
 
 
-class SessionStore:
-    """Live sessions by id, with expiry and capacity eviction. Thread-safe."""
+class MemorySessionStore(SessionStore):
+    """Live sessions of this process by id, with expiry and capacity eviction. Thread-safe."""
 
-    def __init__(self, limits: StoreLimits, on_remove: Callable[[str], None] | None = None,
+    def __init__(self, engine: Engine, limits: StoreLimits, on_remove: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
         self.limits = limits
         self._on_remove = on_remove or (lambda reason: None)
         self._clock = clock
@@ -158,38 +165,32 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, context: ExecutionContext, engine_session: Session) -> SessionRecord:
+    def create(self, context: ExecutionContext, context_bytes: int) -> str:
         now = datetime.now(UTC)
-        record = SessionRecord(id=uuid.uuid4().hex, context=context, engine=engine_session,
+        record = SessionRecord(id=uuid.uuid4().hex, context=context, engine=self.engine.session(context),
                                idempotency=IdempotencyCache(self.limits.idempotency_keys), created_at=now,
-                               last_activity=now, last_seen=self._clock())
+                               last_activity=now, last_seen=self._clock(), limits=self.limits,
+                               retained=context_bytes)
         with self._lock:
             self._expire_locked()
             if len(self._sessions) >= self.limits.max_sessions:
                 victim = self._eviction_candidate()
                 if victim is None:
-                    raise ServiceError(429, "too_many_sessions",
-                                       f"{len(self._sessions)} sessions are live and all were used in the last "
-                                       f"{self.limits.min_idle_s:g} s; retry later or delete finished sessions",
-                                       headers={"Retry-After": str(max(1, int(self.limits.min_idle_s)))})
+                    raise too_many_sessions(len(self._sessions), self.limits)
                 self._remove_locked(victim, "evicted")
             self._sessions[record.id] = record
-        return record
+        return record.id
 
     def event_keys(self) -> int:
-        """Coalesced events held by every live session (the memory budget's measure)."""
         with self._lock:
             records = list(self._sessions.values())
         return sum(r.engine.event_keys() for r in records)
 
     def retained_bytes(self) -> int:
-        """Estimated bytes held by every live session (the memory budget's measure)."""
         with self._lock:
             return sum(r.retained for r in self._sessions.values())
 
     def make_room(self, budget: int) -> bool:
-        """Evict idle sessions, the longest idle first (never one in use or used within `min_idle_s`), until the
-        live sessions hold less than `budget` bytes. False when that cannot be done."""
         while self.retained_bytes() >= budget:
             with self._lock:
                 victim = self._eviction_candidate()
@@ -199,7 +200,6 @@ class SessionStore:
         return True
 
     def has_budget(self, budget: int) -> bool:
-        """The live sessions hold less than `budget` bytes, or one of them is idle enough to evict."""
         if self.retained_bytes() < budget:
             return True
         with self._lock:
@@ -209,9 +209,11 @@ class SessionStore:
         with self._lock:
             return len(self._sessions) < self.limits.max_sessions or self._eviction_candidate() is not None
 
+    def close(self) -> None:
+        """Nothing to release: the sessions go with the process."""
+
     @contextmanager
     def use(self, session_id: str) -> Iterator[SessionRecord]:
-        """The live session, marked in use (never expired nor evicted) for the duration of the block."""
         with self._lock:
             self._expire_locked()
             record = self._sessions.get(session_id)
@@ -233,7 +235,6 @@ class SessionStore:
             self._remove_locked(session_id, "deleted")
 
     def expire(self) -> int:
-        """Remove sessions idle for longer than the TTL; returns how many."""
         with self._lock:
             return self._expire_locked()
 

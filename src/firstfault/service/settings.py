@@ -43,6 +43,9 @@ class Settings:
     max_inflight_bytes: int = 96 * MIB
     # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped.
     max_line_bytes: int = WIRE_MAX_LINE_BYTES
+    # Where sessions live: "" or "memory" (this process, the default), or a Redis URL (redis://host:port/db,
+    # rediss://..., unix:///path.sock; the `redis` extra) shared by every replica behind one load balancer.
+    store: str = ""
     # Per-session caps: a batch that would cross one is refused whole (413).
     max_session_observations: int = 20_000_000
     max_session_bytes: int = 4096 * MIB
@@ -99,6 +102,9 @@ class Settings:
             raise ValueError("durations cannot be negative")
         if self.max_line_bytes < 64:
             raise ValueError(f"{ENV_PREFIX}MAX_LINE_BYTES must be at least 64")
+        if self.store not in ("", "memory") and not self.store.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{ENV_PREFIX}STORE must be memory or a Redis URL (redis://host:port/db, rediss://..., "
+                             f"unix:///path.sock), not {self.store!r}")
         if self.otel_exporter not in ("", "console", "otlp"):
             raise ValueError(f"{ENV_PREFIX}OTEL_EXPORTER must be console or otlp")
         if self.max_inflight_bytes < self.max_request_bytes:

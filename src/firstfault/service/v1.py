@@ -200,7 +200,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     async def create_attributor(body: Annotated[V1CreateAttributor, Body()], request: Request) -> V1Created:
         """Open an attributor (a session) for one workload."""
         context = to_context(await strict_body(request, CREATE))
-        return V1Created(attributor_id=service.create_session(context).id)
+        return V1Created(attributor_id=service.create_session(context))
 
     @api.post("/attributor/{session_id}/observation", response_model=V1ObservationAck,
               responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), dependencies=auth)

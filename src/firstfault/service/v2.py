@@ -39,8 +39,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     async def create_session(context: Annotated[ContextBody, Body()], request: Request) -> SessionCreated:
         """Open a session for one workload attempt (body: an ExecutionContext)."""
         body = await strict_body(request, CONTEXT)
-        record = service.create_session(body)
-        return SessionCreated(session_id=record.id, revision=0)
+        return SessionCreated(session_id=service.create_session(body), revision=0)
 
     @api.post("/sessions/{session_id}/observations", status_code=202, response_model=IngestAck,
               responses=error_responses(400, 401, 404, 409, 413, 415, 422, 503), dependencies=auth)

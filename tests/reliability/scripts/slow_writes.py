@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from firstfault.blueprint.outputs import sqlite as out
+from firstfault.blueprint import resultsdb as out
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.cli import main as cli
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("marker", help="a file to append `inside` to at each write")
     parser.add_argument("blueprint_args", nargs=argparse.REMAINDER, help="the arguments of `firstfault blueprint`")
     args = parser.parse_args(argv)
-    original = out._run_nodes
+    original = out.run_nodes
     marker = os.open(args.marker, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def slow(result: AttributionBlueprintResult) -> set[tuple[str, str]]:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(HOLD_S)
         return original(result)
 
-    out._run_nodes = slow
+    out.run_nodes = slow
     return cli(["blueprint", "--no-progress", *args.blueprint_args])
 
 

@@ -1,4 +1,4 @@
-"""Slurm: finished jobs from accounting (`sacct`), their output paths from `scontrol show job -o`.
+"""Slurm: finished jobs from accounting (`sacct`), with the files their stdout and stderr went to.
 
     --connector context slurm since 2h                       finished in the last two hours (every user)
     --connector context slurm jobs 4512345,4512346           these jobs, whenever they ran
@@ -10,6 +10,11 @@ codes wrongly (0 for a batch script that exited 3), so with that layout they com
 `scontrol` instead. `format text` uses `sacct -P` only. Node lists are expanded (`gpu[01-04,07]`); an array task
 is `123_4`; the components of a heterogeneous job (`123+0`, `123+1`) form one workload; each requeued run
 (`sacct -D`) is an attempt of its own.
+
+A batch job's output paths come from its `--output`/`--error` patterns (contexts/slurm_output.py): sacct's own
+where it records them (24.05 and later), else what slurmctld holds until `MinJobAge` after the end (`squeue`),
+kept in the results database by every pass so a later one finds them. A path that cannot be had is named per
+attempt in `Discovery.unresolved`. The batch host is the batch step's node in accounting.
 """
 
 from __future__ import annotations
@@ -21,22 +26,42 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import hostlist
 
 from firstfault.blueprint.base import Discovery
 from firstfault.blueprint.config import ConnectorSpec
+from firstfault.blueprint.contexts.slurm_output import (
+    NEW_EXPANSION,
+    SACCT_PATTERNS,
+    SEP,
+    Index,
+    LiveJob,
+    OutputStore,
+    PatternJob,
+    Version,
+    expand,
+    index,
+    local_time,
+    match,
+    parse_squeue,
+    parse_version,
+    squeue_format,
+)
 from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.engine import ExecutionContext
-from firstfault.errors import SlurmError
+from firstfault.errors import FirstfaultError, SlurmError
 from firstfault.timeinput import parse_time
 
 FINISHED = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                       "BOOT_FAIL", "DEADLINE", "REQUEUED", "REVOKED", "SPECIAL_EXIT"})
 TEXT_FIELDS = ("JobID", "JobIDRaw", "JobName", "User", "Partition", "State", "ExitCode", "DerivedExitCode",
-               "Start", "End", "NodeList", "Reason", "WorkDir", "Cluster")
+               "Start", "End", "NodeList", "Reason", "WorkDir", "Cluster", "Submit")
+PATTERN_FIELDS = ("StdOut", "StdErr")   # sacct 24.05 and later
 _SCONTROL_KEY = re.compile(r"\s(?=[A-Za-z][\w:/]*=)")
+_HOST_FIELD = re.compile(r"%\d*N")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -59,9 +84,20 @@ class JobRecord:
     end: datetime | None = None
     nodes: list[str] = field(default_factory=list)
     work_dir: str = ""
-    stdout: str = ""
+    stdout: str = ""            # the files (expanded), "" when not known or none
     stderr: str = ""
     het_job_id: str = ""
+    submit: datetime | None = None
+    array_job_id: str = ""      # "" unless an array task
+    array_task_id: str = ""
+    stdout_pattern: str | None = None   # as submitted; None: accounting has no such field
+    stderr_pattern: str | None = None
+    batch: bool | None = None   # a batch job (None: not known)
+    batch_host: str = ""
+
+    @property
+    def started(self) -> bool:
+        return self.start is not None and bool(self.nodes)
 
     @property
     def finished(self) -> bool:
@@ -84,13 +120,6 @@ def base_state(text: str) -> str:
     return text.split()[0] if text.split() else ""
 
 
-def _text_time(text: str) -> datetime | None:
-    """sacct prints local times without a zone."""
-    if text in ("", "Unknown", "None"):
-        return None
-    return datetime.fromisoformat(text).astimezone(timezone.utc)
-
-
 def _epoch(value: Any) -> datetime | None:
     number = _number(value)
     return _EPOCH + timedelta(seconds=number) if number else None
@@ -110,27 +139,30 @@ def _skip(problems: list[str] | None, message: str) -> None:
     problems.append(message)
 
 
-def parse_sacct_text(text: str, problems: list[str] | None = None) -> list[JobRecord]:
-    """Rows of `sacct -X -D -P -n -o <TEXT_FIELDS>`. A row that cannot be read is a SlurmError, or, given a
-    `problems` list, is skipped and described there."""
+def parse_sacct_text(text: str, problems: list[str] | None = None,
+                     fields: tuple[str, ...] = TEXT_FIELDS) -> list[JobRecord]:
+    """Rows of `sacct -X -D -P -n --delimiter=<SEP> -o <fields>` (TEXT_FIELDS, and PATTERN_FIELDS where sacct has
+    them). A row that cannot be read is a SlurmError, or, given a `problems` list, is skipped and described there."""
     records = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        cols = line.split("|")
-        if len(cols) != len(TEXT_FIELDS):
-            _skip(problems, f"sacct -P: expected {len(TEXT_FIELDS)} fields, got {len(cols)}: {line[:200]!r}")
+        cols = line.split(SEP)
+        if len(cols) != len(fields):
+            _skip(problems, f"sacct -P: expected {len(fields)} fields, got {len(cols)}: {line[:200]!r}")
             continue
-        row = dict(zip(TEXT_FIELDS, cols, strict=True))
+        row = dict(zip(fields, cols, strict=True))
         het = row["JobID"].split("+", 1)[0] if "+" in row["JobID"] else ""
+        array, _, task = row["JobID"].partition("_")
         try:
             records.append(JobRecord(
                 job_id=row["JobID"], raw_id=row["JobIDRaw"], name=row["JobName"], user=row["User"],
                 partition=row["Partition"], cluster=row["Cluster"], state=base_state(row["State"]),
                 state_raw=row["State"], reason=row["Reason"], exit_code=row["ExitCode"],
-                derived_exit_code=row["DerivedExitCode"], start=_text_time(row["Start"]),
-                end=_text_time(row["End"]), nodes=expand_nodes(row["NodeList"]), work_dir=row["WorkDir"],
-                het_job_id=het))
+                derived_exit_code=row["DerivedExitCode"], start=local_time(row["Start"]),
+                end=local_time(row["End"]), nodes=expand_nodes(row["NodeList"]), work_dir=row["WorkDir"],
+                het_job_id=het, submit=local_time(row["Submit"]), array_job_id=array if task else "",
+                array_task_id=task, stdout_pattern=row.get("StdOut"), stderr_pattern=row.get("StdErr")))
         except (SlurmError, ValueError, OverflowError) as exc:
             _skip(problems, f"sacct -P: job {row['JobID'][:100]!r}: {exc}")
     return records
@@ -155,6 +187,18 @@ def _json_job_id(job: dict[str, Any]) -> tuple[str, str]:
     if _number(het.get("job_id")) and offset is not None:
         return f"{_number(het['job_id'])}+{offset}", str(_number(het["job_id"]))
     return raw, ""
+
+
+def _json_batch_step(job: dict[str, Any]) -> tuple[bool | None, str]:
+    """(is a batch job, the node of its batch step) from the job's steps; (None, "") when it has none."""
+    steps = job.get("steps") or []
+    if not isinstance(steps, list) or not steps:
+        return None, ""
+    for step in steps:
+        info = step.get("step") or {}
+        if info.get("name") == "batch" or str(info.get("id", "")).endswith("batch"):
+            return True, _text((step.get("nodes") or {}).get("range"))
+    return False, ""
 
 
 def parse_sacct_json(doc: Any, problems: list[str] | None = None) -> tuple[list[JobRecord], bool]:
@@ -187,6 +231,8 @@ def _json_record(job: dict[str, Any]) -> tuple[JobRecord, bool]:
     job_id, het = _json_job_id(job)
     main = next((f for f in flags if f in FINISHED), flags[0] if flags else "")
     times = job.get("time") or {}
+    array, _, task = job_id.partition("_")
+    batch, batch_host = _json_batch_step(job)
     record = JobRecord(
         job_id=job_id, raw_id=str(job["job_id"]), name=_text(job.get("name")), user=_text(job.get("user")),
         partition=_text(job.get("partition")), cluster=_text(job.get("cluster")), state=main,
@@ -196,7 +242,9 @@ def _json_record(job: dict[str, Any]) -> tuple[JobRecord, bool]:
         start=_epoch(times.get("start")), end=_epoch(times.get("end")),
         nodes=expand_nodes(_text(job.get("nodes"))),
         work_dir=_text(job.get("working_directory")) or _text(job.get("current_working_directory")),
-        stdout=_text(job.get("stdout_expanded")), stderr=_text(job.get("stderr_expanded")), het_job_id=het)
+        het_job_id=het, submit=_epoch(times.get("submission")), array_job_id=array if task else "",
+        array_task_id=task, stdout_pattern=_text(job["stdout"]) if "stdout" in job else None,
+        stderr_pattern=_text(job["stderr"]) if "stderr" in job else None, batch=batch, batch_host=batch_host)
     return record, old_layout
 
 
@@ -209,15 +257,16 @@ def _text(value: Any) -> str:
     return value
 
 
-def parse_scontrol(text: str) -> dict[str, dict[str, str]]:
-    """`scontrol show job -o` lines as {JobId: {key: value}}."""
-    jobs: dict[str, dict[str, str]] = {}
+def parse_scontrol(text: str, key: str = "JobId") -> dict[str, dict[str, str]]:
+    """`scontrol show job|node -o` lines as {<key>: {field: value}}."""
+    items: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
-        if "JobId=" not in line:
+        if f"{key}=" not in line:
             continue
         fields = dict(part.split("=", 1) for part in _SCONTROL_KEY.split(line.strip()) if "=" in part)
-        jobs[fields["JobId"]] = fields
-    return jobs
+        if key in fields:
+            items[fields[key]] = fields
+    return items
 
 
 def _attempts(records: Iterable[JobRecord]) -> dict[str, list[JobRecord]]:
@@ -253,11 +302,11 @@ def merge_het(components: list[JobRecord]) -> JobRecord:
                    end=max(ends, default=None))
 
 
-def to_context(record: JobRecord, attempt: int, extra: dict[str, str]) -> ExecutionContext:
+def to_context(record: JobRecord, attempt: int) -> ExecutionContext:
     metadata = {"cluster": record.cluster, "user": record.user, "partition": record.partition, "job_id_raw": record.raw_id,
                 "state_raw": record.state_raw, "reason": record.reason, "work_dir": record.work_dir,
                 "stdout": record.stdout, "stderr": record.stderr, "derived_exit_code": record.derived_exit_code,
-                **extra}
+                "batch_host": record.batch_host}
     return ExecutionContext(
         workload_id=f"slurm:{record.cluster or 'default'}:{record.job_id}", attempt=attempt, scheduler="slurm",
         job_id=record.job_id, name=record.name, nodes=record.nodes, start_time=record.start, end_time=record.end,
@@ -278,8 +327,14 @@ class SlurmOptions(LabelOptions):
                          choices=["json", "text"])
     lookback: timedelta = option(timedelta(minutes=15), "in watch mode each pass starts this long before the "
                                                         "previous one (accounting lags)")
+    database: str | None = option(None, "the SQLite database that keeps the output paths of the jobs slurmctld "
+                                        "holds, for later passes (sacct before 24.05 has none)",
+                                  shown="the `output db sqlite` database, if one is declared")
+    keep_output_paths: timedelta = option(timedelta(days=30), "how long a job's output paths are kept in that "
+                                                              "database after a pass last saw it in slurmctld")
     sacct: str = option("sacct", "the command to run (e.g. a wrapper that adds `-M cluster`)")
-    scontrol: str = option("scontrol", "the command to run")
+    squeue: str = option("squeue", "the command to run (the output paths of the jobs slurmctld holds)")
+    scontrol: str = option("scontrol", "the command to run (`show node`: the host name `%N` stands for)")
     timeout: timedelta = option(timedelta(seconds=120), "per command")
 
 
@@ -298,13 +353,18 @@ class SlurmContexts:
         self.states = {s.upper() for s in options.states}
         self.format = options.format
         self.lookback = options.lookback
+        self.database = Path(options.database).expanduser() if options.database else None
+        self.keep_output_paths = options.keep_output_paths
         self.sacct = options.sacct
+        self.squeue = options.squeue
         self.scontrol = options.scontrol
         self.timeout = options.timeout.total_seconds()
         self._last_pass: datetime | None = None
+        self._sacct_version: Version | None = None
+        self.version: Version | None = None    # of the last pass's sacct (None: not known)
 
     # -- commands ---------------------------------------------------------------------------------------
-    def _run(self, argv: list[str]) -> str:
+    def run(self, argv: list[str]) -> str:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -327,9 +387,20 @@ class SlurmContexts:
             args += ["-r", ",".join(self.partitions)]
         return args
 
-    def _text_records(self, selection: list[str], problems: list[str] | None = None) -> list[JobRecord]:
-        out = self._run([self.sacct, "-X", "-P", "-n", "-o", ",".join(TEXT_FIELDS), *selection])
-        return parse_sacct_text(out, problems)
+    def _command_version(self) -> Version | None:
+        """`sacct --version`, asked once (None while it cannot be read)."""
+        if self._sacct_version is None:
+            try:
+                self._sacct_version = parse_version(self.run([self.sacct, "--version"]))
+            except SlurmError:
+                return None
+        return self._sacct_version
+
+    def _text_records(self, selection: list[str], version: Version | None,
+                      problems: list[str] | None = None) -> list[JobRecord]:
+        fields = TEXT_FIELDS + (PATTERN_FIELDS if version and version >= SACCT_PATTERNS else ())
+        out = self.run([self.sacct, "-X", "-P", "-n", f"--delimiter={SEP}", "-o", ",".join(fields), *selection])
+        return parse_sacct_text(out, problems, fields)
 
     def records(self, now: datetime | None = None, problems: list[str] | None = None) -> list[JobRecord]:
         """Accounting records of the selection; with a `problems` list, records that cannot be read are
@@ -337,44 +408,177 @@ class SlurmContexts:
         now = now or datetime.now(timezone.utc)
         selection = self._selection(now)
         if self.format == "text":
-            records = self._text_records(selection, problems)
+            self.version = self._command_version()
+            records = self._text_records(selection, self.version, problems)
+            self._batch_steps(records, problems)
         else:
             try:
-                doc = json.loads(self._run([self.sacct, "--json", *selection]))
+                doc = json.loads(self.run([self.sacct, "--json", *selection]))
             except (json.JSONDecodeError, RecursionError) as exc:
                 raise SlurmError(f"sacct --json: not JSON: {exc}") from None
             records, old_layout = parse_sacct_json(doc, problems)
+            self.version = _json_version(doc) or self._command_version()
             if old_layout:
-                _take_exit_codes(records, self._text_records(selection, []))
+                _take_exit_codes(records, self._text_records(selection, self.version, []))
         self._last_pass = now
         return records
 
-    def _scontrol_jobs(self) -> dict[str, dict[str, str]]:
-        """Jobs slurmctld still holds (MinJobAge): the expanded StdOut/StdErr paths, the batch host."""
+    def _batch_steps(self, records: list[JobRecord], problems: list[str] | None) -> None:
+        """`sacct -P` has no steps: which started jobs ran a batch script, and on which node (`<id>.batch`)."""
+        ids = sorted({r.raw_id for r in records if r.started})
+        if not ids:
+            return
         try:
-            return parse_scontrol(self._run([self.scontrol, "show", "job", "-o"]))
-        except SlurmError:
-            return {}
+            out = self.run([self.sacct, "-D", "-P", "-n", f"--delimiter={SEP}", "-o", "JobIDRaw,NodeList",
+                             "-j", ",".join(ids)])
+        except SlurmError as exc:
+            if problems is not None:
+                problems.append(f"the batch steps could not be read: {exc}")
+            return
+        hosts = {row[0].removesuffix(".batch"): row[1] for row in (line.split(SEP) for line in out.splitlines())
+                 if len(row) == 2 and row[0].endswith(".batch")}
+        for record in records:
+            if record.started:
+                record.batch, record.batch_host = record.raw_id in hosts, hosts.get(record.raw_id, "")
 
     # -- discovery --------------------------------------------------------------------------------------
     def discover(self) -> Discovery:
         found = Discovery()
-        records = [r for r in self.records(problems=found.problems)
+        now = datetime.now(timezone.utc)
+        records = [r for r in self.records(now, problems=found.problems)
                    if r.finished and (not self.states or r.state in self.states)]
-        live = self._scontrol_jobs()
-        for record in records:
-            _enrich(record, live.get(record.raw_id, {}))
         singles = [r for r in records if not r.het_job_id]
         merged = singles + [merge_het(group) for group in _het_runs(r for r in records if r.het_job_id)]
-        for job_id, runs in sorted(_attempts(merged).items()):
-            info = live.get(runs[-1].raw_id, {})
-            extra = {"batch_host": info.get("BatchHost", "") if info.get("BatchHost") != "(null)" else ""}
+        groups = dict(sorted(_attempts(merged).items()))
+        outputs = OutputPaths(self, found.problems, merged)
+        for job_id, runs in groups.items():
             for attempt, record in enumerate(runs):
+                why = outputs.resolve(record, attempt, runs)
                 try:
-                    found.contexts.append(to_context(record, attempt, extra))
+                    ctx = to_context(record, attempt)
                 except ValueError as exc:
                     found.problems.append(f"job {job_id}: {exc}")
+                    continue
+                found.contexts.append(ctx)
+                if why:
+                    found.unresolved[(ctx.workload_id, attempt)] = f"job {record.job_id} ({record.name}): {why}"
+        outputs.keep(now)
         return found
+
+
+class OutputPaths:
+    """One pass's resolution of output paths of `records`: from accounting, else from what slurmctld holds
+    (`squeue`, read once), else from what earlier passes kept in the database (read once)."""
+
+    def __init__(self, slurm: SlurmContexts, problems: list[str], records: list[JobRecord]) -> None:
+        self.slurm = slurm
+        self.problems = problems
+        self.version = slurm.version or (0, 0)
+        self.store = OutputStore(slurm.database, slurm.keep_output_paths) if slurm.database else None
+        self.wanting = [r for r in records if r.started and r.batch is not False and not r.stdout_pattern]
+        self._live: list[LiveJob] | None = None
+        self._live_index: Index | None = None
+        self._stored: Index | None = None
+        self._hosts: dict[str, str] | None = None
+
+    def resolve(self, record: JobRecord, attempt: int, runs: list[JobRecord]) -> str:
+        """Set the run's `stdout`, `stderr` (and `batch_host` when accounting lacks it); why they are not known
+        ("" when they are, or when the run has no output file: it never started, or was not a batch job)."""
+        if not record.started or record.batch is False:
+            return ""
+        patterns = (record.stdout_pattern, record.stderr_pattern or "") if record.stdout_pattern else None
+        if patterns is None:
+            seen = self._seen(record, {r.submit for r in runs if r.submit})
+            if seen is None:
+                return self._missing()
+            record.batch_host = record.batch_host or seen.batch_host
+            if not seen.batch:
+                return ""
+            patterns = (seen.stdout, seen.stderr)
+        job = PatternJob(job_id=record.raw_id, array_job_id=record.array_job_id, array_task_id=record.array_task_id,
+                         user=record.user, name=record.name, work_dir=record.work_dir,
+                         host=self._host(record, patterns), restart_count=attempt)
+        try:
+            record.stdout = expand(patterns[0], job, self.version)
+            record.stderr = expand(patterns[1], job, self.version) if patterns[1] else record.stdout
+        except SlurmError as exc:
+            return f"its output path cannot be expanded: {exc}"
+        return ""
+
+    def _seen(self, record: JobRecord, submits: set[datetime]) -> LiveJob | None:
+        if self._live_index is None:
+            self._live_index = index(self.live())
+        found = match(self._live_index, record.raw_id, record.array_job_id, submits, record.user)
+        if found is None and self.store is not None:
+            found = match(self._stored_rows(), record.raw_id, record.array_job_id, submits, record.user)
+        return found
+
+    def live(self) -> list[LiveJob]:
+        """The jobs slurmctld holds (read once a pass); a failure is a problem of the pass."""
+        if self._live is None:
+            self._live = []
+            try:
+                self._live = parse_squeue(self.slurm.run(
+                    [self.slurm.squeue, "--all", "--states=all", "-h", "-O", squeue_format()]))
+            except SlurmError as exc:
+                self.problems.append(f"the output paths slurmctld holds could not be read: {exc}")
+        return self._live
+
+    def _stored_rows(self) -> Index:
+        """The rows kept for every record that needs them, read at once."""
+        assert self.store is not None
+        if self._stored is None:
+            self._stored = {}
+            try:
+                self._stored = index(self.store.find(
+                    {i for r in self.wanting for i in (r.raw_id, r.array_job_id) if i}))
+            except FirstfaultError as exc:
+                self.problems.append(f"the output paths kept in {self.store.path} could not be read: {exc}")
+        return self._stored
+
+    def keep(self, now: datetime) -> None:
+        """Keep what slurmctld holds for later passes, where sacct does not record output paths."""
+        if self.store is None or self.version >= SACCT_PATTERNS:
+            return
+        try:
+            self.store.save(self.live(), now)
+        except FirstfaultError as exc:
+            self.problems.append(f"the output paths could not be kept in {self.store.path}: {exc}")
+
+    def _missing(self) -> str:
+        if self.version >= SACCT_PATTERNS:
+            why = "sacct recorded no output path (AccountingStoreFlags=no_stdio?)"
+        else:
+            why = "sacct records no output paths before Slurm 24.05"
+        why += " and slurmctld no longer holds the job (MinJobAge)"
+        if self.store is None:
+            return f"stdout path unknown: {why}; declare `output db sqlite` so that passes keep the paths they see"
+        return f"stdout path unknown: {why}, and no pass saw it while it did"
+
+    def _host(self, record: JobRecord, patterns: tuple[str, str]) -> str | None:
+        """What %N stands for: the batch node's name (25.11 and later) or its short host name (before)."""
+        if not record.batch_host or not any(_HOST_FIELD.search(p) for p in patterns):
+            return None
+        if self.version >= NEW_EXPANSION:
+            return record.batch_host
+        if self._hosts is None:
+            try:
+                nodes = parse_scontrol(self.slurm.run([self.slurm.scontrol, "show", "node", "-o"]), "NodeName")
+                self._hosts = {name: info.get("NodeHostName", "") for name, info in nodes.items()}
+            except SlurmError:
+                self._hosts = {}
+        host = self._hosts.get(record.batch_host, "")
+        return host.split(".", 1)[0] or None
+
+
+def _json_version(doc: dict[str, Any]) -> Version | None:
+    """The release in `sacct --json`'s meta (`Slurm` in 22.05, `slurm` later)."""
+    meta = doc.get("meta") or {}
+    version = (meta.get("slurm") or meta.get("Slurm") or {}).get("version") or {}
+    try:
+        return int(version["major"]), int(version["minor"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _take_exit_codes(records: list[JobRecord], text_records: list[JobRecord]) -> None:
@@ -386,20 +590,6 @@ def _take_exit_codes(records: list[JobRecord], text_records: list[JobRecord]) ->
         if key in codes:
             record.exit_code = codes[key]
             record.derived_exit_code = derived[key]
-
-
-def _enrich(record: JobRecord, info: dict[str, str]) -> None:
-    """Fill what only slurmctld knows (expanded output paths); its exit code is authoritative on 22.05."""
-    if not info:
-        return
-    record.stdout = record.stdout or _path(info.get("StdOut", ""))
-    record.stderr = record.stderr or _path(info.get("StdErr", ""))
-    if info.get("JobState") and base_state(info["JobState"]) == record.state and info.get("ExitCode"):
-        record.exit_code = info["ExitCode"]
-
-
-def _path(value: str) -> str:
-    return "" if value in ("", "(null)", "/dev/null") else value
 
 
 def _sacct_time(value: datetime) -> str:
