@@ -204,7 +204,7 @@ CREATE TABLE slurm_job_output (
     job_id        TEXT NOT NULL,
     submit_time   TEXT NOT NULL,
     array_job_id  TEXT NOT NULL,
-    user          TEXT NOT NULL,
+    user_name     TEXT NOT NULL,
     batch         INTEGER NOT NULL,
     batch_host    TEXT NOT NULL,
     stdout        TEXT NOT NULL,

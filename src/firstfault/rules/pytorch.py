@@ -114,10 +114,11 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: another rule explains this line")
 
 
-@refiner("CudaUnknownErrorOnOneGpu", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
-cudaErrorUnknown (999) is the driver's or device's own failure, so raised on one node while the others only wait
-on it, it is a GPU suspect on that node. Raised on several nodes it follows something shared (a fabric event, a
-driver update, the workload itself): not one GPU's fault, so it is demoted there.
+@refiner("CudaDeviceErrorOnOneNode", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
+cudaErrorUnknown (999) and a CUDA that cannot initialise or find a GPU are the driver's or device's own failure, so
+raised on one node while the others only wait on it, they are a GPU suspect on that node. Raised on several nodes
+they follow something shared (a fabric event, a driver update, the image, the workload itself): not one GPU's
+fault, so they are demoted there.
 """, cases=[
     RuleCase(title="one rank's GPU", evidence={
         "n2/applog": ["2025-01-01T00:10:00Z [rank6]: RuntimeError: CUDA error: unknown error"],
@@ -128,13 +129,14 @@ driver update, the workload itself): not one GPU's fault, so it is demoted there
         "n2/applog": ["2025-01-01T00:10:01Z [rank8]: RuntimeError: CUDA error: unknown error"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=["CUDA unknown error"])),
 ])
-def cuda_unknown_error_on_one_gpu(ws: Workspace) -> None:
-    raised = ws.active(prefix="CUDA unknown error")
-    nodes = sorted({s.node or "" for s in raised})
-    if len(nodes) < 2:
-        return
-    for s in raised:
-        ws.demote(s, f"CUDA unknown error on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")
+def cuda_device_error_on_one_node(ws: Workspace) -> None:
+    for name in ("CUDA unknown error", "GPU could not be initialised"):
+        raised = ws.active(prefix=name)
+        nodes = sorted({s.node or "" for s in raised})
+        if len(nodes) < 2:
+            continue
+        for s in raised:
+            ws.demote(s, f"{name} on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")
 
 
 

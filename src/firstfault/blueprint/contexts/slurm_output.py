@@ -242,7 +242,7 @@ class OutputStore:
                 db.executemany(
                     """INSERT INTO slurm_job_output VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                        ON CONFLICT (job_id, submit_time) DO UPDATE SET array_job_id = excluded.array_job_id,
-                           user = excluded.user, batch = excluded.batch, batch_host = excluded.batch_host,
+                           user_name = excluded.user_name, batch = excluded.batch, batch_host = excluded.batch_host,
                            stdout = excluded.stdout, stderr = excluded.stderr, seen_at = excluded.seen_at""", rows)
                 db.execute("DELETE FROM slurm_job_output WHERE seen_at < ?", ((now - self.keep).isoformat(),))
                 db.execute("COMMIT")
@@ -259,7 +259,7 @@ class OutputStore:
                 chunk = wanted[start:start + 400]
                 marks = ",".join("?" * len(chunk))
                 found += db.execute(
-                    f"SELECT job_id, array_job_id, submit_time, user, batch, batch_host, stdout, stderr "
+                    f"SELECT job_id, array_job_id, submit_time, user_name, batch, batch_host, stdout, stderr "
                     f"FROM slurm_job_output WHERE job_id IN ({marks}) OR array_job_id IN ({marks})",
                     chunk + chunk).fetchall()
         return [LiveJob(job_id=r[0], array_job_id=r[1], submit=datetime.fromisoformat(r[2]), user=r[3],
