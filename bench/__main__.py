@@ -7,6 +7,7 @@
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
     python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
+    python -m bench backfill [--workloads N] [--repeat N] [--runs local:1 ray:auto ...]  # Blueprint, local vs Ray
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", type=Path)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--out", type=Path, help="write an HTML profile here (default: text to stdout)")
+    b = sub.add_parser("backfill", help="a Blueprint backfill of many small workloads, local threads vs Ray tasks")
+    b.add_argument("--workloads", type=int, default=1000)
+    b.add_argument("--repeat", type=int, default=3)
+    b.add_argument("--runs", nargs="+", default=["local:1", "local:auto", "ray:auto"], metavar="EXECUTOR:WORKERS")
+    b.add_argument("--quiet", type=float, default=0.15, metavar="SHARE",
+                   help="before each run wait (up to 2 min) until less than SHARE of the CPUs are busy")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
 
     if args.command == "generate":
@@ -93,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_service(args)
     if args.command == "compare":
         return _compare(args)
+    if args.command == "backfill":
+        from bench.backfill import run_backfill
+
+        return run_backfill(args)
     if args.command == "profile":
         from pyinstrument import Profiler
 

@@ -37,6 +37,11 @@ class EreError(FirstfaultError, ValueError):
     """The pattern uses a construct that has no faithful POSIX ERE form."""
 
 
+class ExecutorError(FirstfaultError):
+    """The chosen executor cannot run the work: Ray is not installed, its cluster cannot be reached, or one of its
+    workers runs another rule catalog."""
+
+
 # --- settings and options people type ------------------------------------------------------------------------
 
 

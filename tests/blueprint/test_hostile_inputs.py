@@ -311,7 +311,7 @@ def test_pod_and_container_names_never_reach_kubectl_as_options(pods: str, tmp_p
 
     from firstfault.blueprint.collectors.k8s import PodLogsCollector
     from firstfault.blueprint.config import spec_from_words
-    from firstfault.blueprint.runner import _run_collector
+    from firstfault.blueprint.workload import _run_collector
     from firstfault.engine import ExecutionContext
 
     stub = tmp_path / "kubectl"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from firstfault import executor as executor_module
 from firstfault.engine import Engine
 from firstfault.engine import engine as engine_module
 from firstfault.engine.params import Params
@@ -80,7 +81,7 @@ def test_event_key_cap_falls_back_to_sequential_ingest(make_workload: WorkloadFa
 def test_spawned_workers_load_the_catalog_themselves(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
 
-    monkeypatch.setattr(engine_module, "_pool_context", lambda: multiprocessing.get_context("spawn"))
+    monkeypatch.setattr(executor_module, "pool_context", lambda: multiprocessing.get_context("spawn"))
     path = sample_dirs()["xid79-fallen-off-bus"]
     assert engine.analyze_path(path, workers=2).to_json() == engine.analyze_path(path).to_json()
 

@@ -90,6 +90,11 @@ class EmbeddedAttributor:
         return None
 
 
+def catalog_hash(attributor: Attributor) -> str:
+    """The rule catalog an attributor runs in this process (embedded), or "" (the service runs its own)."""
+    return attributor.engine.catalog.content_hash if isinstance(attributor, EmbeddedAttributor) else ""
+
+
 class _ServiceSession:
     def __init__(self, client: RetryingClient, session_id: str) -> None:
         self.client = client

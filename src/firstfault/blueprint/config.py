@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from firstfault.errors import ConfigError
+from firstfault.executor import EXECUTORS
 from firstfault.timeinput import parse_duration
 
 T = TypeVar("T")
@@ -78,7 +79,8 @@ class BlueprintConfig:
 
     connectors: list[ConnectorSpec] = field(default_factory=list)
     margin: timedelta = timedelta(minutes=10)
-    workers: int = 1
+    workers: int = 1                 # workloads attributed at once; 0: as many as the executor runs at once
+    executor: str = "local"          # where they are attributed: "local" (threads) or "ray" (firstfault.executor)
     force: bool = False
     watch: bool = False
     interval: timedelta = timedelta(seconds=60)
@@ -134,8 +136,8 @@ def _spec_from_table(kind: str, table: Mapping[str, Any]) -> ConnectorSpec:
 
 
 def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
-    """The config file: connector tables per kind, plus `configs`, `margin`, `workers`, `watch`, `interval`,
-    `collect_timeout`."""
+    """The config file: connector tables per kind, plus `configs`, `margin`, `workers`, `executor`, `watch`,
+    `interval`, `collect_timeout`."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -154,6 +156,11 @@ def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
     if "collect_timeout" in doc:
         config.collect_timeout = parse_duration(doc.pop("collect_timeout"))
     config.workers = _typed(path, "workers", doc.pop("workers", config.workers), int)
+    if config.workers < 0:
+        raise ConfigError(f"{path}: `workers` must be 0 (auto) or more, not {config.workers}")
+    config.executor = _typed(path, "executor", doc.pop("executor", config.executor), str)
+    if config.executor not in EXECUTORS:
+        raise ConfigError(f"{path}: `executor` must be one of {', '.join(EXECUTORS)}, not {config.executor!r}")
     config.watch = _typed(path, "watch", doc.pop("watch", config.watch), bool)
     config.force = _typed(path, "force", doc.pop("force", config.force), bool)
     if doc:
@@ -164,8 +171,8 @@ def load_toml(path: Path) -> tuple[BlueprintConfig, list[str]]:
 def _typed(path: Path, key: str, value: Any, kind: type[T]) -> T:
     """A setting of the config file, of exactly this TOML type (a bool is not an integer, "no" is not false)."""
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{path}: `{key}` must be {'an integer' if kind is int else 'true or false'}, "
-                          f"not {value!r}")
+        wanted = {int: "an integer", bool: "true or false", str: "a string"}.get(kind, kind.__name__)
+        raise ConfigError(f"{path}: `{key}` must be {wanted}, not {value!r}")
     return value
 
 

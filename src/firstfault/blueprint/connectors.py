@@ -8,10 +8,11 @@ The option tables of docs/blueprint.md are generated from the same models (`rend
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,7 +30,9 @@ from firstfault.blueprint.options import (
     CollectorOptions,
     LabelOptions,
     Options,
+    env_variable,
     legacy_model,
+    option_names,
     parse_options,
     render_table,
 )
@@ -113,28 +116,12 @@ def _lookup(table: dict[Any, Any], key: Any, spec: ConnectorSpec) -> Any:
 
 def build_plan(config: BlueprintConfig) -> Plan:
     contexts: list[ContextConnector] = []
-    collectors: list[Collector] = []
     outputs: list[Output] = []
-    timeouts: list[float] = []
-    run_timeout = config.collect_timeout.total_seconds()
     for spec in config.of_kind("context"):
         cls = _lookup(CONTEXTS, spec.name, spec)
         parse_options(options_model(cls), spec)   # strict: the connector reads the same options
         contexts.append(cls(spec))
-    if any(isinstance(c, StaticContexts) for c in contexts):
-        collectors.append(StaticEvidence())
-        timeouts.append(run_timeout)
-    if any(isinstance(c, KueueContexts) for c in contexts):
-        collectors.append(KueueRecords())
-        timeouts.append(run_timeout)
-    for spec in config.of_kind("logs") + config.of_kind("metrics"):
-        cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)
-        options = parse_options(options_model(cls), spec)
-        if not isinstance(options, CollectorOptions):   # a declaration mistake: every collector takes these
-            raise TypeError(f"{cls.__name__}.Options must extend CollectorOptions")
-        collectors.append(cls(spec, config.margin))
-        timeout = options.collect_timeout
-        timeouts.append(timeout.total_seconds() if timeout is not None else run_timeout)
+    collectors, timeouts = _collecting(config)
     for spec in config.of_kind("output"):
         spec.name = spec.name or spec.get("db", "") or ""
         cls = _lookup(OUTPUTS, spec.name, spec)
@@ -151,7 +138,59 @@ def build_plan(config: BlueprintConfig) -> Plan:
     for context in contexts:   # Slurm keeps the output paths slurmctld holds in the results database by default
         if isinstance(context, SlurmContexts) and context.database is None and databases:
             context.database = databases[0]
-    return Plan(contexts, collectors, outputs, make_attributor(attribution[0] if attribution else None), timeouts)
+    return Plan(contexts, collectors, outputs, _attributor(config), timeouts)
+
+
+def build_worker_plan(config: BlueprintConfig) -> Plan:
+    """What a worker on another machine needs to attribute the run's workloads: its collectors and attributor
+    (no context connector, no output: the driver discovers and writes)."""
+    collectors, timeouts = _collecting(config)
+    return Plan([], collectors, [], _attributor(config), timeouts)
+
+
+def _collecting(config: BlueprintConfig) -> tuple[list[Collector], list[float]]:
+    """The run's collectors and the longest each may take for one workload, in seconds."""
+    collectors: list[Collector] = []
+    timeouts: list[float] = []
+    run_timeout = config.collect_timeout.total_seconds()
+    context_classes = {CONTEXTS.get(spec.name) for spec in config.of_kind("context")}
+    if StaticContexts in context_classes:
+        collectors.append(StaticEvidence())
+        timeouts.append(run_timeout)
+    if KueueContexts in context_classes:
+        collectors.append(KueueRecords())
+        timeouts.append(run_timeout)
+    for spec in config.of_kind("logs") + config.of_kind("metrics"):
+        cls = _lookup(COLLECTORS, (spec.kind, spec.name), spec)
+        options = parse_options(options_model(cls), spec)
+        if not isinstance(options, CollectorOptions):   # a declaration mistake: every collector takes these
+            raise TypeError(f"{cls.__name__}.Options must extend CollectorOptions")
+        collectors.append(cls(spec, config.margin))
+        timeout = options.collect_timeout
+        timeouts.append(timeout.total_seconds() if timeout is not None else run_timeout)
+    return collectors, timeouts
+
+
+def _attributor(config: BlueprintConfig) -> Attributor:
+    attribution = config.of_kind("attribution")
+    return make_attributor(attribution[0] if attribution else None)
+
+
+def with_environment(config: BlueprintConfig, environ: Mapping[str, str] | None = None) -> BlueprintConfig:
+    """`config` with every collector option read from `FIRSTFAULT_<NAME>_<KEY>` here written into its spec, so
+    that a worker on another machine (another environment) builds the same collectors from the config alone."""
+    environ = os.environ if environ is None else environ
+    connectors = []
+    for spec in config.connectors:
+        cls = COLLECTORS.get((spec.kind, spec.name))
+        options = dict(spec.options)
+        if cls is not None:
+            for name in option_names(options_model(cls)):
+                value = environ.get(env_variable(spec, name))
+                if name not in options and value:
+                    options[name] = value
+        connectors.append(replace(spec, options=options))
+    return replace(config, connectors=connectors)
 
 
 # -- the option tables of docs/blueprint.md ---------------------------------------------------------------------

@@ -124,6 +124,11 @@ def _where(spec: ConnectorSpec) -> str:
     return " ".join(p for p in (spec.kind, spec.name) if p)
 
 
+def env_variable(spec: ConnectorSpec, option: str) -> str:
+    """`FIRSTFAULT_<NAME>_<KEY>`: where an option missing from the connector's spec is read from."""
+    return f"FIRSTFAULT_{env_name(spec.name)}_{env_name(option)}"
+
+
 def parse_options(model: type[T], spec: ConnectorSpec, environ: Mapping[str, str] | None = None,
                   env: bool = True) -> T:
     """The connector's typed options from its spec (and, with `env`, `FIRSTFAULT_<NAME>_<KEY>`); strict."""
@@ -140,13 +145,12 @@ def parse_options(model: type[T], spec: ConnectorSpec, environ: Mapping[str, str
         raw: str | list[str] | None = spec.options.get(f.name)
         source = f"option `{f.name}`"
         if raw is None and env:
-            variable = f"FIRSTFAULT_{env_name(spec.name)}_{env_name(f.name)}"
+            variable = env_variable(spec, f.name)
             if environ.get(variable):
                 raw, source = environ[variable], f"{variable} (option `{f.name}`)"
         value = None if raw is None else _convert(raw, hints[f.name], f, f"{where}: {source}")
         if value is None and f.metadata.get("required"):   # missing, or given empty
-            raise ConfigError(f"{where}: option `{f.name}` is required "
-                              f"(or FIRSTFAULT_{env_name(spec.name)}_{env_name(f.name)})")
+            raise ConfigError(f"{where}: option `{f.name}` is required (or {env_variable(spec, f.name)})")
         if raw is not None:
             values[f.name] = value
     return model(**values)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import resource
 import signal
 import sys
@@ -25,7 +24,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,12 +35,23 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from firstfault.blueprint.base import Batch, Collector, ContextConnector
+from firstfault.blueprint.attribution import catalog_hash
+from firstfault.blueprint.base import ContextConnector
 from firstfault.blueprint.config import BlueprintConfig
-from firstfault.blueprint.connectors import Claiming, Plan
-from firstfault.blueprint.result import AttributionBlueprintResult, ConnectorReport, ReportStatus, Timings
-from firstfault.engine import Attribution, ExecutionContext
-from firstfault.errors import AttributionError, CollectorError, CollectorTimeout, NothingInScope
+from firstfault.blueprint.connectors import Claiming, Plan, with_environment
+from firstfault.blueprint.result import AttributionBlueprintResult
+from firstfault.blueprint.workload import (
+    WorkloadTask,
+    attribute_workload,
+    describe,
+    failed_result,
+    forget_plan,
+    new_plan_key,
+    register_plan,
+    run_workload,
+)
+from firstfault.engine import ExecutionContext
+from firstfault.executor import Executor, LocalExecutor
 
 # The problems a summary keeps (the most recent ones); a watch that meets a problem every pass stays bounded.
 PROBLEMS_KEPT = 100
@@ -89,9 +99,15 @@ Found = list[tuple[ExecutionContext, ContextConnector, str]]
 
 class Runner:
     def __init__(self, plan: Plan, config: BlueprintConfig, console: Console | None = None,
-                 progress: bool = False, log: Callable[[str], None] | None = None) -> None:
+                 progress: bool = False, log: Callable[[str], None] | None = None,
+                 executor: Executor | None = None) -> None:
         self.plan = plan
         self.config = config
+        # where workloads are attributed: threads here (default), or tasks of a Ray cluster; see workload.py
+        self.executor = executor or LocalExecutor()
+        self._plan_key = new_plan_key()
+        self._catalog_hash = catalog_hash(plan.attributor)
+        self._shipped: BlueprintConfig | None = None
         self.console = console or Console(stderr=True)
         self.show_progress = progress
         self.summary = Summary()
@@ -106,36 +122,10 @@ class Runner:
     # -- one workload -----------------------------------------------------------------------------------
     def attribute(self, ctx: ExecutionContext, found_by: ContextConnector,
                   unresolved: str = "") -> AttributionBlueprintResult:
-        """Collect every applicable collector's evidence for one attempt and attribute it. What the context
-        connector could not locate (`unresolved`) makes its report an `error`, and the diagnosis partial."""
-        started = time.monotonic()
-        reports = [ConnectorReport(connector=found_by.label, kind=found_by.kind, status="error" if unresolved else "ok",
-                                   reason=unresolved, nodes=list(ctx.nodes))]
-        diagnosis: Attribution | None = None
-        error: str | None = None
-        collect_s = attribute_s = 0.0
-        try:
-            session = self.plan.attributor.open(ctx)
-            try:
-                for collector, timeout in self.plan.collecting():
-                    if collector.applies(ctx):
-                        reports.append(_run_collector(collector, ctx, session.add,
-                                                      timeout or self.config.collect_timeout.total_seconds()))
-                collect_s = time.monotonic() - started
-                diagnosis = with_gaps(session.attribute(), reports)
-                attribute_s = time.monotonic() - started - collect_s
-            finally:
-                session.close()
-        except AttributionError as exc:
-            error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - one workload failing must not stop the batch
-            error = _describe(exc)
-        return AttributionBlueprintResult(
-            context=ctx, diagnosis=diagnosis, error=error, connector_reports=reports,
-            timings=Timings(collect_s=round(collect_s, 4), attribute_s=round(attribute_s, 4),
-                            total_s=round(time.monotonic() - started, 4)),
-            catalog_hash=diagnosis.catalog_hash if diagnosis else "", mode=self.plan.attributor.mode,
-            attributed_at=datetime.now(timezone.utc))
+        """Collect every applicable collector's evidence for one attempt and attribute it, in this thread. What
+        the context connector could not locate (`unresolved`) makes its report an `error`, and the diagnosis
+        partial."""
+        return attribute_workload(self.plan, self.config, ctx, found_by.label, found_by.kind, unresolved)
 
     # -- batches ----------------------------------------------------------------------------------------
     def discover(self) -> Found:
@@ -150,7 +140,7 @@ class Runner:
             try:
                 discovery = connector.discover()
             except Exception as exc:  # noqa: BLE001 - one connector failing must not stop the others
-                self.summary.problem(f"context {connector.label}: {_describe(exc)}")
+                self.summary.problem(f"context {connector.label}: {describe(exc)}")
                 continue
             for problem in discovery.problems:
                 self.summary.problem(f"context {connector.label}: {problem}")
@@ -175,7 +165,7 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - a workload the outputs cannot look up fails alone
                 self.summary.failed += 1
                 self.summary.problem(f"workload {ctx.workload_id} attempt {ctx.attempt}: cannot be looked up in "
-                                     f"the outputs: {_describe(exc)}")
+                                     f"the outputs: {describe(exc)}")
                 continue
             if attributed:
                 self.summary.skipped += 1
@@ -193,34 +183,55 @@ class Runner:
             return 0
         todo = self._todo(found)
         index = {id(c): i for i, c in enumerate(self.plan.contexts)}
-        workers = max(1, self.config.workers)
+        workers = self.config.workers if self.config.workers > 0 else self.executor.capacity()
         processed = 0
-        with self._progress(len(todo)) as advance, ThreadPoolExecutor(workers) as pool:
-            waiting = iter(todo)
-            running: dict[Future[AttributionBlueprintResult], ContextConnector] = {}
+        register_plan(self._plan_key, self.plan)
+        try:
+            with self._progress(len(todo)) as advance, self.executor.pool(workers, threads=True) as pool:
+                waiting = iter(todo)
+                running: dict[Future[dict[str, Any]], tuple[ExecutionContext, ContextConnector, str]] = {}
 
-            def start_more() -> None:
-                while len(running) < workers and not self.stop.is_set():
-                    item = next(waiting, None)
-                    if item is None:
-                        return
-                    if self._claim(item[0]):
-                        running[pool.submit(self.attribute, *item)] = item[1]
+                def start_more() -> None:
+                    while len(running) < workers and not self.stop.is_set():
+                        item = next(waiting, None)
+                        if item is None:
+                            return
+                        if self._claim(item[0]):
+                            running[pool.submit(run_workload, self._task(*item))] = item
 
-            start_more()
-            while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    connector = running.pop(future)
-                    result = future.result()
-                    self._write(result)
-                    processed += 1
-                    if result.diagnosis is not None:
-                        self.done[_key(result.context)] = index.get(id(connector), -1)
-                    advance(result.context.workload_id)
                 start_more()
+                while running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        ctx, connector, unresolved = running.pop(future)
+                        result = self._result(future, ctx, connector, unresolved)
+                        self._write(result)
+                        processed += 1
+                        if result.diagnosis is not None:
+                            self.done[_key(result.context)] = index.get(id(connector), -1)
+                        advance(result.context.workload_id)
+                    start_more()
+        finally:
+            forget_plan(self._plan_key)
         self._flush()
         return processed
+
+    def _task(self, ctx: ExecutionContext, found_by: ContextConnector, unresolved: str) -> WorkloadTask:
+        if self._shipped is None:   # the driver's environment, written into the config once
+            self._shipped = with_environment(self.config)
+        return WorkloadTask(plan_key=self._plan_key, config=self._shipped, catalog_hash=self._catalog_hash,
+                            context=ctx.model_dump(mode="json"), found_by=found_by.label, found_kind=found_by.kind,
+                            unresolved=unresolved)
+
+    def _result(self, future: Future[dict[str, Any]], ctx: ExecutionContext, found_by: ContextConnector,
+                unresolved: str) -> AttributionBlueprintResult:
+        """The task's result; when the executor gave up on the task (its worker died every time), a failed
+        result saying so: the attempt is not done, so a watch attributes it again on its next pass."""
+        try:
+            return AttributionBlueprintResult.model_validate(future.result())
+        except Exception as exc:  # noqa: BLE001 - one lost task must not stop the batch
+            return failed_result(self.plan, ctx, found_by.label, found_by.kind, unresolved,
+                                 f"executor {self.executor.name}: the task failed: {describe(exc)}")
 
     def _claim(self, ctx: ExecutionContext) -> bool:
         """Claim the attempt in every output several drivers share. False, holding nothing, when another driver
@@ -235,7 +246,7 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - a workload the outputs cannot claim fails alone
                 self.summary.failed += 1
                 self.summary.problem(f"output {output.label}: workload {ctx.workload_id} attempt {ctx.attempt} "
-                                     f"cannot be claimed: {_describe(exc)}")
+                                     f"cannot be claimed: {describe(exc)}")
                 claimed = None
             if not claimed:
                 self.summary.elsewhere += claimed is False
@@ -296,7 +307,7 @@ class Runner:
             try:
                 output.write(result)
             except Exception as exc:  # noqa: BLE001 - an output failing must not lose the other outputs
-                self.summary.problem(f"output {output.label}: {_describe(exc)}")
+                self.summary.problem(f"output {output.label}: {describe(exc)}")
 
     def _flush(self) -> None:
         """The end of a pass: outputs deliver what they still owe (a failed or due alert delivery)."""
@@ -304,7 +315,7 @@ class Runner:
             try:
                 output.flush()
             except Exception as exc:  # noqa: BLE001 - reported like a failed write
-                self.summary.problem(f"output {output.label}: {_describe(exc)}")
+                self.summary.problem(f"output {output.label}: {describe(exc)}")
 
     @contextmanager
     def _progress(self, total: int) -> Iterator[Callable[[str], None]]:
@@ -385,116 +396,3 @@ def stop_on_signals(runner: Runner, signals: Iterable[signal.Signals] = (signal.
             signal.signal(sig, handler)
 
 
-_DONE = object()
-
-
-def within(batches: Iterable[Batch], timeout: float, label: str) -> Iterator[Batch]:
-    """The collector's batches, produced in a thread of their own, for at most `timeout` seconds in all.
-
-    Past the deadline the collector is abandoned (CollectorTimeout): it is told to stop at its next batch, and a
-    collector blocked for good (a hung mount, a server that never answers) only keeps its own daemon thread.
-    The session is fed by the caller's thread only, so nothing reaches it after the deadline.
-    """
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=2)
-    cancelled = threading.Event()
-
-    def produce() -> None:
-        iterator = iter(batches)
-        try:
-            for batch in iterator:
-                while not cancelled.is_set():
-                    try:
-                        handoff.put((batch, None), timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
-                if cancelled.is_set():
-                    break
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
-            outcome: tuple[Any, BaseException | None] = (_DONE, exc)
-        else:
-            outcome = (_DONE, None)
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-        while not cancelled.is_set():
-            try:
-                handoff.put(outcome, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    worker = threading.Thread(target=produce, name=f"collector {label}", daemon=True)
-    deadline = time.monotonic() + timeout
-    worker.start()
-    try:
-        while True:
-            try:
-                item, exc = handoff.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise CollectorTimeout(f"timed out after {timeout:g} s; abandoned (what it delivered before "
-                                       "is kept)") from None
-            if item is _DONE:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
-    finally:
-        cancelled.set()
-
-
-def _run_collector(collector: Collector, ctx: ExecutionContext, add: Callable[..., None],
-                   timeout: float | None = None) -> ConnectorReport:
-    """Run one collector into the session; its failure becomes its report (a backend failure propagates).
-
-    A batch the engine or the service refuses is lost alone: the collector's other batches (other files, other
-    nodes) still go in, and the report is an `error` naming the batch's origin and the reason."""
-    started = time.monotonic()
-    count = 0
-    nodes: set[str] = set()
-    refused: list[str] = []
-    status: ReportStatus = "ok"
-    reason = ""
-    try:
-        batches = collector.collect(ctx)
-        for batch in (within(batches, timeout, collector.label) if timeout else batches):
-            try:
-                add(batch)
-            except CollectorError as exc:
-                refused.append(f"{batch.origin}: {exc}")
-                continue
-            count += batch.count()
-            nodes |= batch.nodes()
-        if count == 0:
-            status, reason = "empty", "nothing in the workload's scope"
-    except AttributionError:
-        raise
-    except NothingInScope as exc:
-        status, reason = ("ok" if count else "empty"), str(exc)
-    except CollectorError as exc:
-        status, reason = "error", str(exc)
-    except Exception as exc:  # noqa: BLE001 - one collector failing never stops the run or the others
-        status, reason = "error", _describe(exc)
-    if refused:
-        also = reason if status == "error" else ""
-        status = "error"
-        reason = "; ".join(filter(None, [f"{len(refused)} batch(es) refused: {'; '.join(refused[:3])}", also]))
-    return ConnectorReport(connector=collector.label, kind=collector.kind, status=status, reason=reason,
-                           observation_count=count, nodes=sorted(nodes),
-                           seconds=round(time.monotonic() - started, 4))
-
-
-def with_gaps(diagnosis: Attribution, reports: list[ConnectorReport]) -> Attribution:
-    """The diagnosis marked partial when a collector failed to deliver evidence: each failure (its connector
-    and reason, which names the file or request) becomes a coverage issue. Unchanged when none failed."""
-    gaps = [f"{r.kind} {r.connector}: {r.reason}" for r in reports if r.status == "error"]
-    if not gaps:
-        return diagnosis
-    coverage = diagnosis.coverage.model_copy(update={"partial": True,
-                                                     "issues": [*diagnosis.coverage.issues, *gaps]})
-    return diagnosis.model_copy(update={"coverage": coverage})
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__

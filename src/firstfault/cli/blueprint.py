@@ -12,7 +12,9 @@ from firstfault.blueprint.config import BlueprintConfig, ConnectorSpec, apply_en
 from firstfault.blueprint.connectors import build_plan
 from firstfault.blueprint.runner import Runner, stop_on_signals
 from firstfault.cli import error
-from firstfault.errors import ConfigError, SchemaError
+from firstfault.cli.engine import worker_count
+from firstfault.errors import ConfigError, ExecutorError, SchemaError
+from firstfault.executor import EXECUTORS, make_executor
 from firstfault.timeinput import parse_duration
 
 
@@ -29,7 +31,9 @@ def build_config(args: argparse.Namespace) -> BlueprintConfig:
         config.interval = parse_duration(args.interval)
     if args.collect_timeout is not None:
         config.collect_timeout = parse_duration(args.collect_timeout)
-    config.workers = args.workers or config.workers
+    if args.workers is not None:
+        config.workers = args.workers
+    config.executor = args.executor or config.executor
     config.force = args.force or config.force
     config.watch = args.watch or config.watch
     apply_environment(config)
@@ -42,9 +46,14 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
         plan = build_plan(config)
     except (ConfigError, SchemaError, OSError) as exc:
         return error(str(exc))
+    try:
+        executor = make_executor(config.executor)
+    except ExecutorError as exc:
+        plan.close()
+        return error(str(exc))
     console = Console(stderr=True)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
-    runner = Runner(plan, config, console=console, progress=progress)
+    runner = Runner(plan, config, console=console, progress=progress, executor=executor)
     try:
         if config.watch:
             with stop_on_signals(runner):
@@ -52,6 +61,7 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
         else:
             runner.run_once()
     finally:
+        executor.close()
         plan.close()
     if not args.quiet:
         runner.print_summary()
@@ -74,7 +84,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                         "(repeatable)")
     p.add_argument("--config", type=Path, metavar="FILE", help="a TOML file with the same content")
     p.add_argument("--margin", metavar="DURATION", help="widen every workload window by this much (default 10m)")
-    p.add_argument("--workers", type=int, metavar="N", help="workloads attributed in parallel (default 1)")
+    p.add_argument("--workers", type=worker_count, metavar="N|auto",
+                   help="workloads attributed in parallel (default 1; auto: one per core here, or per CPU of the "
+                        "Ray cluster)")
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="where workloads are attributed: threads here (local, the default), or Ray tasks on the "
+                        "cluster at RAY_ADDRESS (else a local one; needs pip install 'firstfault[ray]')")
     p.add_argument("--collect-timeout", metavar="DURATION",
                    help="the longest one collector may take for one workload (default 10m)")
     p.add_argument("--force", action="store_true", help="attribute again what an output already holds")

@@ -20,6 +20,7 @@ from firstfault.engine.engine import Engine, default_cache_dir
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
 from firstfault.errors import CatalogError
+from firstfault.executor import EXECUTORS, make_executor
 from firstfault.samples import sample_dirs
 from firstfault.tools.verify import load_verified_catalog, verified_engine
 
@@ -47,7 +48,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     params = Params(source_timezones=zones, max_decompressed_bytes=args.max_decompressed_mib * 1024 * 1024)
     engine = _engine(None if params == Params() else params)
     timings = Timings()
-    result = engine.analyze_path(path, workers=args.workers, timings=timings)
+    executor = make_executor(args.executor)
+    try:
+        result = engine.analyze_path(path, workers=args.workers, timings=timings, executor=executor)
+    finally:
+        executor.close()
     with timings.phase("output"):
         if args.json:
             sys.stdout.write(result.to_json() + "\n")
@@ -78,7 +83,8 @@ def _mebibytes(text: str) -> int:
     return _at_least_one(text, "a whole number of MiB >= 1")
 
 
-def _workers(text: str) -> int:
+def worker_count(text: str) -> int:
+    """`--workers`: N >= 1, or `auto` (0)."""
     return 0 if text == "auto" else _at_least_one(text, "an integer >= 1, or auto")
 
 
@@ -255,9 +261,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--sample", nargs="?", const=DEFAULT_SAMPLE, default=None, metavar="NAME",
                    help=f"analyse a bundled sample (default {DEFAULT_SAMPLE}; see `firstfault samples`)")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of the report")
-    p.add_argument("--workers", type=_workers, default=0, metavar="N|auto",
-                   help="scan files in N worker processes (default auto: one per core, up to 8, when the evidence "
-                        "is at least 64 MiB in several files; otherwise in-process). The result is the same")
+    p.add_argument("--workers", type=worker_count, default=0, metavar="N|auto",
+                   help="scan files in N parallel tasks (default auto: one per core, up to 8, or per CPU of the Ray "
+                        "cluster, when the evidence is at least 64 MiB in several files; otherwise in-process). The "
+                        "result is the same")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where the parallel tasks run: local worker processes (default), or Ray tasks on the cluster "
+                        "at RAY_ADDRESS (else a local one; needs pip install 'firstfault[ray]'). The result is the same")
     p.add_argument("--timezone", action="append", default=[], metavar="NODE:SOURCE=ZONE",
                    help="read the zone-less stamps of a node's source as local time of ZONE (an IANA name; NODE or "
                         "SOURCE may be *), e.g. '*:syslog=Asia/Singapore'; repeatable. Without it, a stream that fits "

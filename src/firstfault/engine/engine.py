@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import multiprocessing
 import os
-import threading
 import time
 import zlib
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.compiled import CompiledCatalog
@@ -25,14 +23,16 @@ from firstfault.engine.ingest import InexactMerge, IngestState
 from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import Session
+from firstfault.engine.state_format import decode_state, encode_state
 from firstfault.engine.timing import Timings
+from firstfault.errors import ExecutorError
+from firstfault.executor import Executor, LocalExecutor
 
 _BINARY_SNIFF_BYTES = 64 * 1024
 _TEXT_CONTROL = {9, 10, 12, 13, 27}
 _NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in _TEXT_CONTROL)
-# Below this much evidence a process pool costs more than it saves (starting workers, shipping states).
+# Below this much evidence parallel tasks cost more than they save (starting workers, shipping states).
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
-MAX_AUTO_WORKERS = 8
 
 
 def looks_binary(head: bytes) -> bool:
@@ -44,12 +44,12 @@ def looks_binary(head: bytes) -> bool:
     return control / len(sample) > 0.10
 
 
-def auto_workers(files: int, total_bytes: int) -> int:
-    """The worker count `workers=0` ("auto") picks: one per core (at most 8) for large evidence in several
-    files, otherwise 1 (in-process)."""
+def auto_workers(files: int, total_bytes: int, capacity: int | None = None) -> int:
+    """The worker count `workers=0` ("auto") picks: one per slot of the executor (`capacity`, default this
+    machine's cores, at most 8) for large evidence in several files, otherwise 1 (in-process)."""
     if files < 2 or total_bytes < PARALLEL_MIN_BYTES:
         return 1
-    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS, files))
+    return max(1, min(LocalExecutor().capacity() if capacity is None else capacity, files))
 
 
 class Engine:
@@ -86,14 +86,17 @@ class Engine:
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             session.record_issue(f"{name}: cannot be read: {exc.__class__.__name__}: {exc}")
 
-    def analyze_path(self, directory: Path, *, workers: int = 1, timings: Timings | None = None) -> Attribution:
+    def analyze_path(self, directory: Path, *, workers: int = 1, timings: Timings | None = None,
+                     executor: Executor | None = None) -> Attribution:
         """Analyse one static workload directory (scenario.toml + <node>/<source>.log).
 
-        `workers` > 1 scans the files in that many worker processes (0: `auto_workers`); each worker returns
-        the state it accumulated per file and the states are merged in file order, so the result is the
-        same JSON as with `workers=1`. `timings`, when given, receives where the time went.
+        `workers` > 1 scans the files in that many tasks at once on `executor` (default: processes of this
+        machine; 0: `auto_workers`); each task returns the state it accumulated per file and the states are
+        merged in file order, so the result is the same JSON as with `workers=1`. A task the executor loses (its
+        worker died) is scanned here instead. `timings`, when given, receives where the time went.
         """
         timings = timings if timings is not None else Timings()
+        executor = executor or LocalExecutor()
         with timings.phase("analyze.discover"):
             context = read_context(directory)
             files, ignored = evidence_files(directory)
@@ -104,12 +107,12 @@ class Engine:
                 session.record_issue(f"{directory / name}: {reason}")
             sizes = [_size(item.path) for item in files]
         if workers <= 0:
-            workers = auto_workers(len(files), sum(sizes))
+            workers = auto_workers(len(files), sum(sizes), executor.capacity())
         workers = min(workers, len(files)) if files else 1
         timings.count("workers", workers)
         with timings.phase("analyze.ingest"):
             if workers > 1:
-                self._ingest_parallel(session, directory, files, sizes, workers, timings)
+                self._ingest_parallel(session, files, sizes, workers, timings, executor)
             else:
                 for item in files:
                     self.ingest_file(session, item.node, item.source, item.path, origin=_origin(item))
@@ -118,49 +121,66 @@ class Engine:
         with timings.phase("analyze.attribute"):
             return session.attribute()
 
-    def _ingest_parallel(self, session: Session, directory: Path, files: list[EvidenceFile], sizes: list[int],
-                         workers: int, timings: Timings) -> None:
-        key = _register(self)
+    def _ingest_parallel(self, session: Session, files: list[EvidenceFile], sizes: list[int], workers: int,
+                         timings: Timings, executor: Executor) -> None:
+        # Tasks need only the times of the context (timestamp years, the job-end fallback), not the node list.
+        setup = ScanSetup(_register(self), self.catalog.content_hash, self.catalog.extra_files, self.params,
+                          session.context.model_copy(update={"nodes": [], "metadata": {}}), session.block_size,
+                          session.max_line_bytes)
         try:
-            self._run_pool(key, session, directory, files, sizes, workers, timings)
+            self._run_tasks(setup, session, files, sizes, workers, timings, executor)
         finally:
-            _ENGINES.pop(key, None)
+            _ENGINES.pop(setup.engine_key, None)
 
-    def _run_pool(self, key: str, session: Session, directory: Path, files: list[EvidenceFile], sizes: list[int],
-                  workers: int, timings: Timings) -> None:
-        # Workers need only the times of the context (timestamp years, the job-end fallback), not the node list.
-        slim = session.context.model_copy(update={"nodes": [], "metadata": {}})
-        init_args = (key, self.catalog.content_hash, self.catalog.extra_files, self.params, slim,
-                     session.block_size, session.max_line_bytes)
+    def _run_tasks(self, setup: ScanSetup, session: Session, files: list[EvidenceFile], sizes: list[int],
+                   workers: int, timings: Timings, executor: Executor) -> None:
         started = time.perf_counter()
-        origins = [_origin(item) for item in files]
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
-                                 initargs=init_args) as pool:
+        items = [(item.node, item.source, str(item.path), _origin(item)) for item in files]
+        with executor.pool(workers) as pool:
             batches = _batches(sizes, workers)
-            futures: list[Future[list[IngestState]] | None] = []
+            futures: list[Future[list[Scanned]] | None] = []
             task_of: dict[int, int] = {}  # file index -> the task that scans it
             for t, batch in enumerate(batches):
-                futures.append(pool.submit(_scan_files, [(files[i].node, files[i].source, str(files[i].path),
-                                                          origins[i]) for i in batch]))
+                futures.append(pool.submit(_scan_files, setup, [items[i] for i in batch]))
                 task_of.update({i: t for i in batch})
             timings.add("analyze.pool_start", time.perf_counter() - started)  # wall only
+            timings.count("tasks", len(batches))
             states: dict[int, IngestState] = {}
             for i, item in enumerate(files):  # merged in file order, whatever order the tasks finish in
                 if i not in states:
                     t = task_of[i]
-                    future = futures[t]
+                    future, batch = futures[t], batches[t]
                     assert future is not None
-                    states.update(zip(batches[t], future.result(), strict=True))
+                    scanned = _task_states(future, executor, setup, [items[j] for j in batch], timings)
+                    states.update(zip(batch, scanned, strict=True))
                     futures[t] = None
                 state = states.pop(i)
                 with timings.phase("analyze.merge"):
                     try:
                         session.merge_state(state)
                     except InexactMerge:
-                        # The worker hit a cap on this file alone (event keys, issues) in a way only a
+                        # The task hit a cap on this file alone (event keys, issues) in a way only a
                         # sequential ingest reproduces, so do that here.
-                        self.ingest_file(session, item.node, item.source, item.path, origin=origins[i])
+                        self.ingest_file(session, item.node, item.source, item.path, origin=items[i][3])
                         timings.count("merge_fallbacks", 1)
+
+
+def _task_states(future: Future[list[Scanned]], executor: Executor, setup: ScanSetup, items: list[ScanItem],
+                 timings: Timings) -> list[IngestState]:
+    """A task's states; when the executor lost the task (its worker died for good), its files scanned here."""
+    try:
+        scanned = future.result()
+    except Exception as exc:
+        if not executor.lost(exc):
+            raise
+        timings.count("executor_fallbacks", 1)
+        scanned = _scan_files(setup, items)
+    states = []
+    for data, spent in scanned:
+        state = decode_state(data, setup.content_hash, setup.params)
+        state.timings = spent
+        states.append(state)
+    return states
 
 
 def _batches(sizes: list[int], workers: int) -> list[list[int]]:
@@ -205,11 +225,30 @@ def _size(path: Path) -> int:
         return 0
 
 
-# -- worker processes -------------------------------------------------------------------------------------
-# Engines by id, so that a forked worker finds its parent's compiled catalog (hyperscan databases included)
-# without loading anything; a spawned worker reloads the catalog once, in its initializer.
+# -- scan tasks -------------------------------------------------------------------------------------------
+# Engines by id, so that a task in this process or a forked worker finds its parent's compiled catalog (hyperscan
+# databases included) without loading anything; elsewhere (a spawned worker, a Ray worker) the task loads the
+# catalog once per process and keeps it in `_LOADED`.
 _ENGINES: dict[str, Engine] = {}
-_WORKER: dict[str, Any] = {}
+_LOADED: dict[str, Engine] = {}
+ScanItem = tuple[str, SourceKind, str, str]  # node, source, path, origin
+# What a task returns per file: its ingest state as versioned JSON (engine/state_format.py: data, never pickle,
+# refused by a process with another catalog), and where its time went.
+Scanned = tuple[bytes, Timings]
+
+
+@dataclass(frozen=True)
+class ScanSetup:
+    """What a scan task needs besides its files, all plain data: the catalog it must run (its hash, and the
+    extra files it was loaded with), the engine's parameters and the session's context and reading limits."""
+
+    engine_key: str
+    content_hash: str
+    extra_files: list[tuple[str, bytes]]
+    params: Params
+    context: ExecutionContext
+    block_size: int
+    max_line_bytes: int
 
 
 def _register(engine: Engine) -> str:
@@ -218,36 +257,32 @@ def _register(engine: Engine) -> str:
     return key
 
 
-def _pool_context() -> Any:
-    """`fork` when it is safe (a single-threaded parent on a platform that has it): the workers inherit the
-    compiled catalog and start in milliseconds. Otherwise `spawn`: each worker loads the catalog once."""
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
+def _task_engine(setup: ScanSetup) -> Engine:
+    engine = _ENGINES.get(setup.engine_key)
+    if engine is not None:
+        return engine
+    loaded = _LOADED.get("engine")
+    if loaded is None or loaded.catalog.content_hash != setup.content_hash or loaded.params != setup.params:
+        catalog = load_catalog(extra_files=setup.extra_files)
+        if catalog.content_hash != setup.content_hash:
+            raise ExecutorError(f"a worker loaded another rule catalog ({catalog.content_hash[:12]}) than the "
+                                f"process that gave it the work ({setup.content_hash[:12]}): run the same "
+                                "firstfault version everywhere")
+        loaded = _LOADED["engine"] = Engine(catalog, setup.params)
+    return loaded
 
 
-def _init_worker(key: str, content_hash: str, extra_files: list[tuple[str, bytes]], params: Params,
-                 context: ExecutionContext, block_size: int, max_line_bytes: int) -> None:
-    engine = _ENGINES.get(key)
-    if engine is None or engine.catalog.content_hash != content_hash:
-        catalog = load_catalog(extra_files=extra_files)
-        if catalog.content_hash != content_hash:
-            raise RuntimeError("a worker process loaded a different rule catalog than its parent")
-        engine = Engine(catalog, params)
-    _WORKER.update(engine=engine, params=params, context=context, block_size=block_size,
-                   max_line_bytes=max_line_bytes)
-
-
-def _scan_files(items: list[tuple[str, SourceKind, str, str]]) -> list[IngestState]:
+def _scan_files(setup: ScanSetup, items: list[ScanItem]) -> list[Scanned]:
     """Scan each file into a session of its own (states merge per file, in file order)."""
-    engine: Engine = _WORKER["engine"]
-    states = []
+    engine = _task_engine(setup)
+    scanned = []
     for node, source, path, origin in items:
-        session = Session(_WORKER["context"], engine.compiled, _WORKER["params"], block_size=_WORKER["block_size"],
-                          max_line_bytes=_WORKER["max_line_bytes"])
+        session = Session(setup.context, engine.compiled, setup.params, block_size=setup.block_size,
+                          max_line_bytes=setup.max_line_bytes)
         engine.ingest_file(session, node, source, Path(path), origin=origin)
-        states.append(session.export_state())
-    return states
+        state = session.export_state()
+        scanned.append((encode_state(state, setup.content_hash, setup.params), state.timings))
+    return scanned
 
 
 __all__ = ["Engine", "auto_workers", "looks_binary"]
