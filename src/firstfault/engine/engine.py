@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import multiprocessing
 import os
 import threading
 import time
 import zlib
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.compiled import CompiledCatalog
@@ -26,6 +24,9 @@ from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import Session
 from firstfault.engine.timing import Timings
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _BINARY_SNIFF_BYTES = 64 * 1024
 _TEXT_CONTROL = {9, 10, 12, 13, 27}
@@ -132,6 +133,8 @@ class Engine:
         slim = session.context.model_copy(update={"nodes": [], "metadata": {}})
         init_args = (key, self.catalog.content_hash, self.catalog.extra_files, self.params, slim,
                      session.block_size, session.max_line_bytes)
+        from concurrent.futures import ProcessPoolExecutor  # here: an in-process analysis does not load it
+
         started = time.perf_counter()
         origins = [_origin(item) for item in files]
         with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
@@ -221,6 +224,8 @@ def _register(engine: Engine) -> str:
 def _pool_context() -> Any:
     """`fork` when it is safe (a single-threaded parent on a platform that has it): the workers inherit the
     compiled catalog and start in milliseconds. Otherwise `spawn`: each worker loads the catalog once."""
+    import multiprocessing
+
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
