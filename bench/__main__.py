@@ -7,6 +7,7 @@
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
     python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
+    python -m bench startup [--before OTHER/src] [--repeat N]  # --version and analyze of a 1 KB workload
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--repeat", type=int, default=5)
     c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 2')")
     c.add_argument("--before-args", default="", help="extra arguments for the 'before' analyze")
+    st = sub.add_parser("startup", help="time --version and analyze of a ~1 KB workload (before/after, interleaved)")
+    st.add_argument("--before", type=Path, help="the src/ directory of a 'before' checkout")
+    st.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
+    st.add_argument("--repeat", type=int, default=21)
+    st.add_argument("--quiet", type=float, default=1.0, metavar="SHARE",
+                    help="wait before each run until less than SHARE of the CPUs are busy (default 1: do not wait)")
+    st.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p = sub.add_parser("profile", help="profile one `firstfault analyze` with pyinstrument")
     p.add_argument("path", type=Path)
     p.add_argument("--workers", type=int, default=1)
@@ -93,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_service(args)
     if args.command == "compare":
         return _compare(args)
+    if args.command == "startup":
+        from bench.startup import run_startup
+
+        return run_startup(args)
     if args.command == "profile":
         from pyinstrument import Profiler
 
