@@ -7,7 +7,7 @@
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
     python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
-    python -m bench startup [--before OTHER/src] [--repeat N]  # --version and analyze of a 1 KB workload
+    python -m bench startup [--before OTHER/src] [--repeat N] [--no-pyc]  # --version, analyze of 1 KB
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--before", type=Path, help="the src/ directory of a 'before' checkout")
     st.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
     st.add_argument("--repeat", type=int, default=21)
+    st.add_argument("--no-pyc", action="store_true", help="run with PYTHONDONTWRITEBYTECODE=1 (no bytecode cache)")
     st.add_argument("--quiet", type=float, default=1.0, metavar="SHARE",
                     help="wait before each run until less than SHARE of the CPUs are busy (default 1: do not wait)")
     st.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -1,13 +1,16 @@
 """Start-up: `firstfault --version` and `firstfault analyze` of a ~1 KB workload (issue 17's start-up budget).
 
-    python -m bench startup [--before OTHER/src] [--repeat 21] [--quiet SHARE]
+    python -m bench startup [--before OTHER/src] [--repeat 21] [--no-pyc] [--quiet SHARE]
 
 The workload is one node of the bundled `xid79-fallen-off-bus` sample: seven syslog lines, the Xid 79 among them
 (about 0.8 KB). Each round runs every command once per checkout (`--before`: another checkout's src/, e.g. a
 `git archive` of main; the "after" side is this checkout), alternating, so a slow stretch of a shared machine
 lands on both. Each checkout keeps its own cache directory, warmed by one untimed run first (the catalog is
-verified once, then its snapshot and compiled databases are loaded). Reported: median wall time with the middle
-half and the range of the runs, median CPU time, and whether both sides printed the same result JSON.
+verified once, then its snapshot and compiled databases are loaded). Python keeps its bytecode (`__pycache__`),
+as an installed package has it; `--no-pyc` runs with PYTHONDONTWRITEBYTECODE=1 instead (set in some CI and agent
+environments) after deleting the checkouts' `__pycache__` directories, so every start compiles the package's
+sources again (the site-packages keep theirs). Reported: median wall time with the
+middle half and the range of the runs, median CPU time, and whether both sides printed the same result JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -47,7 +51,13 @@ def run_startup(args: argparse.Namespace) -> int:
     commands = {"--version": ["--version"], "analyze --json": ["analyze", "--json", str(workload)],
                 "analyze": ["analyze", str(workload)]}
     sides = {"after": args.after} | ({"before": args.before} if args.before else {})
-    envs = {side: {**os.environ, "PYTHONPATH": str(src.resolve()), "FIRSTFAULT_CACHE_DIR": str(out / f"cache-{side}")}
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if args.no_pyc:
+        base["PYTHONDONTWRITEBYTECODE"] = "1"
+        for src in sides.values():
+            for cache in src.resolve().rglob("__pycache__"):
+                shutil.rmtree(cache)
+    envs = {side: {**base, "PYTHONPATH": str(src.resolve()), "FIRSTFAULT_CACHE_DIR": str(out / f"cache-{side}")}
             for side, src in sides.items()}
     runs: dict[tuple[str, str], list[measure.Measurement]] = {}
     for side, env in envs.items():  # warm-up: verify the catalog, fill the caches
@@ -66,7 +76,8 @@ def run_startup(args: argparse.Namespace) -> int:
         if b'"root_cause": {\n    "symptom": "XID-79"' not in text:
             raise SystemExit(f"{side}: analyze did not find the Xid 79")
     print(f"{workload} ({sum(p.stat().st_size for p in workload.rglob('*.log'))} bytes of evidence), "
-          f"{args.repeat} interleaved rounds; result JSON identical on both sides: {len(set(outputs.values())) == 1}")
+          f"{args.repeat} interleaved rounds, {'no bytecode cache' if args.no_pyc else 'bytecode cached'}; "
+          f"result JSON identical on both sides: {len(set(outputs.values())) == 1}")
     print("| command | checkout | wall median | middle half | range | CPU median |")
     print("|---|---|---|---|---|---|")
     for (label, side), ms in runs.items():

@@ -236,8 +236,11 @@ class Record:
         super().__init_subclass__(**kwargs)
         cls.__record_frozen__ = frozen
         cls.__record_doc__ = cls.__dict__.get("__doc__")
-        dataclasses.dataclass(cls, init=False, kw_only=True, frozen=frozen)
+        # A dataclass for its fields only: the methods it would write (and compile) for each class are the
+        # generic ones below, which keeps importing the model cheap.
+        dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=True)
         cls.__record_fields__ = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        cls.__hash__ = Record._hash if frozen else None  # type: ignore[assignment]
 
     def __init__(self, **data: Any) -> None:
         cls = type(self)
@@ -259,6 +262,28 @@ class Record:
         except (_Slow, ValueError, AssertionError):
             values = cls._twin().model_validate(data).__dict__
         self.__dict__.update(values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__record_frozen__:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self.__record_frozen__:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super().__delattr__(name)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def _hash(self) -> int:
+        return hash(tuple(self.__dict__[name] for name in self.__record_fields__))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={self.__dict__[name]!r}" for name in self.__record_fields__)
+        return f"{type(self).__qualname__}({shown})"
 
     # -- the fast path -------------------------------------------------------------------------------------
     @classmethod
