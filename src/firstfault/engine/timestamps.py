@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from firstfault.engine.inputs import dated
+from firstfault.engine.inputs import EARLIEST, LATEST, dated
 
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
@@ -44,6 +44,7 @@ _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.
 
 # A stamp is a prefix: only this much of a line is looked at (a long line costs no more than a short one).
 _MAX_PREFIX_CHARS = 256
+_HALF_YEAR = timedelta(days=182)  # less than half of the shortest year: no other year can be as close
 
 
 def _micro(fraction: str | None) -> int:
@@ -69,6 +70,7 @@ class Stamp(NamedTuple):
 
 
 _NO_STAMP = Stamp(None, False)
+_new_stamp = tuple.__new__
 
 
 class TimestampParser:
@@ -93,8 +95,12 @@ class TimestampParser:
             found = self._parse_here(text)
             if found is not None:
                 when, zoned, matched = found
-                time = None if when is None else dated(when)
-                return Stamp(time, zoned) if time is not None else Stamp(None, zoned, matched.strip())
+                if when is not None and when.tzinfo is timezone.utc:  # what dated() gives, without its calls
+                    time = when if EARLIEST <= when < LATEST else None
+                else:
+                    time = None if when is None else dated(when)
+                # the tuple itself: a NamedTuple's own constructor costs a Python call per matching line
+                return _new_stamp(Stamp, (time, zoned, None if time is not None else matched.strip()))
             stripped = _NON_TIME_PREFIX.sub("", text, count=1)
             if stripped == text:
                 break
@@ -142,6 +148,12 @@ class TimestampParser:
         ref = self.reference
         if ref is None:  # a year-less stamp cannot be placed without a window; never guess from the clock
             return None
+        try:  # within half a year of the reference, the reference's year is the closest (the others are further)
+            same_year = datetime(ref.year, month, day, hour, minute, second, micro, tzinfo=timezone.utc)
+            if abs(same_year - ref) < _HALF_YEAR:
+                return same_year
+        except ValueError:
+            pass
         best: datetime | None = None
         for year in (ref.year - 1, ref.year, ref.year + 1):
             try:
