@@ -321,8 +321,7 @@ class LineReader:
                                       provenance=provenance))
             return built[0]
 
-        rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
-        rank = rank_match and (rank_match.group(1) or rank_match.group(2))
+        rank = _rank_prefix(text)
         for index in ids:
             emit = emits[index]
             groups = match_groups(emit.extractor, text)
@@ -337,6 +336,15 @@ class LineReader:
                 attributes["rank"] = rank
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
+
+
+def _rank_prefix(text: str) -> str | None:
+    """The rank a launcher's prefix (`[rank3]:`, Open MPI's `[1,3]<stdout>:`) gives the line, if any. Both end in
+    `]:` or `>:`, which most lines do not hold: those are not matched at all."""
+    if text.find("]:", 0, 256) < 0 and text.find(">:", 0, 256) < 0:
+        return None
+    found = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
+    return found and (found.group(1) or found.group(2))
 
 
 @dataclass(frozen=True, slots=True)
