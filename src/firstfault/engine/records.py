@@ -12,7 +12,7 @@ the Blueprint's result and any `TypeAdapter` validate, serialise and describe th
 through the twin. Serialising needs no pydantic: `model_dump_json()` writes what pydantic writes for the
 twin, byte for byte (tests/engine/test_records.py holds both to it over the corpus).
 
-So `firstfault analyze` imports neither pydantic nor pydantic-core: they cost it about 0.15 s of start-up
+So `firstfault analyze` imports neither pydantic nor pydantic-core: they cost it about 0.2 s of start-up
 (docs/benchmarks.md).
 """
 
