@@ -5,9 +5,10 @@
     python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
                             [--replicas 1 2 3 --store redis://... --repeat R] [--redis-share --store redis://...]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
-    python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS]  # A/B, interleaved
+    python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS] [--grep]  # A/B, interleaved
     python -m bench profile PATH [--out FILE.html]          # pyinstrument profile of one analysis
     python -m bench backfill [--workloads N] [--repeat N] [--runs local:1 ray:auto ...]  # Blueprint, local vs Ray
+    python -m bench startup [--before OTHER/src] [--repeat N] [--no-pyc]  # --version, analyze of 1 KB
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--repeat", type=int, default=5)
     c.add_argument("--args", default="", help="extra arguments for the 'after' analyze (e.g. '--workers 2')")
     c.add_argument("--before-args", default="", help="extra arguments for the 'before' analyze")
+    c.add_argument("--grep", action="store_true",
+                   help="also time `LC_ALL=C grep -c -E -f` with the after checkout's `rules patterns --ere`, in turn")
+    c.add_argument("--quiet", type=float, default=0.15, metavar="SHARE",
+                   help="before each run wait (up to 2 min) until less than SHARE of the CPUs are busy (1: do not wait)")
+    st = sub.add_parser("startup", help="time --version and analyze of a ~1 KB workload (before/after, interleaved)")
+    st.add_argument("--before", type=Path, help="the src/ directory of a 'before' checkout")
+    st.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
+    st.add_argument("--repeat", type=int, default=21)
+    st.add_argument("--no-pyc", action="store_true", help="run with PYTHONDONTWRITEBYTECODE=1 (no bytecode cache)")
+    st.add_argument("--quiet", type=float, default=1.0, metavar="SHARE",
+                    help="wait before each run until less than SHARE of the CPUs are busy (default 1: do not wait)")
+    st.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p = sub.add_parser("profile", help="profile one `firstfault analyze` with pyinstrument")
     p.add_argument("path", type=Path)
     p.add_argument("--workers", type=int, default=1)
@@ -105,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.backfill import run_backfill
 
         return run_backfill(args)
+    if args.command == "startup":
+        from bench.startup import run_startup
+
+        return run_startup(args)
     if args.command == "profile":
         from pyinstrument import Profiler
 
@@ -127,34 +144,51 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> int:
     import os
     import statistics
+    import subprocess
 
     from bench import measure
 
     out = DEFAULT_OUT / "compare"
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(DEFAULT_OUT / "cache")}
-    cmds = {}
+    cmds: dict[str, tuple[list[str], dict[str, str], Path | None]] = {}
     for name, src in (("before", args.before), ("after", args.after)):
         extra = (args.args if name == "after" else args.before_args).split()
         cmds[name] = ([sys.executable, "-m", "firstfault", "analyze", "--json", *extra, str(args.path)],
-                      {**env, "PYTHONPATH": str(src.resolve())})
-    results: dict[str, list[measure.Measurement]] = {"before": [], "after": []}
-    for name, (cmd, cmd_env) in cmds.items():  # warm-up (page cache, compiled-database cache)
-        measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+                      {**env, "PYTHONPATH": str(src.resolve())}, out / f"{name}.json")
+    if args.grep:
+        patterns = out / "patterns.ere"
+        patterns.write_bytes(subprocess.run([sys.executable, "-m", "firstfault", "rules", "patterns", "--ere"],
+                                            check=True, capture_output=True, env=cmds["after"][1]).stdout)
+        # into a pipe whose lines are counted: GNU grep stops at the first match when its output is /dev/null
+        cmds["grep -c"] = (["grep", "-E", "-c", "-r", "--include=*.log", "-f", str(patterns), str(args.path)],
+                           {**os.environ, "LC_ALL": "C"}, None)
+    results: dict[str, list[measure.Measurement]] = {name: [] for name in cmds}
+    for cmd, cmd_env, stdout in cmds.values():  # warm-up (page cache, compiled-database cache)
+        measure.run(cmd, stdout=stdout, env=cmd_env)
     for _ in range(args.repeat):
-        for name, (cmd, cmd_env) in cmds.items():
-            measure.wait_quiet()
-            m = measure.run(cmd, stdout=out / f"{name}.json", env=cmd_env)
+        for name, (cmd, cmd_env, stdout) in cmds.items():
+            if args.quiet < 1:
+                measure.wait_quiet(args.quiet)
+            m = measure.run(cmd, stdout=stdout, env=cmd_env)
             if m.exit_code:
                 raise SystemExit(f"{name}: {m.stderr}")
             results[name].append(m)
     same = (out / "before.json").read_bytes() == (out / "after.json").read_bytes()
     print(f"{args.path}: {args.repeat} interleaved rounds; result JSON identical: {same}")
-    print("| | wall median | wall best | CPU median | peak RSS |")
-    print("|---|---|---|---|---|")
+    print("| | wall median | wall middle half | wall best | CPU median | peak RSS |")
+    print("|---|---|---|---|---|---|")
     for name, runs in results.items():
-        print(f"| {name} | {statistics.median(m.wall_s for m in runs):.2f} s | {min(m.wall_s for m in runs):.2f} s | "
+        walls = sorted(m.wall_s for m in runs)
+        q1, _, q3 = statistics.quantiles(walls, n=4) if len(walls) > 1 else (walls[0],) * 3
+        print(f"| {name} | {statistics.median(walls):.2f} s | {q1:.2f}-{q3:.2f} s | {walls[0]:.2f} s | "
               f"{statistics.median(m.cpu_s for m in runs):.2f} s | {max(m.rss_mb for m in runs):.0f} MB |")
+    if args.grep:  # per round, so that both sides of a ratio ran under the same load
+        for name in ("before", "after"):
+            ratios = [g.wall_s / f.wall_s for g, f in zip(results["grep -c"], results[name], strict=True)]
+            cpu = [g.cpu_s / f.cpu_s for g, f in zip(results["grep -c"], results[name], strict=True)]
+            print(f"grep -c / {name}: wall {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}), "
+                  f"CPU {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f})")
     return 0 if same else 1
 
 

@@ -24,7 +24,9 @@ from firstfault.engine.model import (
     Observation,
     Provenance,
     SourceKind,
+    unique_nodes,
 )
+from firstfault.engine.records import After, Length
 from firstfault.engine.session import Session
 
 # Structured times (an observation's, a context's, a Loki or Prometheus sample's) outside the engine's window
@@ -50,24 +52,21 @@ def bounded_utc(value: datetime | None) -> datetime | None:
     return time
 
 
-class ContextBody(ExecutionContext):
+BoundedTime = Annotated[datetime | None, After(bounded_utc)]
+
+
+class ContextBody(ExecutionContext, frozen=False):
     """An ExecutionContext as a request body (times bounded to 1970-2200)."""
 
-    nodes: list[NodeName] = Field(default_factory=list, max_length=100_000)
-
-    @field_validator("start_time", "end_time")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return bounded_utc(value)
+    nodes: Annotated[list[NodeName], Length(max=100_000), After(unique_nodes)] = field(default_factory=list)
+    start_time: BoundedTime = None
+    end_time: BoundedTime = None
 
 
-class ObservationBody(Observation):
+class ObservationBody(Observation, frozen=False):
     """A normalised Observation as a request body (time bounded to 1970-2200)."""
 
-    @field_validator("observed_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return bounded_utc(value)
+    observed_at: BoundedTime = None
 
 
 class ObservationsBatch(BaseModel):

@@ -187,20 +187,35 @@ def test_rule_case_expectations_are_typed() -> None:
 
 
 def test_a_verified_catalog_is_not_verified_again_until_it_changes(tmp_path, monkeypatch) -> None:
-    """The CLI's start-up: the first engine over a catalog runs every inline case and leaves a marker in the cache;
-    the next one over the same catalog and engine code skips them; a changed catalog is verified anew (a broken
-    case still fails)."""
+    """The CLI's start-up: the first engine over a catalog runs every inline case and leaves a snapshot of the catalog
+    in the cache; the next one over the same catalog and engine code loads that snapshot as data (no TOML parsed, no
+    case run) and gets the same catalog; a changed catalog is verified anew (a broken case still fails)."""
     from firstfault.tools import verify
 
-    verify.verified_engine(cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("verified-*"))) == 1
+    first = verify.verified_engine(cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("verified-*.json"))) == 1
 
-    def must_not_run(catalog: object) -> None:
-        raise AssertionError("verified again")
+    def must_not_run(*_args: object) -> None:
+        raise AssertionError("parsed or verified again")
 
     monkeypatch.setattr(verify, "verify_catalog", must_not_run)
-    verify.verified_engine(cache_dir=tmp_path)
+    monkeypatch.setattr(verify, "parse_catalog", must_not_run)
+    again = verify.verified_engine(cache_dir=tmp_path).catalog
     monkeypatch.undo()
+    assert again.content_hash == first.catalog.content_hash and again.files == first.catalog.files
+    assert again.symptoms == first.catalog.symptoms and again.extractors == first.catalog.extractors
+    assert [r.name for r in again.python_rules] == [r.name for r in first.catalog.python_rules]
     bad = _extractor("BrokenCaseRule", r"widget failure \d+", "widget failure: none", "all good")
     with pytest.raises(CatalogError, match="BrokenCaseRule"):
         verify.verified_engine(load_catalog(extra_files=[("zz_test.toml", bad)]), cache_dir=tmp_path)
+
+
+def test_a_damaged_snapshot_is_read_as_no_snapshot(tmp_path) -> None:
+    from firstfault.tools import verify
+
+    verify.verified_engine(cache_dir=tmp_path)
+    (snapshot,) = tmp_path.glob("verified-*.json")
+    for damage in (b'{"catalog": {"content_hash": "sha256:0", "symptoms": []}}', b'{"catalog": {"symptoms": 5}}',
+                   b"[1, 2]", b"not json"):
+        snapshot.write_bytes(damage)
+        assert verify.verified_engine(cache_dir=tmp_path).catalog.extractors == load_catalog().extractors

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from firstfault.engine.scanner import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, SourceScanner
+from firstfault.engine.scanner import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, SourceScanner, required_literals
 
 PATTERNS = [r"NVRM: Xid \(PCI:[0-9a-f:]+\): \d+", r"NCCL WARN .*status=12", r"(?i:out of memory)"]
 
@@ -217,3 +217,43 @@ def test_sampled_last_match_found_outside_the_tail_window() -> None:
     data = b"iteration 1\niteration 2\n" + b"x" * (3 * 1024 * 1024) + b"\nend"
     got = [data[s:e] for s, e, ids in scanner.scan(data)]
     assert got == [b"iteration 1", b"iteration 2"]
+
+
+# -- the literal gate of the sampled patterns --------------------------------------------------------------------
+def test_required_literals_follow_the_structure_of_the_pattern() -> None:
+    assert required_literals(r"\biteration\s+\d+") == [("iteration", False)]
+    assert required_literals(r"(?i:saved) checkpoint") == [(" checkpoint", False)]
+    assert required_literals(r"(?i)loss=\d") == [("loss=", True)]
+    assert required_literals(r"x(?:error|failure)+y") == [("error", False), ("failure", False)]
+    assert required_literals(r"(?:warning)?abc") == [("abc", False)]  # an optional group needs nothing
+    assert required_literals(r"error|x\d+") is None  # a branch without a literal: no gate
+    assert required_literals(r"ab\d") is None  # too short to be worth a scan
+    assert required_literals(r"(") is None
+
+
+def test_every_positive_case_of_the_catalog_contains_a_required_literal() -> None:
+    """Soundness on the real patterns: every line an extractor's case says it matches passes its gate (so a gate
+    never hides a match, whichever extractor is marked sampled)."""
+    from firstfault.engine.catalog import load_catalog
+
+    gated = 0
+    for extractor in load_catalog().extractors:
+        scanner = SourceScanner([extractor.match_re], sampled=frozenset({0}))
+        if scanner._gate_db is None:  # no literal every match needs: never gated
+            continue
+        gated += 1
+        for case in extractor.cases:
+            if case.expect != "none":
+                line = case.line.encode()
+                assert scanner._contains_literal(line, len(line)), (extractor.name, case.line)
+    assert gated > 100
+
+
+def test_a_block_without_a_required_literal_skips_the_sampled_scans() -> None:
+    scanner = SourceScanner([r"ERROR", r"(?i:step) \d+ loss"], sampled=frozenset({1}))
+    assert scanner._gate_db is not None
+    quiet = b"ERROR one\nnothing here\n" * 1000
+    assert [ids for _s, _e, ids in scanner.scan(quiet)] == [[0]] * 1000
+    busy = quiet + b"STEP 7 loss\n" + quiet + b"step 9 loss"
+    progress = [busy[s:e] for s, e, ids in scanner.scan(busy) if ids == [1]]
+    assert progress == [b"STEP 7 loss", b"step 9 loss"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firstfault.engine.timestamps import TimestampParser
 
@@ -45,3 +47,20 @@ def test_no_timestamp(line: str) -> None:
 def test_year_less_stamp_needs_a_window() -> None:
     assert TimestampParser(None).parse("Mar  1 10:43:35 node kernel: x") is None
 
+
+
+_stamps = st.builds(
+    "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}{}{}{}".format,
+    st.sampled_from([1, 1969, 1970, 2026, 2199, 2200, 9999]), st.integers(0, 13), st.integers(0, 32),
+    st.integers(0, 25), st.integers(0, 61), st.integers(0, 61),
+    st.sampled_from(["", ".5", ".086", ",25", ".123456", ".1234567", ".123456789", ".1234567891"]),
+    st.sampled_from(["Z", "Z]", "", " Z", "+01:00", "ZZ", "UTC"]), st.sampled_from([" rest", "", "]x"]))
+
+
+@settings(max_examples=3000)
+@given(_stamps)
+def test_the_shortcut_for_utc_iso_stamps_reads_them_as_the_long_way_does(line: str) -> None:
+    parser = TimestampParser(datetime(2026, 3, 1, tzinfo=timezone.utc))
+    fast, slow = parser.parse_stamp(line), parser._parse_stamp(line)
+    assert fast == slow
+    assert fast.time is None or fast.time.tzinfo is slow.time.tzinfo  # type: ignore[union-attr]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 from collections.abc import Callable
-from importlib.metadata import version
+from typing import TYPE_CHECKING
 
+from firstfault import __version__
 from firstfault.errors import FirstfaultError
+
+if TYPE_CHECKING:
+    import argparse
 
 # Subcommands contributed by the parts of the package: module path -> function adding its parsers.
 _PART_COMMANDS = (
@@ -25,10 +27,13 @@ _ENGINE_COMMANDS = frozenset({"analyze", "samples", "rules", "eval"})
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    import argparse
+    import importlib
+
     parser = argparse.ArgumentParser(
         prog="firstfault",
         description="Say why a distributed GPU workload failed: the fault that began it and the node it began on.")
-    parser.add_argument("--version", action="version", version=f"firstfault {version('firstfault')}")
+    parser.add_argument("--version", action="version", version=f"firstfault {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     parts = _PART_COMMANDS[:1] if command in _ENGINE_COMMANDS else _PART_COMMANDS
@@ -40,8 +45,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--version"]:   # answered before any part of the package is imported
-        print(f"firstfault {version('firstfault')}")
+    if argv == ["--version"]:   # answered before argparse or any part of the package is imported
+        print(f"firstfault {__version__}")
         return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)

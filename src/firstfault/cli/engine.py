@@ -1,4 +1,8 @@
-"""Engine subcommands: analyze, samples, rules, eval."""
+"""Engine subcommands: analyze, samples, rules, eval.
+
+rich is imported by the functions that print with it: `analyze --json` (the command timed against grep) does not
+load it (docs/benchmarks.md, start-up).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from firstfault.cli import error
-from firstfault.cli.report import render
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.clock import parse_timezone_option
 from firstfault.engine.engine import Engine, default_cache_dir
@@ -57,6 +56,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(result.to_json() + "\n")
         else:
+            from rich.console import Console
+
+            from firstfault.cli.report import render
+
             render(result, Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160))
         sys.stdout.flush()
     if args.timings is not None:
@@ -89,6 +92,10 @@ def worker_count(text: str) -> int:
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     rows = []
     for name, path in sample_dirs().items():
         doc = tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8"))
@@ -150,6 +157,10 @@ def _rules_patterns(catalog: Catalog, *, ere: bool) -> int:
 
 
 def _rules_list(catalog: Catalog, as_json: bool) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     rows = [{"name": e.name, "kind": "extractor", "phase": "EXTRACTION", "emits": e.symptom or f"Context.{e.fact}",
              "origin": e.origin} for e in catalog.extractors]
     rows += [{"name": r.name, "kind": r.kind, "phase": r.phase.name, "emits": "", "origin": r.module}
@@ -167,6 +178,9 @@ def _rules_list(catalog: Catalog, as_json: bool) -> int:
 
 
 def _rules_show(catalog: Catalog, name: str) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
     console = Console(highlight=False)
     for e in catalog.extractors:
         if e.name == name:
@@ -210,6 +224,8 @@ def _rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from firstfault.tools.evaluate import evaluate
 
     report = evaluate(args.corpus, _engine())
@@ -231,6 +247,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_eval(report: object) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from firstfault.tools.evaluate import EvalReport
 
     assert isinstance(report, EvalReport)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from functools import cache
 
-import re2
-
 from firstfault.engine.catalog import Extractor
 
 # Captures of a matching line are taken with Python's `re` when the line is short (fast per call, and its
@@ -24,6 +22,8 @@ class LinearRegex:
     that matcher is not there (another google-re2 layout)."""
 
     def __init__(self, pattern: str) -> None:
+        import re2  # here: an analysis whose matching lines are all short does not load RE2
+
         compiled = re2.compile(pattern.encode("utf-8"))
         self._names = sorted((index, name.decode("utf-8")) for name, index in compiled.groupindex.items())
         self._spans = getattr(getattr(compiled, "_regexp", None), "Match", None)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.resources
+import json
 import re
 import string
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
-
-import re2
 
 from firstfault.engine.model import SUBDOMAIN_OUTCOME, Outcome, Role, SourceKind, SubDomain
 from firstfault.engine.rules_api import (
@@ -90,7 +90,6 @@ class Extractor:
     name: str
     sources: tuple[SourceKind, ...]
     match_re: str
-    regex: re.Pattern[str]
     emit_type: str  # bad | interesting | xid | context
     symptom: str | None  # template with {capture} fields
     fact: str | None
@@ -101,6 +100,11 @@ class Extractor:
     ref: str
     cases: tuple[ExtractorCase, ...]
     origin: str
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        """`match_re` compiled by Python `re`, on first use (an analysis compiles only the patterns that matched)."""
+        return re.compile(self.match_re)
 
     def render_symptom(self, captures: dict[str, str | None]) -> str | None:
         if self.symptom is None:
@@ -239,6 +243,8 @@ def check_pattern_subset(pattern: str) -> str | None:
     """Return why `pattern` is outside the hyperscan/RE2 common subset, or None."""
     if _UNSUPPORTED_RE.search(pattern):
         return "uses a construct outside the hyperscan/RE2 subset (lookaround, backreference, atomic or possessive group, \\A/\\Z)"
+    import re2  # here: a catalog loaded from its snapshot was checked already
+
     try:
         compiled = re.compile(pattern)
     except re.error as exc:
@@ -310,7 +316,7 @@ def _parse_extractor(table: dict[str, Any], origin: str) -> Extractor:
     cases = tuple(_parse_case(c, f"{where} case {i + 1}") for i, c in enumerate(_tables(table, "cases", where)))
     if not any(c.expect != "none" for c in cases) or not any(c.expect == "none" for c in cases):
         raise CatalogError(f"{where}: needs at least one positive and one negative (expect = \"none\") case")
-    return Extractor(name=name, sources=sources, match_re=match_re, regex=regex, emit_type=emit_type,
+    return Extractor(name=name, sources=sources, match_re=match_re, emit_type=emit_type,
                      symptom=symptom, fact=fact, attributes=dict(_optional(table, "attributes", dict, where, {})),
                      key=key, sampled=_optional(table, "sampled", bool, where, False),
                      doc=_require(table, "doc", str, where).strip(), ref=_optional(table, "ref", str, where, ""),
@@ -361,16 +367,42 @@ def order_rules(rules: list[PythonRule], *, reverse_ties: bool = False) -> list[
     return ordered
 
 
+@dataclass(frozen=True)
+class CatalogSources:
+    """What a catalog is made of: its TOML files (packaged, then extra), and the hash of those, of the decode
+    tables and of the Python rule modules (imported here: their rules register themselves)."""
+
+    files: list[tuple[str, bytes]]
+    extra_files: list[tuple[str, bytes]]
+    content_hash: str
+
+
+def catalog_sources(extra_files: list[tuple[str, bytes]] | None = None) -> CatalogSources:
+    extra = list(extra_files or [])
+    files = _catalog_files() + extra
+    digest = hashlib.sha256()
+    for name, blob in files:
+        digest.update(name.encode() + b"\0" + blob + b"\0")
+    for name, blob in _data_files():
+        digest.update(name.encode() + b"\0" + blob + b"\0")
+    for blob in _python_sources():
+        digest.update(blob + b"\0")
+    return CatalogSources(files=files, extra_files=extra, content_hash="sha256:" + digest.hexdigest()[:32])
+
+
 def load_catalog(*, extra_files: list[tuple[str, bytes]] | None = None) -> Catalog:
     """Parse the packaged catalog (`firstfault.tools.verify.verify_catalog` compiles it and runs every case).
 
     `extra_files` (name, TOML bytes) are appended after the packaged files; tests and `rules test --file`
     use it to check a candidate rule file against the rest of the catalog.
     """
-    files = _catalog_files() + list(extra_files or [])
+    return parse_catalog(catalog_sources(extra_files))
+
+
+def parse_catalog(sources: CatalogSources) -> Catalog:
     symptoms: dict[str, SymptomDef] = {}
     extractors: list[Extractor] = []
-    for name, blob in files:
+    for name, blob in sources.files:
         try:
             doc = tomllib.loads(blob.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -390,23 +422,58 @@ def load_catalog(*, extra_files: list[tuple[str, bytes]] | None = None) -> Catal
         if ex.name in seen:
             raise CatalogError(f"{ex.origin}: extractor {ex.name} is already defined in {seen[ex.name]}")
         seen[ex.name] = ex.origin
-    for module_name in RULE_MODULES:
-        importlib.import_module(module_name)
+    return _catalog(sources, symptoms, extractors)
+
+
+def _catalog(sources: CatalogSources, symptoms: dict[str, SymptomDef], extractors: list[Extractor]) -> Catalog:
+    """The catalog of parsed symptoms and extractors, with the registered Python rules (checked and ordered)."""
     python_rules = registered_rules()
-    names = set(seen)
+    names = {e.name for e in extractors}
     for rule in python_rules:
         if rule.name in names:
             raise CatalogError(f"{rule.module}: rule {rule.name} is already defined")
         names.add(rule.name)
-    python_rules = order_rules(python_rules)
-    digest = hashlib.sha256()
-    for name, blob in files:
-        digest.update(name.encode() + b"\0" + blob + b"\0")
-    for name, blob in _data_files():
-        digest.update(name.encode() + b"\0" + blob + b"\0")
-    for blob in _python_sources():
-        digest.update(blob + b"\0")
-    return Catalog(symptoms=symptoms, extractors=extractors, python_rules=python_rules,
-                   metric_extractors=registered_metric_extractors(),
-                   content_hash="sha256:" + digest.hexdigest()[:32], files=[n for n, _ in files],
-                   extra_files=list(extra_files or []))
+    return Catalog(symptoms=symptoms, extractors=extractors, python_rules=order_rules(python_rules),
+                   metric_extractors=registered_metric_extractors(), content_hash=sources.content_hash,
+                   files=[n for n, _ in sources.files], extra_files=sources.extra_files)
+
+
+# -- the catalog as data (the snapshot a verified catalog is kept as: firstfault.tools.verify) ------------------
+def catalog_data(catalog: Catalog) -> dict[str, Any] | None:
+    """The parsed symptoms and extractors as JSON-ready data, or None when a value would not survive JSON (a TOML
+    date in an attribute): `catalog_from_data` rebuilds them equal."""
+    data = {"content_hash": catalog.content_hash, "symptoms": [asdict(s) for s in catalog.symptoms.values()],
+            "extractors": [asdict(e) for e in catalog.extractors]}
+    try:
+        text = json.dumps(data)
+    except (TypeError, ValueError):
+        return None
+    again = json.loads(text)
+    return data if _symptoms(again) == catalog.symptoms and _extractors(again) == catalog.extractors else None
+
+
+def catalog_from_data(data: dict[str, Any], sources: CatalogSources) -> Catalog | None:
+    """The catalog of `sources` from `catalog_data`'s output (None when the data is of another catalog or
+    damaged: the caller parses the files instead)."""
+    if not isinstance(data, dict) or data.get("content_hash") != sources.content_hash:
+        return None
+    try:
+        return _catalog(sources, _symptoms(data), _extractors(data))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _symptoms(data: dict[str, Any]) -> dict[str, SymptomDef]:
+    symptoms = {}
+    for s in data["symptoms"]:
+        symptoms[s["name"]] = SymptomDef(**{**s, "sub_domain": SubDomain(s["sub_domain"]),
+                                            "outcome": Outcome(s["outcome"]),
+                                            "next_action": NextActionDef(**s["next_action"])})
+    return symptoms
+
+
+def _extractors(data: dict[str, Any]) -> list[Extractor]:
+    return [Extractor(**{**e, "sources": tuple(SourceKind(v) for v in e["sources"]), "key": tuple(e["key"]),
+                         "cases": tuple(ExtractorCase(**{**c, "source": c["source"] and SourceKind(c["source"])})
+                                        for c in e["cases"])})
+            for e in data["extractors"]]

@@ -22,8 +22,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from pydantic import ValidationError
-
 from firstfault.engine.model import SCHEDULERS, ExecutionContext, Scheduler, SourceKind
 from firstfault.errors import EvidenceError
 
@@ -112,7 +110,7 @@ def read_context(directory: Path) -> ExecutionContext:
             exit_code=str(workload.get("exit_code", "")),
             metadata={str(k): str(v) for k, v in workload.get("metadata", {}).items()},
         )
-    except (ValidationError, ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         raise EvidenceError(f"{path}: invalid [workload] table: {exc}") from None
 
 

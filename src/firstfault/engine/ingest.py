@@ -41,6 +41,9 @@ class _Acc:
     # Distinct values per attribute in first-seen order (a dict used as an ordered set), so that merging
     # per-file states in file order keeps exactly the values a sequential ingest keeps under the cap.
     values: dict[str, dict[str, None]] = field(default_factory=dict)
+    # The last attributes counted into `values`: each of its values is there, or its bucket is full (buckets
+    # only grow), so a line with the same attributes - most repeats of a line - changes nothing there.
+    seen: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -120,7 +123,8 @@ class Accumulator:
                                        first=time, last=time,
                                        evidence=evidence if isinstance(evidence, Evidence) else evidence(),
                                        evidence_key=key_of_evidence, attributes=attributes,
-                                       values={k: {str(v): None} for k, v in attributes.items() if v not in (None, "")})
+                                       values={k: {str(v): None} for k, v in attributes.items() if v not in (None, "")},
+                                       seen=attributes)
                 return
             acc.count += 1
             if time is not None:
@@ -132,6 +136,9 @@ class Accumulator:
                 acc.evidence = evidence if isinstance(evidence, Evidence) else evidence()
                 acc.evidence_key = key_of_evidence
                 acc.attributes = attributes
+            if attributes == acc.seen:
+                return
+            acc.seen = attributes
             for k, v in attributes.items():
                 if v in (None, ""):
                     continue

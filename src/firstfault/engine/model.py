@@ -1,16 +1,19 @@
 """Typed data model shared by the engine, the service and the Blueprint.
 
-Everything that crosses a boundary (an HTTP body, a SQLite row, a CLI `--json` output) is one of these
-pydantic models, so the wire shape is defined once.
+Everything that crosses a boundary (an HTTP body, a SQLite row, a CLI `--json` output) is one of these records,
+so the wire shape is defined once. Records validate and serialise as pydantic models with the same fields do, and
+are pydantic types for the service and the Blueprint, but the engine's own path never imports pydantic
+(engine/records.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import field
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from firstfault.engine.records import After, Bounds, Length, Record
 
 SCHEMA_VERSION = "1.0"
 
@@ -106,82 +109,71 @@ def utc(dt: datetime) -> datetime:
         raise ValueError(f"{dt.isoformat()} lies past the limits of the calendar in UTC") from None
 
 
-class FrozenModel(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 Scheduler = Literal["slurm", "kubernetes", "none"]
 SCHEDULERS: tuple[Scheduler, ...] = ("slurm", "kubernetes", "none")
 
 
-class ExecutionContext(BaseModel):
+def _aware(value: datetime | None) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+AwareTime = Annotated[datetime | None, After(_aware)]
+
+
+def unique_nodes(value: list[str]) -> list[str]:
+    """The node names in first-seen order, each once; ValueError for an empty or over-long name."""
+    seen: dict[str, None] = {}
+    for node in value:
+        if not node or len(node) > 255:
+            raise ValueError(f"invalid node name {node!r}")
+        seen.setdefault(node, None)
+    return list(seen)
+
+
+class ExecutionContext(Record, frozen=False):
     """One attempt of one workload: what ran where and when, and what the scheduler recorded."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    workload_id: str = Field(min_length=1, max_length=512)
-    attempt: int = Field(default=0, ge=0)
+    workload_id: Annotated[str, Length(1, 512)]
+    attempt: Annotated[int, Bounds(ge=0)] = 0
     scheduler: Scheduler = "none"
-    job_id: str = Field(default="", max_length=512)
-    name: str = Field(default="", max_length=512)
-    nodes: list[str] = Field(default_factory=list, max_length=100_000)
-    ranks_per_node: int | None = Field(default=None, ge=1, le=100_000)
-    start_time: datetime | None = None
-    end_time: datetime | None = None
-    scheduler_state: str = Field(default="", max_length=128)
-    exit_code: str = Field(default="", max_length=64)
-    metadata: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("start_time", "end_time")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return utc(value) if value is not None else None
-
-    @field_validator("nodes")
-    @classmethod
-    def _unique_nodes(cls, value: list[str]) -> list[str]:
-        seen: dict[str, None] = {}
-        for node in value:
-            if not node or len(node) > 255:
-                raise ValueError(f"invalid node name {node!r}")
-            seen.setdefault(node, None)
-        return list(seen)
+    job_id: Annotated[str, Length(max=512)] = ""
+    name: Annotated[str, Length(max=512)] = ""
+    nodes: Annotated[list[str], Length(max=100_000), After(unique_nodes)] = field(default_factory=list)
+    ranks_per_node: Annotated[int | None, Bounds(ge=1, le=100_000)] = None
+    start_time: AwareTime = None
+    end_time: AwareTime = None
+    scheduler_state: Annotated[str, Length(max=128)] = ""
+    exit_code: Annotated[str, Length(max=64)] = ""
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
-class Provenance(FrozenModel):
+class Provenance(Record):
     """Where a piece of evidence came from: a file path or a stream description, and a position in it."""
 
-    origin: str = Field(max_length=4096)
-    line: int | None = Field(default=None, ge=1)
-    offset: int | None = Field(default=None, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    origin: Annotated[str, Length(max=4096)]
+    line: Annotated[int | None, Bounds(ge=1)] = None
+    offset: Annotated[int | None, Bounds(ge=0)] = None
+    labels: dict[str, str] = field(default_factory=dict)
 
 
-class MetricSample(FrozenModel):
+class MetricSample(Record):
     name: str
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     value: float
 
 
-class Observation(BaseModel):
+class Observation(Record, frozen=False):
     """One normalised piece of evidence: a log line or a metric sample."""
 
-    model_config = ConfigDict(extra="forbid")
-
     source: SourceKind
-    node: str | None = Field(default=None, max_length=255)
-    observed_at: datetime | None = None
+    node: Annotated[str | None, Length(max=255)] = None
+    observed_at: AwareTime = None
     line: str | None = None
     metric: MetricSample | None = None
     provenance: Provenance
 
-    @field_validator("observed_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return utc(value) if value is not None else None
 
-
-class Evidence(FrozenModel):
+class Evidence(Record):
     """A cited line (or metric sample) with everything needed to find it again."""
 
     source: SourceKind
@@ -202,10 +194,8 @@ class EventType:
     CONTEXT = "Context"  # prefix: Context.<fact>
 
 
-class Event(BaseModel):
+class Event(Record, frozen=False):
     """A typed event. Identical events close in time are coalesced into one with a count."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: str
     node: str | None
@@ -214,8 +204,8 @@ class Event(BaseModel):
     last_time: datetime | None = None
     count: int = 1
     evidence: Evidence
-    attributes: dict[str, Any] = Field(default_factory=dict)
-    values: dict[str, list[str]] = Field(default_factory=dict)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, list[str]] = field(default_factory=dict)
     rule: str
 
 
@@ -223,7 +213,7 @@ Status = Literal["bad", "interesting"]
 Role = Literal["root", "symptom", "context"]
 
 
-class SymptomView(FrozenModel):
+class SymptomView(Record):
     """A symptom as reported in the result."""
 
     node: str | None
@@ -235,27 +225,27 @@ class SymptomView(FrozenModel):
     last_time: datetime | None
     count: int
     evidence: list[Evidence]
-    attributes: dict[str, Any] = Field(default_factory=dict)
+    attributes: dict[str, Any] = field(default_factory=dict)
     rule: str
     demoted_by: str | None = None
     reason: str | None = None
 
 
-class NextAction(FrozenModel):
+class NextAction(Record):
     immediate: str
     investigatory: str | None = None
     summary: str
 
 
-class CulpritNode(FrozenModel):
+class CulpritNode(Record):
     node: str
     symptoms: list[str]
-    gpus: list[str] = Field(default_factory=list)
-    links: list[str] = Field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
     next_action: NextAction
 
 
-class RootCause(FrozenModel):
+class RootCause(Record):
     symptom: str
     description: str
     sub_domain: SubDomain
@@ -268,7 +258,7 @@ class RootCause(FrozenModel):
     decided_by: str
 
 
-class Candidate(FrozenModel):
+class Candidate(Record):
     symptom: str
     sub_domain: SubDomain
     nodes: list[str]
@@ -276,7 +266,7 @@ class Candidate(FrozenModel):
     evidence: list[Evidence]
 
 
-class TraceEntry(FrozenModel):
+class TraceEntry(Record):
     phase: str
     rule: str
     action: str
@@ -285,7 +275,7 @@ class TraceEntry(FrozenModel):
     symptom: str | None = None
 
 
-class SourceCoverage(FrozenModel):
+class SourceCoverage(Record):
     node: str
     source: SourceKind
     observations: int
@@ -293,7 +283,7 @@ class SourceCoverage(FrozenModel):
     origins: list[str]
 
 
-class Coverage(FrozenModel):
+class Coverage(Record):
     nodes_with_evidence: list[str]
     nodes_without_evidence: list[str]
     nodes_outside_allocation: list[str]
@@ -303,10 +293,10 @@ class Coverage(FrozenModel):
     issues: list[str]
     # How evidence was read when that differs from what it says by itself (a stream whose zone-less stamps were
     # read as local time); not a gap, so it does not make the result partial.
-    adjustments: list[str] = []
+    adjustments: list[str] = field(default_factory=list)
 
 
-class WorkloadRef(FrozenModel):
+class WorkloadRef(Record):
     workload_id: str
     attempt: int
     scheduler: str
@@ -322,7 +312,7 @@ class WorkloadRef(FrozenModel):
 Confidence = Literal["high", "medium", "low"]
 
 
-class Attribution(FrozenModel):
+class Attribution(Record):
     """The diagnosis of one workload attempt (the result JSON)."""
 
     schema_version: str = SCHEMA_VERSION

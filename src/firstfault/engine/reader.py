@@ -9,6 +9,7 @@ line count). A matching line without a stamp of its own takes the time of the ne
 from __future__ import annotations
 
 import re
+import string
 import time as _time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,6 +79,14 @@ class LineReader:
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
         self.timestamps = TimestampParser(context.start_time or context.end_time)
+        self._emits: dict[SourceKind, list[_Emit]] = {}
+
+    def emits(self, source: SourceKind) -> list[_Emit]:
+        """How each extractor of `source` emits (by its pattern id in the source's scanner)."""
+        found = self._emits.get(source)
+        if found is None:
+            found = self._emits[source] = _emits(self.compiled.by_source[source])
+        return found
 
     def read_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> StreamCost:
         """Scan one log stream (a file, a pod log) of one node.
@@ -113,7 +122,7 @@ class LineReader:
     def _scan_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str,
                      acc: Accumulator, stream_clock: StreamClock) -> StreamCost:
         scanner = self.compiled.scanners[source]
-        extractors = self.compiled.by_source[source]
+        emits = self.emits(source)
         clock = _time.perf_counter
         cpu_clock = _time.thread_time
         last_time: datetime | None = None
@@ -138,7 +147,7 @@ class LineReader:
                 line_no = numbers[-1] + data.count(b"\n", pos, length) + 1
                 t2, c2 = clock(), cpu_clock()
                 hit_lines += len(hits)
-                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, extractors,
+                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, emits,
                                               last_time, acc=acc, stream_clock=stream_clock)
                 t3, c3 = clock(), cpu_clock()
             else:
@@ -186,7 +195,7 @@ class LineReader:
         hits = self.compiled.scanners[source].scan(data)
         if hits:
             numbers, _ = _line_numbers(data, hits, first_line)
-            self._handle_hits(data, numbers, None, hits, node, source, origin, self.compiled.by_source[source], None,
+            self._handle_hits(data, numbers, None, hits, node, source, origin, self.emits(source), None,
                               acc=self.accumulator, times=times, first_line=first_line, labels=labels,
                               utc_offset=utc_offset)
         if utc_offset:
@@ -196,7 +205,7 @@ class LineReader:
 
     def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
-                     extractors: list[Extractor], last_time: datetime | None, *, acc: Accumulator,
+                     emits: list[_Emit], last_time: datetime | None, *, acc: Accumulator,
                      stream_clock: StreamClock | None = None, times: list[datetime | None] | None = None,
                      first_line: int = 1, labels: dict[str, str] | None = None,
                      utc_offset: timedelta | None = None) -> datetime | None:
@@ -231,8 +240,7 @@ class LineReader:
                     self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
-            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, extractors,
-                            inherited, acc)
+            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited, acc)
             prev_end, prev_time = end, time
         return last_time
 
@@ -293,7 +301,7 @@ class LineReader:
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
-                   extractors: list[Extractor], inherited: bool, acc: Accumulator) -> None:
+                   emits: list[_Emit], inherited: bool, acc: Accumulator) -> None:
         max_chars = self.params.max_evidence_chars
         shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
@@ -313,21 +321,50 @@ class LineReader:
                                       provenance=provenance))
             return built[0]
 
-        rank_match = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
+        rank = _rank_prefix(text)
         for index in ids:
-            extractor = extractors[index]
-            groups = match_groups(extractor, text)
+            emit = emits[index]
+            groups = match_groups(emit.extractor, text)
             if groups is None:  # hyperscan and re disagree only on pathological input; re decides
                 continue
-            captures = {k: v for k, v in groups.items() if v is not None}
-            attributes: dict[str, Any] = {**extractor.attributes, **captures}
-            if rank_match and "rank" not in attributes:
-                attributes["rank"] = rank_match.group(1) or rank_match.group(2)
-            if extractor.emit_type == "context":
-                event_type = f"{EventType.CONTEXT}.{extractor.fact}"
-                symptom = None
-            else:
-                event_type = _EMIT_EVENT_TYPE[extractor.emit_type]
-                symptom = extractor.render_symptom(groups)
-            discriminator = tuple(str(captures.get(k, "")) for k in extractor.key)
-            acc.add(event_type, node, symptom, extractor.name, time, evidence, attributes, discriminator, evidence_key)
+            symptom = emit.extractor.render_symptom(groups) if emit.templated else emit.symptom
+            # groupdict() is a new dict: it is the captures unless a group did not take part in the match
+            captures = {k: v for k, v in groups.items() if v is not None} if None in groups.values() else groups
+            discriminator = tuple(str(captures.get(k, "")) for k in emit.extractor.key)
+            attributes: dict[str, Any] = {**emit.attributes, **captures} if emit.attributes else captures
+            if rank and "rank" not in attributes:
+                attributes["rank"] = rank
+            acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
+                    evidence_key)
+
+
+def _rank_prefix(text: str) -> str | None:
+    """The rank a launcher's prefix (`[rank3]:`, Open MPI's `[1,3]<stdout>:`) gives the line, if any. Both end in
+    `]:` or `>:`, which most lines do not hold: those are not matched at all."""
+    if text.find("]:", 0, 256) < 0 and text.find(">:", 0, 256) < 0:
+        return None
+    found = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
+    return found and (found.group(1) or found.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class _Emit:
+    """What one extractor's match puts on the event stream, worked out once per source rather than per line."""
+
+    extractor: Extractor
+    event_type: str
+    symptom: str | None  # a context fact's is None; a template's is filled per line (`templated`)
+    templated: bool
+    attributes: dict[str, Any]  # the extractor's own attributes (a line's captures are laid over them)
+
+
+def _emits(extractors: list[Extractor]) -> list[_Emit]:
+    emits = []
+    for e in extractors:
+        if e.emit_type == "context":
+            emits.append(_Emit(e, f"{EventType.CONTEXT}.{e.fact}", None, False, e.attributes))
+            continue
+        templated = e.symptom is not None and any(f for _, f, _, _ in string.Formatter().parse(e.symptom))
+        emits.append(_Emit(e, _EMIT_EVENT_TYPE[e.emit_type], None if templated else e.render_symptom({}), templated,
+                           e.attributes))
+    return emits

@@ -13,10 +13,12 @@ import json
 import os
 import platform
 import re
+import re._constants as _sre
+import re._parser as _sre_parser
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import hyperscan
 
@@ -179,6 +181,69 @@ def _bracket_end(pattern: str, i: int) -> int:
     return j + 1
 
 
+_MIN_GATE_LITERAL = 3  # a shorter literal would be met in nearly every block
+
+
+def required_literals(pattern: str) -> list[tuple[str, bool]] | None:
+    """Literals one of which every match of `pattern` contains, each with whether it is matched without regard to
+    ASCII case (within `(?i)`), or None when the pattern has no such set of literals of at least three characters.
+
+    Read from Python's own parse of the pattern: a run of literal characters in a sequence is needed by that
+    sequence, so is whatever a group, a repeat of at least once, or every branch of an alternation needs."""
+    try:
+        parsed = _sre_parser.parse(pattern)
+    except (re.error, RecursionError):
+        return None
+    found = _needed(list(parsed), bool(parsed.state.flags & re.IGNORECASE))
+    return None if found is None else sorted(found)
+
+
+def _gate_expressions(sampled: list[str]) -> list[str]:
+    """Hyperscan expressions of the literals the sampled patterns need (none when one of them needs none)."""
+    needed = [required_literals(pattern) for pattern in sampled]
+    if not needed or any(literals is None for literals in needed):
+        return []
+    literals = {(text, caseless) for found in needed for text, caseless in found or []}
+    literals -= {(text, False) for text, caseless in literals if caseless}  # met anyway when any case is
+    return [("(?i)" if caseless else "") + "".join(f"\\x{byte:02x}" for byte in text.encode("utf-8"))
+            for text, caseless in sorted(literals)]
+
+
+def _selectivity(literals: frozenset[tuple[str, bool]]) -> tuple[int, int]:
+    """Longer literals first, then fewer of them."""
+    return min(len(text) for text, _ in literals), -len(literals)
+
+
+def _needed(items: list[tuple[Any, Any]], caseless: bool) -> frozenset[tuple[str, bool]] | None:
+    best: frozenset[tuple[str, bool]] | None = None
+    run: list[str] = []
+
+    def better(candidate: frozenset[tuple[str, bool]] | None) -> None:
+        nonlocal best
+        if candidate and (best is None or _selectivity(candidate) > _selectivity(best)):
+            best = candidate
+
+    for op, av in [*items, (None, None)]:
+        if op is _sre.LITERAL:
+            run.append(chr(av))
+            continue
+        if len(run) >= _MIN_GATE_LITERAL:
+            better(frozenset({("".join(run), caseless)}))
+        run = []
+        if op is _sre.SUBPATTERN:
+            _group, add, remove, sub = av
+            better(_needed(list(sub), (caseless or bool(add & re.IGNORECASE)) and not remove & re.IGNORECASE))
+        elif op is _sre.ATOMIC_GROUP:
+            better(_needed(list(av), caseless))
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT) and av[0] >= 1:
+            better(_needed(list(av[2]), caseless))
+        elif op is _sre.BRANCH:
+            branches = [_needed(list(branch), caseless) for branch in av[1]]
+            if all(branches):
+                better(frozenset().union(*branches))  # type: ignore[arg-type]
+    return best
+
+
 class SourceScanner:
     """Compiled hyperscan databases for a list of patterns (ids are list positions).
 
@@ -193,7 +258,9 @@ class SourceScanner:
     Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
     the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
     the last one, so their matches never cost a callback per line. They are always scanned exactly (a first
-    match that re rejected would hide the real one).
+    match that re rejected would hide the real one). A block holding none of the literals their matches need
+    (`required_literals`; found by hyperscan's literal matcher, which stops at the first) is not scanned for
+    them at all: a training-progress pattern costs a full scan of every syslog block otherwise.
     """
 
     # Growing tails searched for the last match of a sampled pattern. Any sizes give the same result; a small
@@ -214,8 +281,11 @@ class SourceScanner:
             expressions.append(pattern if tail is None else tail)
         regular = [i for i in range(len(patterns)) if i not in sampled]
         sampled_ids = sorted(sampled)
+        gate = _gate_expressions([patterns[i] for i in sampled_ids])
+        expressions += gate
         plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH),
-                ("tail", sampled_ids, 0)]
+                ("tail", sampled_ids, 0),
+                ("gate", list(range(len(patterns), len(expressions))), hyperscan.HS_FLAG_SINGLEMATCH)]
         dbs: dict[str, hyperscan.Database] = {}
         cache_files: dict[str, Path] = {}
         if cache_dir is not None and patterns:
@@ -238,6 +308,7 @@ class SourceScanner:
         self._db: hyperscan.Database | None = dbs.get("main")
         self._first_db: hyperscan.Database | None = dbs.get("first")
         self._tail_db: hyperscan.Database | None = dbs.get("tail")
+        self._gate_db: hyperscan.Database | None = dbs.get("gate")
 
     def _scratch(self, name: str, db: hyperscan.Database) -> hyperscan.Scratch:
         scratch = getattr(self._local, name, None)
@@ -265,6 +336,8 @@ class SourceScanner:
 
     def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:
         assert self._first_db is not None and self._tail_db is not None
+        if self._gate_db is not None and not self._contains_literal(data, length):
+            return []
         first = self._matches("first", self._first_db, data, 0, length)
         wanted = {pattern_id for _, pattern_id in first}
         last: dict[int, int] = {}
@@ -275,6 +348,21 @@ class SourceScanner:
             if set(last) >= wanted or start == 0:
                 break
         return first + [(to, pattern_id) for pattern_id, to in last.items()]
+
+    def _contains_literal(self, data: bytes | bytearray, length: int) -> bool:
+        """Whether `data[:length]` holds one of the literals every match of a sampled pattern contains (hyperscan's
+        literal matcher stops at the first): without one, no sampled pattern can match the block."""
+        assert self._gate_db is not None
+
+        def found(*_args: object) -> bool:
+            return True  # stop the scan
+
+        try:
+            with memoryview(data) as view, view[:length] as part:
+                self._gate_db.scan(cast(bytes, part), match_event_handler=found, scratch=self._scratch("gate", self._gate_db))
+        except hyperscan.ScanTerminated:
+            return True
+        return False
 
     def scan(self, data: bytes | bytearray, length: int | None = None) -> list[tuple[int, int, list[int]]]:
         """Return (line_start, line_end, sorted pattern ids) for every line of `data[:length]` that matched (for
@@ -325,7 +413,7 @@ def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hy
     return db
 
 
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 
 
 def _load_cached(path: Path) -> hyperscan.Database | None:

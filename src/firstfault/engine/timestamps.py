@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from firstfault.engine.inputs import dated
+from firstfault.engine.inputs import EARLIEST, LATEST, dated
 
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
@@ -35,6 +35,10 @@ _NON_TIME_PREFIX = re.compile(
 _ISO = re.compile(
     r"^\s*\[?(\d{4})-(\d{2})-(\d{2})[T _](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s?(Z|[+-]\d{2}:?\d{2}|UTC)?\]?"
 )
+# The same stamp as _ISO reads when it starts the line with a `Z` zone: datetime.fromisoformat reads it alike
+# (fraction cut at microseconds); a value it refuses (hour 24) goes the long way, where _ISO refuses it too.
+_ISO_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?Z")
+_fromisoformat = datetime.fromisoformat
 _SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
@@ -44,6 +48,7 @@ _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.
 
 # A stamp is a prefix: only this much of a line is looked at (a long line costs no more than a short one).
 _MAX_PREFIX_CHARS = 256
+_HALF_YEAR = timedelta(days=182)  # less than half of the shortest year: no other year can be as close
 
 
 def _micro(fraction: str | None) -> int:
@@ -69,6 +74,7 @@ class Stamp(NamedTuple):
 
 
 _NO_STAMP = Stamp(None, False)
+_new_stamp = tuple.__new__
 
 
 class TimestampParser:
@@ -88,13 +94,29 @@ class TimestampParser:
 
     def parse_stamp(self, line: str) -> Stamp:
         """The line's stamp (never raises): its time when it lies in the window, else the text read."""
+        if (m := _ISO_UTC.match(line)) is not None:  # the commonest stamp, read in C; anything unusual below
+            try:
+                stamped = _fromisoformat(m.group())
+            except ValueError:
+                pass
+            else:
+                if EARLIEST <= stamped < LATEST:
+                    return _new_stamp(Stamp, (stamped, True, None))
+        return self._parse_stamp(line)
+
+    def _parse_stamp(self, line: str) -> Stamp:
+        """`parse_stamp` without its shortcut for the commonest stamp."""
         text = line[:_MAX_PREFIX_CHARS]
         for _ in range(3):
             found = self._parse_here(text)
             if found is not None:
                 when, zoned, matched = found
-                time = None if when is None else dated(when)
-                return Stamp(time, zoned) if time is not None else Stamp(None, zoned, matched.strip())
+                if when is not None and when.tzinfo is timezone.utc:  # what dated() gives, without its calls
+                    time = when if EARLIEST <= when < LATEST else None
+                else:
+                    time = None if when is None else dated(when)
+                # the tuple itself: a NamedTuple's own constructor costs a Python call per matching line
+                return _new_stamp(Stamp, (time, zoned, None if time is not None else matched.strip()))
             stripped = _NON_TIME_PREFIX.sub("", text, count=1)
             if stripped == text:
                 break
@@ -142,6 +164,12 @@ class TimestampParser:
         ref = self.reference
         if ref is None:  # a year-less stamp cannot be placed without a window; never guess from the clock
             return None
+        try:  # within half a year of the reference, the reference's year is the closest (the others are further)
+            same_year = datetime(ref.year, month, day, hour, minute, second, micro, tzinfo=timezone.utc)
+            if abs(same_year - ref) < _HALF_YEAR:
+                return same_year
+        except ValueError:
+            pass
         best: datetime | None = None
         for year in (ref.year - 1, ref.year, ref.year + 1):
             try:

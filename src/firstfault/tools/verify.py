@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -11,11 +13,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from firstfault.engine.catalog import Catalog, Extractor, ExtractorCase, load_catalog
+from firstfault.engine.catalog import (
+    Catalog,
+    Extractor,
+    ExtractorCase,
+    catalog_data,
+    catalog_from_data,
+    catalog_sources,
+    load_catalog,
+    parse_catalog,
+)
 from firstfault.engine.engine import Engine
 from firstfault.engine.model import ExecutionContext, MetricSample, Observation, Provenance, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.rules_api import PythonRule, RuleCase
+from firstfault.engine.timing import Timings
 from firstfault.errors import CatalogError, PatternCompileError
 
 _CASE_START = datetime(2025, 1, 1, 0, 0, tzinfo=timezone.utc)
@@ -211,35 +223,66 @@ def load_verified_catalog(extra_files: list[tuple[str, bytes]] | None = None) ->
 
 def verified_engine(catalog: Catalog | None = None, params: Params | None = None, *,
                     cache_dir: Path | None = None) -> Engine:
-    """An engine whose catalog passed every inline case (CatalogError naming the failures otherwise). With a
-    `cache_dir`, a catalog verified once by this engine code is not verified again: the marker's name is a hash of
-    the catalog's content hash and of the engine's and this module's source, so a change to any verifies anew."""
+    """An engine whose catalog passed every inline case (CatalogError naming the failures otherwise).
+
+    With a `cache_dir`, a catalog is verified once per content and engine code: then a snapshot of it is written
+    there, named by a hash of the catalog's content hash and of the engine's and this module's source. An engine
+    over the packaged catalog loads that snapshot as data (no TOML parsed, no pattern compiled by Python `re`, no
+    case run); one given a `catalog` skips only the verification."""
+    timings = Timings()
+    with timings.phase("catalog.load"):
+        if catalog is None:
+            sources = catalog_sources()
+            snapshot = _snapshot_path(sources.content_hash, cache_dir)
+            verified, data = _read_snapshot(snapshot)
+            loaded = catalog_from_data(data, sources) if data is not None else None
+            catalog = loaded or parse_catalog(sources)
+        else:
+            snapshot = _snapshot_path(catalog.content_hash, cache_dir)
+            verified, _ = _read_snapshot(snapshot)
     engine = Engine(catalog, params, cache_dir=cache_dir)
+    engine.startup.merge(timings)
     with engine.startup.phase("catalog.verify"):
-        marker = _verified_marker(engine.catalog, cache_dir)
-        if marker is None or not marker.exists():
+        if not verified:
             verify_catalog(engine.catalog)
-            _touch(marker)
+            _write_snapshot(snapshot, engine.catalog)
     return engine
 
 
-def _verified_marker(catalog: Catalog, cache_dir: Path | None) -> Path | None:
+_SNAPSHOT_FORMAT = 1
+
+
+def _snapshot_path(content_hash: str, cache_dir: Path | None) -> Path | None:
     if cache_dir is None:
         return None
-    digest = hashlib.sha256(catalog.content_hash.encode())
+    digest = hashlib.sha256(f"{_SNAPSHOT_FORMAT}:{content_hash}".encode())
     here = Path(__file__).resolve()
     for source in [here, *sorted(here.parents[1].joinpath("engine").glob("*.py"))]:   # the checks and the engine
         digest.update(source.read_bytes())
-    return cache_dir / f"verified-{digest.hexdigest()[:32]}"
+    return cache_dir / f"verified-{digest.hexdigest()[:32]}.json"
 
 
-def _touch(marker: Path | None) -> None:
+def _read_snapshot(path: Path | None) -> tuple[bool, dict[str, Any] | None]:
+    """(verified, the catalog's data): a snapshot that is there says the catalog was verified; its data may be
+    None (a catalog that JSON cannot hold is parsed each time)."""
+    if path is None:
+        return False, None
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False, None
+    return True, document.get("catalog") if isinstance(document, dict) else None
+
+
+def _write_snapshot(path: Path | None, catalog: Catalog) -> None:
     """Record a verification; a cache that cannot be written only means verifying again next time."""
-    if marker is None:
+    if path is None:
         return
     try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"catalog": catalog_data(catalog)}), encoding="utf-8")
+        os.replace(tmp, path)
     except OSError:
         pass
 

@@ -11,7 +11,7 @@ import functools
 import sys
 from pathlib import Path
 
-import firstfault.engine.engine as engine
+import firstfault.tools.verify as verify
 from firstfault.cli import main as cli
 
 
@@ -20,8 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rules", type=Path, help="a rule file (TOML) loaded with the packaged catalog")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    engine.load_catalog = functools.partial(engine.load_catalog,
-                                            extra_files=[(args.rules.name, args.rules.read_bytes())])
+    # the files `serve` builds its verified engine from (tools/verify.py): the packaged ones and this one
+    verify.catalog_sources = functools.partial(verify.catalog_sources,
+                                               extra_files=[(args.rules.name, args.rules.read_bytes())])
     return cli(["serve", "--port", str(args.port)])
 
 
