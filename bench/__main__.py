@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time `LC_ALL=C grep -c -E -f` with the after checkout's `rules patterns --ere`, in turn")
     c.add_argument("--quiet", type=float, default=0.15, metavar="SHARE",
                    help="before each run wait (up to 2 min) until less than SHARE of the CPUs are busy (1: do not wait)")
+    c.add_argument("--out", type=Path, default=DEFAULT_OUT)
     st = sub.add_parser("startup", help="time --version and analyze of a ~1 KB workload (before/after, interleaved)")
     st.add_argument("--before", type=Path, help="the src/ directory of a 'before' checkout")
     st.add_argument("--after", type=Path, default=Path(__file__).resolve().parent.parent / "src")
@@ -148,9 +149,9 @@ def _compare(args: argparse.Namespace) -> int:
 
     from bench import measure
 
-    out = DEFAULT_OUT / "compare"
+    out = args.out / "compare"
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(DEFAULT_OUT / "cache")}
+    env = {**os.environ, "FIRSTFAULT_CACHE_DIR": str(args.out / "cache")}
     cmds: dict[str, tuple[list[str], dict[str, str], Path | None]] = {}
     for name, src in (("before", args.before), ("after", args.after)):
         extra = (args.args if name == "after" else args.before_args).split()

@@ -82,7 +82,7 @@ def run_startup(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|")
     for (label, side), ms in runs.items():
         walls = sorted(m.wall_s for m in ms)
-        q1, _, q3 = statistics.quantiles(walls, n=4)
+        q1, _, q3 = statistics.quantiles(walls, n=4) if len(walls) > 1 else (walls[0],) * 3
         print(f"| `firstfault {label}` | {side} | {statistics.median(walls) * 1000:.0f} ms | "
               f"{q1 * 1000:.0f}-{q3 * 1000:.0f} ms | {walls[0] * 1000:.0f}-{walls[-1] * 1000:.0f} ms | "
               f"{statistics.median(m.cpu_s for m in ms) * 1000:.0f} ms |")

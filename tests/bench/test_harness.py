@@ -63,3 +63,19 @@ def test_smoke_suite_reports_every_field(tmp_path: Path) -> None:
     assert saved["rows"] == rows and saved["environment"]["cores"] >= 1
     for heading in ("Evidence size", "Cores", "Where the time goes", "Node count", "Rule count"):
         assert heading in out["markdown"]
+
+
+def test_startup_and_compare_run_both_checkouts_and_compare_their_json(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.__main__ import main
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    assert main(["startup", "--before", str(src), "--repeat", "1", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "result JSON identical on both sides: True" in printed and "`firstfault --version` | before" in printed
+    workload = tmp_path / "w"
+    generate(Spec(nodes=2, ranks=2, mib_per_node=0.05), workload)
+    assert main(["compare", str(workload), "--before", str(src), "--grep", "--repeat", "2", "--quiet", "1",
+                 "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "result JSON identical: True" in printed and "grep -c / after: wall" in printed
