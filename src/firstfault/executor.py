@@ -18,13 +18,10 @@ itself raised is the task's answer.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -82,6 +79,8 @@ class LocalExecutor:
             yield pool
 
     def lost(self, exc: BaseException) -> bool:
+        from concurrent.futures.process import BrokenProcessPool  # here: with multiprocessing, when a pool ran
+
         return isinstance(exc, BrokenProcessPool)
 
     def close(self) -> None:
@@ -91,6 +90,8 @@ class LocalExecutor:
 def pool_context() -> Any:
     """`fork` when it is safe (a single-threaded parent on a platform that has it): the workers inherit the
     compiled catalog and start in milliseconds. Otherwise `spawn`: each worker loads the catalog once."""
+    import multiprocessing  # here: `analyze` in one process (most of them) does not load it
+
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
@@ -198,6 +199,8 @@ class _RayPool(futures.Executor):
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """Fail fast when RAY_ADDRESS names a host and port nothing answers on (Ray itself keeps retrying for
     minutes); `auto`, `local` and no address are left to Ray."""
+    import socket
+
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return

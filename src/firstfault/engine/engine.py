@@ -6,9 +6,9 @@ import gzip
 import os
 import time
 import zlib
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.compiled import CompiledCatalog
@@ -27,6 +27,9 @@ from firstfault.engine.state_format import decode_state, encode_state
 from firstfault.engine.timing import Timings
 from firstfault.errors import ExecutorError
 from firstfault.executor import Executor, LocalExecutor
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 _BINARY_SNIFF_BYTES = 64 * 1024
 _TEXT_CONTROL = {9, 10, 12, 13, 27}

@@ -13,11 +13,11 @@ import json
 import os
 import platform
 import re
-import re._constants as _sre
-import re._parser as _sre_parser
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from re import _constants as _sre  # type: ignore[attr-defined]
+from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any, BinaryIO, cast
 
 import hyperscan

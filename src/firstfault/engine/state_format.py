@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
+from functools import cache
 from typing import Annotated, Any
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from firstfault.engine.ingest import IngestState, _Acc, evidence_key
 from firstfault.engine.model import Evidence, SourceKind
@@ -41,46 +40,49 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(timezone.utc)
 
 
-_Time = Annotated[datetime | None, AfterValidator(_as_utc)]
+@cache
+def _document() -> Any:
+    """The pydantic model a state document is checked against, built on the first decode: writing a state, and
+    an analysis that never reads one, do not load pydantic (docs/benchmarks.md, start-up)."""
+    from pydantic import AfterValidator, BaseModel, ConfigDict
 
+    time = Annotated[datetime | None, AfterValidator(_as_utc)]
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    class _Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
 
+    class _ProvenanceDoc(_Strict):
+        origin: str
+        line: int | None
+        offset: int | None
+        labels: dict[str, str]
 
-class _ProvenanceDoc(_Strict):
-    origin: str
-    line: int | None
-    offset: int | None
-    labels: dict[str, str]
+    class _EvidenceDoc(_Strict):
+        source: SourceKind
+        node: str | None
+        time: time
+        time_inferred: bool
+        text: str
+        provenance: _ProvenanceDoc
 
+    # type, node, symptom, rule, key captures, count, first, last, evidence, attributes, values per attribute
+    acc_doc = tuple[str, str | None, str | None, str, list[str], int, time, time, _EvidenceDoc,
+                    dict[str, Any], dict[str, list[str]]]
 
-class _EvidenceDoc(_Strict):
-    source: SourceKind
-    node: str | None
-    time: _Time
-    time_inferred: bool
-    text: str
-    provenance: _ProvenanceDoc
+    class _StateDoc(_Strict):
+        format: str
+        version: int
+        catalog: str
+        params: str
+        accs: list[acc_doc]
+        stats: list[tuple[str, str, int, int, list[str]]]
+        issues: list[str]
+        notes: list[str]
+        out_of_order: list[tuple[str, str]]
+        dropped_keys: int
+        issues_dropped: int
 
-
-# type, node, symptom, rule, key captures, count, first, last, evidence, attributes, values per attribute
-_AccDoc = tuple[str, str | None, str | None, str, list[str], int, _Time, _Time, _EvidenceDoc, dict[str, Any],
-                dict[str, list[str]]]
-
-
-class _StateDoc(_Strict):
-    format: str
-    version: int
-    catalog: str
-    params: str
-    accs: list[_AccDoc]
-    stats: list[tuple[str, str, int, int, list[str]]]
-    issues: list[str]
-    notes: list[str]
-    out_of_order: list[tuple[str, str]]
-    dropped_keys: int
-    issues_dropped: int
+    return _StateDoc
 
 
 def params_digest(params: Params) -> str:
@@ -123,8 +125,10 @@ def decode_state(data: bytes, catalog_hash: str, params: Params) -> IngestState:
     if head.get("params") != params_digest(params):
         raise StateMismatch("an ingest state written with other engine tunables than this process's: every "
                             "process sharing sessions must run with the same settings")
+    from pydantic import ValidationError
+
     try:
-        doc = _StateDoc.model_validate(head)
+        doc = _document().model_validate(head)
     except ValidationError as exc:
         raise StateFormatError(f"a malformed ingest state: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") \
             from None
@@ -140,7 +144,9 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _acc(entry: _AccDoc) -> tuple[tuple[str, str | None, str | None, str, tuple[str, ...]], _Acc]:
+def _acc(entry: tuple[Any, ...]) -> tuple[tuple[str, str | None, str | None, str, tuple[str, ...]], _Acc]:
+    from pydantic import ValidationError
+
     kind, node, symptom, rule, key, count, first, last, ev, attributes, values = entry
     try:
         evidence = Evidence.model_validate(ev.model_dump())
