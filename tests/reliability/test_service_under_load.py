@@ -329,9 +329,28 @@ def _hosts_batch(prefix: str, count: int) -> dict[str, Any]:
         {"stream": {"hostname": f"{prefix}-{i}"}, "values": [["1772438400000000000", line]]} for i in range(count)]}
 
 
+def _session_bytes(start_server, hosts: int) -> tuple[float, float]:
+    """What a session holding one batch of `hosts` hosts weighs by service/memory.py's estimate, before and after
+    its result is computed, on an unbudgeted server: the budgets below are set from these, so the tests hold
+    whatever the engine's records weigh."""
+    probe = start_server()
+    with probe.client() as client:
+        session = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
+        assert client.post(f"/v2/sessions/{session}/observations", json=_hosts_batch("a", hosts)).status_code == 202
+        held = metric(client, "firstfault_session_bytes")
+        assert client.post(f"/v2/sessions/{session}/attribute").status_code == 200
+        with_result = metric(client, "firstfault_session_bytes")
+    probe.stop()
+    assert 100 * hosts < held < with_result < 2 * held, (held, with_result)
+    return held, with_result
+
+
 def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> None:
-    # 1,200 hosts hold about 6.6 MB (service/memory.py's estimate): one session's batch fits, two do not
-    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="30")
+    # a budget between one session with its result and two sessions' batches: a second batch is taken (the budget
+    # is checked before a batch), anything after it is refused, and one session with its result fits again
+    held, with_result = _session_bytes(start_server, 1200)
+    budget = round((with_result + 2 * held) / 2)
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(budget), FIRSTFAULT_SESSION_MIN_IDLE_S="30")
     with server.client() as client:
         a = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
         b = client.post("/v2/sessions", json=CONTEXT).json()["session_id"]
@@ -344,7 +363,7 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
         assert client.get("/v2/readyz").status_code == 503
         assert client.post("/v2/sessions", json=CONTEXT).json()["error_code"] == "memory_budget"
         assert client.post(f"/v2/sessions/{b}/attribute").status_code == 200   # results can still be had
-        assert metric(client, "firstfault_session_bytes") >= 12_000_000
+        assert metric(client, "firstfault_session_bytes") >= budget
         assert client.delete(f"/v2/sessions/{a}").status_code == 204
         retried = client.post(f"/v2/sessions/{b}/observations", json=_batch(1), headers={"Idempotency-Key": "k1"})
         assert retried.status_code == 202 and retried.json()["replayed"] is False
@@ -352,12 +371,13 @@ def test_the_memory_budget_refuses_whole_batches_and_recovers(start_server) -> N
 
 
 def test_the_memory_budget_evicts_idle_sessions_first(start_server) -> None:
-    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES="12000000", FIRSTFAULT_SESSION_MIN_IDLE_S="0")
+    budget = round(2.5 * _session_bytes(start_server, 900)[0])
+    server = start_server(FIRSTFAULT_MEMORY_BUDGET_BYTES=str(budget), FIRSTFAULT_SESSION_MIN_IDLE_S="0")
     with server.client() as client:
         ids = [client.post("/v2/sessions", json=CONTEXT).json()["session_id"] for _ in range(4)]
         for i, sid in enumerate(ids):
             assert client.post(f"/v2/sessions/{sid}/observations", json=_hosts_batch(str(i), 900)).status_code == 202
-        # about 5, 10, 15 MB (the budget is checked before a batch), then the oldest goes to make room for the 4th
+        # 1, 2, 3 batches held (the budget is checked before a batch), then the oldest goes to make room for the 4th
         assert [client.get(f"/v2/sessions/{sid}").status_code for sid in ids] == [404, 200, 200, 200]
         assert metric(client, 'firstfault_sessions_removed_total{reason="evicted"}') == 1
         assert metric(client, "firstfault_event_keys") == 2700
