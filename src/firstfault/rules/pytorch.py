@@ -44,9 +44,12 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "ExternalError",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
-# says that it failed, not why; and a message that sends the reader to another error (an earlier one, another rank's)
-# is a report of that error. Neither is the program's own fault.
-_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException")
+# says that it failed, not why, and so does one named for a transport that gave up (a KV cache's KVTransferError, a
+# library's ...TimeoutError or ...ConnectionError: the peer or the path is where the cause is); and a message that
+# sends the reader to another error (an earlier one, another rank's) is a report of that error. None is the
+# program's own fault.
+_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
+                    "ConnectionError", "DisconnectedError", "CommunicationError", "NetworkError")
 # A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
@@ -61,7 +64,8 @@ _POINTS_ELSEWHERE = re.compile(
 @filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
-for a failure: ...FailedError, ...FailureError), an exception whose message points to another error (an earlier one,
+for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
+...ConnectionError), an exception whose message points to another error (an earlier one,
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning.
@@ -77,6 +81,10 @@ module), so that line keeps its specific meaning.
         expect=Expect(fired=True, sub_domain="configuration")),
     RuleCase(title="a type named for a failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a type named for a transport that gave up", evidence={"n1/applog": [
+        "2026-07-21T08:04:43Z [TP0 EP0] Prefill transfer failed for request rank=0 with exception KVTransferError: "
+        "remote agent not registered"]},
         expect=Expect(fired=True, sub_domain="unknown")),
     RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
