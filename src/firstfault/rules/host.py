@@ -17,6 +17,8 @@ from firstfault.engine.workspace import Workspace, WorkSymptom
 MCE_UC_BIT = 61
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
+# A link that went down this many times in one workload is flapping: a fault even though it came back each time.
+FLAPPING_DOWNS = 3
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
@@ -59,8 +61,9 @@ def aer_corrected_storm(ws: Workspace) -> None:
 @refiner("RecoveredLinkFlap", phase=Phase.CLEAN, doc=f"""
 An IB port error or link-down on a node that is followed, within {FLAP_RECOVERY_S:.0f} s of its last
 occurrence, by the port coming back (port active / Link ACTIVE) is a recovered flap: context, not a cause.
-Repeated errors with no recovery stay (a flapping or dead link), and so does a flap during which the node's own
-RDMA completions failed (retries exhausted before the port came back: the flap broke the job's traffic).
+Repeated errors with no recovery stay (a dead link), and so does a link that went down {FLAPPING_DOWNS} times or more
+(a flapping link, which node health checks fail however often it comes back), and a flap during which the node's
+own RDMA completions failed (retries exhausted before the port came back: the flap broke the job's traffic).
 """, cases=[
     RuleCase(title="flap", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port error(10)",
@@ -74,12 +77,17 @@ RDMA completions failed (retries exhausted before the port came back: the flap b
         "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
         "2025-01-01T00:10:40Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port active"]},
         expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+    RuleCase(title="a link that keeps flapping", evidence={"n1/syslog": [
+        line for sec in range(0, 50, 10) for line in (
+            f"Jan  1 00:10:{sec:02d} n1 systemd-networkd[5398]: ib6: lost carrier",
+            f"Jan  1 00:10:{sec + 2:02d} n1 systemd-networkd[5398]: ib6: Gained carrier")]},
+        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
 ])
 def recovered_link_flap(ws: Workspace) -> None:
     window = timedelta(seconds=FLAP_RECOVERY_S)
     for down in ws.active(prefix="IB port error") + ws.active(prefix="IB link down"):
         last = down.last_time or down.first_time
-        if last is None:
+        if last is None or down.count >= FLAPPING_DOWNS:
             continue
         for up in ws.select(node=down.node, prefix="IB port active") + ws.select(node=down.node, prefix="IB link up"):
             up_last = up.last_time or up.first_time
