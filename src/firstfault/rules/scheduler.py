@@ -182,8 +182,9 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
 
 
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
-A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown') goes
-NotReady because it was shut down on purpose. A Kubernetes node failure naming that node, declared within
+A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
+whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
+was shut down on purpose. A Kubernetes or Slurm node failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed.
 """, cases=[
@@ -200,11 +201,18 @@ not a fault of the node: it is demoted and the node is not blamed.
         "a/scheduler": ["2025-01-01T00:11:00Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
         expect=Expect(fired=False, culprits=["b"])),
+    RuleCase(title="a VM powered off by its cloud under Slurm", evidence={
+        "b/syslog": ["Jul  4 15:24:51 b systemd-logind[912]: Power key pressed short."],
+        "a/scheduler": ["[2025-07-04T15:27:31.902] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2025-07-04T11:00:00Z", "end_time": "2025-07-04T15:31:00Z"},
+        expect=Expect(fired=True, culprits=[], terminal_state="NODE_FAIL", demoted=["Slurm node failure"])),
 ])
 def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
-    began = {s.node: s.first_time for s in ws.active(prefix="Graceful node shutdown") if s.node and s.first_time}
-    for report in ws.active(prefix="Kubernetes node failure"):
+    began = {s.node: s.first_time for s in ws.select(prefix="Orderly OS shutdown") + ws.active(prefix="Graceful node shutdown")
+             if s.node and s.first_time}
+    for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
         shut = sorted(n for n in lost if n in began and (ws.undated(report) or declared is None or
