@@ -126,9 +126,9 @@ class Engine:
 
     def _ingest_parallel(self, session: Session, files: list[EvidenceFile], sizes: list[int], workers: int,
                          timings: Timings, executor: Executor) -> None:
-        # Tasks need only the times of the context (timestamp years, the job-end fallback), not the node list.
+        # Tasks need only the times of the context (timestamp years, the job-end fallback), not its nodes or history.
         setup = ScanSetup(_register(self), self.catalog.content_hash, self.catalog.extra_files, self.params,
-                          session.context.model_copy(update={"nodes": [], "metadata": {}}), session.block_size,
+                          session.context.model_copy(update={"nodes": [], "metadata": {}, "history": None}), session.block_size,
                           session.max_line_bytes)
         try:
             self._run_tasks(setup, session, files, sizes, workers, timings, executor)
