@@ -9,11 +9,15 @@ attempt, symptom), so the result does not depend on the order they were given in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from firstfault.engine.inputs import clean_provenance, clean_text
-from firstfault.engine.model import ExecutionContext, HistoryCoverage, PriorFinding
+from firstfault.engine.inputs import WINDOW, clean_provenance, clean_text, dated
+from firstfault.engine.model import ExecutionContext, HistoryCoverage, NodeHistory, PriorFinding
+from firstfault.errors import EvidenceError
 
 
 def count_history(context: ExecutionContext, first_evidence: datetime | None,
@@ -58,3 +62,57 @@ def _cleaned(finding: PriorFinding, node: str) -> PriorFinding:
             update["evidence"] = evidence.model_copy(update={"text": text, "provenance": provenance,
                                                              "node": node_name})
     return finding.model_copy(update=update) if update else finding
+
+
+# -- the history file (`firstfault analyze --history FILE`, docs/quickstart.md) ------------------------------------
+def read_history(path: Path, window_days: int | None = None) -> NodeHistory:
+    """A history file: one JSON document - a NodeHistory object (`{"window_days": 30, "findings": [...]}`), a list
+    of findings or one finding - or JSON Lines, a finding per line. `window_days` overrides the file's. Every
+    problem is an EvidenceError naming the file, the line or finding, and the field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceError(f"{path}: the history file cannot be read: {exc}") from None
+    try:
+        document: Any = json.loads(text)
+    except json.JSONDecodeError:
+        document = _json_lines(path, text)
+    if isinstance(document, dict) and "findings" not in document:
+        document = [document]
+    if isinstance(document, list):
+        document = {"findings": document}
+    if not isinstance(document, dict):
+        raise EvidenceError(f"{path}: a history file holds an object with `findings`, a list of findings or a "
+                            "finding per line, not a JSON " + type(document).__name__)
+    if window_days is not None:
+        document = {**document, "window_days": window_days}
+    history = _validated(path, document)
+    for i, finding in enumerate(history.findings):
+        if dated(finding.time) is None:
+            raise EvidenceError(f"{path}: findings[{i}].time {finding.time.isoformat()} lies outside {WINDOW}")
+    return history
+
+
+def _json_lines(path: Path, text: str) -> list[Any]:
+    findings = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            findings.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"{path}: line {number} is not JSON ({exc.msg}, column {exc.colno}): neither one "
+                                "JSON document nor JSON Lines") from None
+    return findings
+
+
+def _validated(path: Path, document: dict[str, Any]) -> NodeHistory:
+    from pydantic import ValidationError
+
+    try:
+        return NodeHistory.model_validate(document)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'the document'}: {e['msg']}"
+                             for e in exc.errors()[:3])
+        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+        raise EvidenceError(f"{path}: not a valid node history: {problems}{more}") from None

@@ -81,8 +81,8 @@ def prior_findings(ws: Workspace, s: WorkSymptom) -> list[PriorFinding]:
     """The counted findings of the same fault as `s` on its node (and GPU)."""
     if not _node_fault(s):
         return []
-    gpus = s.gpu_ids()
-    return [f for f in ws.history if f.node == s.node and f.symptom == s.name and same_gpu(f.gpus, gpus)]
+    node, gpus = ws.canonical_node(s.node), s.gpu_ids()
+    return [f for f in ws.history if f.node == node and f.symptom == s.name and same_gpu(f.gpus, gpus)]
 
 
 def _cited(findings: list[PriorFinding]) -> str:
@@ -196,11 +196,11 @@ def history_chooses_candidate(ws: Workspace) -> None:
         return
     candidates = _restrained_candidates(ws)
     supported = {id(s): found for s in candidates if (found := prior_findings(ws, s))}
-    nodes = sorted({s.node for s in candidates if id(s) in supported and s.node})
+    nodes = sorted({node for s in candidates if id(s) in supported and (node := ws.canonical_node(s.node))})
     if len(nodes) != 1:
         return
     node = nodes[0]
-    chosen = sorted((s for s in candidates if id(s) in supported and s.node == node), key=WorkSymptom.sort_key)
+    chosen = sorted((s for s in candidates if id(s) in supported), key=WorkSymptom.sort_key)
     chosen_ids = {id(f) for s in chosen for f in supported[id(s)]}
     findings = [f for f in ws.history if id(f) in chosen_ids]
     decision = ws.decision
@@ -212,7 +212,7 @@ def history_chooses_candidate(ws: Workspace) -> None:
     ws.note("decide", f"{chosen[0].sub_domain.value}: of the candidate nodes only {node} had {chosen[0].name} "
             f"before ({_cited(findings)})", node=node, symptom=chosen[0].name)
     for s in candidates:
-        if s.node != node:
+        if id(s) not in supported:
             ws.demote(s, f"a candidate that started together with {chosen[0].name} on {node}, which had the same "
                       "fault before")
     demote_explained(ws)
