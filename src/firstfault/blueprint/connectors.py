@@ -43,6 +43,7 @@ from firstfault.blueprint.outputs.stdout import StdoutOutput
 from firstfault.blueprint.outputs.webhook import WebhookOutput
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
+from firstfault.engine.model import NodeHistory
 from firstfault.errors import ConfigError
 
 
@@ -63,6 +64,14 @@ class Claiming(Protocol):
 
     def claim(self, ctx: ExecutionContext) -> bool: ...
     def release(self, ctx: ExecutionContext) -> None: ...
+
+
+@runtime_checkable
+class HistorySource(Protocol):
+    """An output that remembers earlier diagnoses: it gives an attempt the earlier culprit findings on its nodes
+    (node fault history, docs/blueprint.md), or None when that is turned off."""
+
+    def node_history(self, ctx: ExecutionContext) -> NodeHistory | None: ...
 
 
 CONTEXTS: dict[str, Any] = {"slurm": SlurmContexts, "kueue": KueueContexts, "static": StaticContexts}

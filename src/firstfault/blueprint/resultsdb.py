@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 from firstfault.blueprint.result import MAX_ROW_ID, MIGRATIONS, SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
+from firstfault.engine.model import NodeHistory, PriorFinding
 from firstfault.errors import DatabaseError, SchemaError
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -503,6 +504,56 @@ def latest_run(db: Database, ctx: ExecutionContext) -> tuple[int | None, str | N
            ON r.id = a.latest_run_id WHERE a.workload_id = ? AND a.attempt = ?""",
         (ctx.workload_id, storable(ctx).attempt)).fetchone()
     return (row[0], row[1]) if row else (None, None)
+
+
+# -- node fault history ----------------------------------------------------------------------------------------
+HISTORY_RUNS = 1000   # the most recent runs with a culprit on the workload's nodes read for one attempt
+
+
+def node_history(db: Database, ctx: ExecutionContext, window: timedelta) -> NodeHistory:
+    """The culprit findings of earlier attempts on `ctx`'s nodes (their latest runs), that began before it and
+    within `window` of it (docs/blueprint.md, "Node fault history"): one finding per culprit and symptom, with the
+    GPUs the culprit was blamed for and the line its root cause was cited on. An attempt without a start or end
+    time cannot be placed: it gets the history of the `window` before now, and the engine counts what is before it."""
+    reference = ctx.start_time or ctx.end_time or datetime.now(timezone.utc)
+    since = reference - window
+    rows = db.execute(
+        f"""SELECT DISTINCT r.id, a.workload_id, a.attempt, a.start_time, a.end_time, r.result_json
+            FROM run_nodes n JOIN attribution_runs r ON r.id = n.run_id
+                 JOIN workload_attempts a ON a.latest_run_id = r.id
+            WHERE n.role = 'culprit' AND n.node IN (SELECT j.value FROM {db.dialect.json_array('?', 'j')})
+              AND NOT (a.workload_id = ? AND a.attempt = ?) AND COALESCE(a.end_time, a.start_time) >= ?
+            ORDER BY r.id DESC LIMIT ?""",
+        (json.dumps(ctx.nodes), ctx.workload_id, storable(ctx).attempt, since.isoformat(), HISTORY_RUNS)).fetchall()
+    nodes = set(ctx.nodes)
+    findings = [f for row in rows for f in _findings(row, nodes) if since <= f.time < reference]
+    findings.sort(key=lambda f: (f.time, f.node, f.workload_id, f.attempt, f.symptom))
+    return NodeHistory(window_days=max(1, round(window / timedelta(days=1))), findings=findings)
+
+
+def _findings(row: Sequence[Any], nodes: set[str]) -> list[PriorFinding]:
+    """The findings of one stored run: each culprit on one of `nodes`, once per symptom it was blamed for."""
+    _run, workload_id, attempt, start, end, result_json = row
+    diagnosis = json.loads(result_json).get("diagnosis") or {}
+    root = diagnosis.get("root_cause") or {}
+    views = {(s.get("node"), s.get("symptom")): s for s in diagnosis.get("symptoms", [])}
+    findings = []
+    for culprit in diagnosis.get("culprit_nodes", []):
+        if culprit["node"] not in nodes:
+            continue
+        for symptom in culprit["symptoms"]:
+            view = views.get((culprit["node"], symptom)) or {}
+            time = view.get("first_time") or root.get("time") or end or start
+            if time is None:
+                continue
+            cited = root.get("evidence") if root.get("symptom") == symptom else view.get("evidence")
+            findings.append(PriorFinding.model_validate({
+                "node": culprit["node"], "gpus": culprit.get("gpus", []), "symptom": symptom,
+                "rule": view.get("rule") or root.get("rule") or "",
+                "sub_domain": view.get("sub_domain") or root.get("sub_domain") or diagnosis["sub_domain"],
+                "time": time, "workload_id": workload_id, "attempt": attempt,
+                "evidence": (cited or [None])[0]}))
+    return findings
 
 
 # -- claims -----------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from rich.table import Table
 from firstfault.blueprint.attribution import catalog_hash
 from firstfault.blueprint.base import ContextConnector
 from firstfault.blueprint.config import BlueprintConfig
-from firstfault.blueprint.connectors import Claiming, Plan, with_environment
+from firstfault.blueprint.connectors import Claiming, HistorySource, Plan, with_environment
 from firstfault.blueprint.result import AttributionBlueprintResult
 from firstfault.blueprint.workload import (
     WorkloadTask,
@@ -125,7 +125,25 @@ class Runner:
         """Collect every applicable collector's evidence for one attempt and attribute it, in this thread. What
         the context connector could not locate (`unresolved`) makes its report an `error`, and the diagnosis
         partial."""
-        return attribute_workload(self.plan, self.config, ctx, found_by.label, found_by.kind, unresolved)
+        return attribute_workload(self.plan, self.config, self._with_history(ctx), found_by.label, found_by.kind,
+                                  unresolved)
+
+    def _with_history(self, ctx: ExecutionContext) -> ExecutionContext:
+        """The attempt with the node fault history of the first output that keeps one (a results database). One
+        that cannot be read is a problem of the pass, and the attempt is attributed without it."""
+        for output in self.plan.outputs:
+            if not isinstance(output, HistorySource):
+                continue
+            try:
+                history = output.node_history(ctx)
+            except Exception as exc:  # noqa: BLE001 - a history that cannot be read must not stop the attempt
+                self.summary.problem(f"output {getattr(output, 'label', '?')}: workload {ctx.workload_id} attempt "
+                                     f"{ctx.attempt}: node history cannot be read, attributed without it: "
+                                     f"{describe(exc)}")
+                continue
+            if history is not None:
+                return ctx.model_copy(update={"history": history})
+        return ctx
 
     # -- batches ----------------------------------------------------------------------------------------
     def discover(self) -> Found:
@@ -220,7 +238,7 @@ class Runner:
         if self._shipped is None:   # the driver's environment, written into the config once
             self._shipped = with_environment(self.config)
         return WorkloadTask(plan_key=self._plan_key, config=self._shipped, catalog_hash=self._catalog_hash,
-                            context=ctx.model_dump(mode="json"), found_by=found_by.label, found_kind=found_by.kind,
+                            context=self._with_history(ctx).model_dump(mode="json"), found_by=found_by.label, found_kind=found_by.kind,
                             unresolved=unresolved)
 
     def _result(self, future: Future[dict[str, Any]], ctx: ExecutionContext, found_by: ContextConnector,

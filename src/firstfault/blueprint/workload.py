@@ -55,7 +55,7 @@ def attribute_workload(plan: Plan, config: BlueprintConfig, ctx: ExecutionContex
     except Exception as exc:  # noqa: BLE001 - one workload failing must not stop the batch
         error = describe(exc)
     return AttributionBlueprintResult(
-        context=ctx, diagnosis=diagnosis, error=error, connector_reports=reports,
+        context=_stored(ctx), diagnosis=diagnosis, error=error, connector_reports=reports,
         timings=Timings(collect_s=round(collect_s, 4), attribute_s=round(attribute_s, 4),
                         total_s=round(time.monotonic() - started, 4)),
         catalog_hash=diagnosis.catalog_hash if diagnosis else "", mode=plan.attributor.mode,
@@ -66,9 +66,16 @@ def failed_result(plan: Plan, ctx: ExecutionContext, found_by: str, found_kind: 
                   error: str) -> AttributionBlueprintResult:
     """The result of an attempt whose task never answered (the executor gave up on it)."""
     return AttributionBlueprintResult(
-        context=ctx, diagnosis=None, error=error, connector_reports=[_found_report(ctx, found_by, found_kind, unresolved)],
+        context=_stored(ctx), diagnosis=None, error=error,
+        connector_reports=[_found_report(ctx, found_by, found_kind, unresolved)],
         timings=Timings(collect_s=0.0, attribute_s=0.0, total_s=0.0), catalog_hash="", mode=plan.attributor.mode,
         attributed_at=datetime.now(timezone.utc))
+
+
+def _stored(ctx: ExecutionContext) -> ExecutionContext:
+    """The context a result records: without the node history it was given (the diagnosis says what of it counted,
+    `coverage.history`, and which findings supported a culprit, `culprit_nodes[].history`)."""
+    return ctx if ctx.history is None else ctx.model_copy(update={"history": None})
 
 
 def _found_report(ctx: ExecutionContext, found_by: str, found_kind: str, unresolved: str) -> ConnectorReport:

@@ -16,6 +16,7 @@ from firstfault.cli import error
 from firstfault.engine.catalog import Catalog, load_catalog
 from firstfault.engine.clock import parse_timezone_option
 from firstfault.engine.engine import Engine, default_cache_dir
+from firstfault.engine.history import read_history
 from firstfault.engine.params import Params
 from firstfault.engine.timing import Timings
 from firstfault.errors import CatalogError
@@ -45,11 +46,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return error("give a workload directory (scenario.toml + <node>/<source>.log) or --sample")
     zones = tuple(parse_timezone_option(text) for text in args.timezone)
     params = Params(source_timezones=zones, max_decompressed_bytes=args.max_decompressed_mib * 1024 * 1024)
+    if args.history_window is not None and args.history is None:
+        return error("--history-window needs --history FILE")
+    history = None if args.history is None else read_history(args.history, args.history_window)
     engine = _engine(None if params == Params() else params)
     timings = Timings()
     executor = make_executor(args.executor)
     try:
-        result = engine.analyze_path(path, workers=args.workers, timings=timings, executor=executor)
+        result = engine.analyze_path(path, workers=args.workers, timings=timings, executor=executor, history=history)
     finally:
         executor.close()
     with timings.phase("output"):
@@ -84,6 +88,13 @@ def _at_least_one(text: str, wanted: str) -> int:
 
 def _mebibytes(text: str) -> int:
     return _at_least_one(text, "a whole number of MiB >= 1")
+
+
+def _days(text: str) -> int:
+    days = _at_least_one(text, "a whole number of days from 1 to 3650")
+    if days > 3650:
+        raise argparse.ArgumentTypeError("a whole number of days from 1 to 3650")
+    return days
 
 
 def worker_count(text: str) -> int:
@@ -295,6 +306,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--max-decompressed-mib", type=_mebibytes, default=Params().max_decompressed_bytes // 1024**2,
                    metavar="MIB", help="read a .gz evidence file up to this many decompressed MiB (default %(default)s, "
                                        "8 GiB); past it the rest is skipped and the result says it is partial")
+    p.add_argument("--history", type=Path, default=None, metavar="FILE",
+                   help="earlier findings on the workload's nodes (JSON or JSON Lines; docs/quickstart.md, 'Node fault "
+                        "history'): the same fault on the same node and GPU before supports blaming it now")
+    p.add_argument("--history-window", type=_days, default=None, metavar="DAYS",
+                   help="count only findings this many days before the workload (default: the file's window_days, "
+                        "else 30)")
     p.add_argument("--timings", type=Path, default=None, metavar="FILE",
                    help="write where the time went (seconds per phase, bytes, lines) as JSON to FILE ('-': stderr)")
     p.set_defaults(func=cmd_analyze)

@@ -58,6 +58,10 @@ def render(result: Attribution, console: Console) -> None:
             console.print(f"    next action: {escape(c.next_action.immediate)}"
                           + (f" / {escape(c.next_action.investigatory)}" if c.next_action.investigatory else "")
                           + f" - {escape(c.next_action.summary)}")
+            for f in c.history or []:
+                gpus = f" GPU {', '.join(f.gpus)}" if f.gpus else ""
+                console.print(f"    the same fault before: {escape(f.symptom)}{escape(gpus)} in {escape(f.workload_id)} "
+                              f"attempt {f.attempt} at {f.time:%Y-%m-%d %H:%M:%S}Z")
     if result.candidates:
         console.print("\n[bold]Candidates[/bold]")
         for cand in result.candidates:
@@ -79,3 +83,8 @@ def render(result: Attribution, console: Console) -> None:
         console.print("\n[bold yellow]Coverage[/bold yellow] (result is partial)" if cov.partial else "\n[bold]Coverage[/bold]")
         for issue in cov.issues:
             console.print(f"  - {escape(issue)}")
+    if cov.history is not None:
+        h = cov.history
+        since = f" since {h.since:%Y-%m-%d %H:%M}Z" if h.since else " (the workload has no time to count back from)"
+        console.print(f"\n[bold]Node history[/bold]: {h.counted} of {h.findings} earlier finding(s) on these nodes "
+                      f"within {h.window_days} days{since}")

@@ -39,6 +39,7 @@ RULE_MODULES = (
     "firstfault.rules.scheduler",
     "firstfault.rules.storage",
     "firstfault.rules.election",
+    "firstfault.rules.history",
 )
 
 EMIT_TYPES = {"bad_node": "bad", "interesting_node": "interesting", "xid": "xid", "context": "context"}

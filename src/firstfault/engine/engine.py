@@ -20,7 +20,7 @@ from firstfault.engine.evidence import (
     read_context,
 )
 from firstfault.engine.ingest import InexactMerge, IngestState
-from firstfault.engine.model import Attribution, ExecutionContext, SourceKind
+from firstfault.engine.model import Attribution, ExecutionContext, NodeHistory, SourceKind
 from firstfault.engine.params import Params
 from firstfault.engine.session import Session
 from firstfault.engine.state_format import decode_state, encode_state
@@ -90,18 +90,21 @@ class Engine:
             session.record_issue(f"{name}: cannot be read: {exc.__class__.__name__}: {exc}")
 
     def analyze_path(self, directory: Path, *, workers: int = 1, timings: Timings | None = None,
-                     executor: Executor | None = None) -> Attribution:
+                     executor: Executor | None = None, history: NodeHistory | None = None) -> Attribution:
         """Analyse one static workload directory (scenario.toml + <node>/<source>.log).
 
         `workers` > 1 scans the files in that many tasks at once on `executor` (default: processes of this
         machine; 0: `auto_workers`); each task returns the state it accumulated per file and the states are
         merged in file order, so the result is the same JSON as with `workers=1`. A task the executor loses (its
-        worker died) is scanned here instead. `timings`, when given, receives where the time went.
+        worker died) is scanned here instead. `timings`, when given, receives where the time went. `history`: the
+        node fault history of the workload's nodes (docs/architecture.md, "Node fault history").
         """
         timings = timings if timings is not None else Timings()
         executor = executor or LocalExecutor()
         with timings.phase("analyze.discover"):
             context = read_context(directory)
+            if history is not None:
+                context.history = history
             files, ignored = evidence_files(directory)
             session = self.session(context)
             if not files:
@@ -126,9 +129,9 @@ class Engine:
 
     def _ingest_parallel(self, session: Session, files: list[EvidenceFile], sizes: list[int], workers: int,
                          timings: Timings, executor: Executor) -> None:
-        # Tasks need only the times of the context (timestamp years, the job-end fallback), not the node list.
+        # Tasks need only the times of the context (timestamp years, the job-end fallback), not its nodes or history.
         setup = ScanSetup(_register(self), self.catalog.content_hash, self.catalog.extra_files, self.params,
-                          session.context.model_copy(update={"nodes": [], "metadata": {}}), session.block_size,
+                          session.context.model_copy(update={"nodes": [], "metadata": {}, "history": None}), session.block_size,
                           session.max_line_bytes)
         try:
             self._run_tasks(setup, session, files, sizes, workers, timings, executor)

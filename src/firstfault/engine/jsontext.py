@@ -37,7 +37,7 @@ def _write(value: Any, out: list[str], step: str | None, newline: str) -> None:
     elif kind is float:
         out.append(float_text(value))
     elif (names := getattr(kind, "__record_fields__", None)) is not None:
-        _write_object([(name, getattr(value, name)) for name in names], out, step, newline)
+        _write_object(_record_items(value, names), out, step, newline)
     elif kind is dict and all(type(k) is str for k in value):
         _write_object(list(value.items()), out, step, newline)
     elif kind in _ARRAYS:
@@ -48,6 +48,12 @@ def _write(value: Any, out: list[str], step: str | None, newline: str) -> None:
         _write(value.value, out, step, newline)
     else:
         out.append(_pydantic_json(value, step, newline))
+
+
+def _record_items(value: Any, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """A record's fields as written: those declared `OmitNone` (records.py) only when they are set."""
+    omitted = type(value)._omitted()
+    return [(name, item) for name in names if (item := getattr(value, name)) is not None or name not in omitted]
 
 
 def _write_object(items: list[tuple[str, Any]], out: list[str], step: str | None, newline: str) -> None:
@@ -143,7 +149,7 @@ def jsonable(value: Any, *, json_mode: bool) -> Any:
     if kind in (str, int, bool, float) or value is None:
         return value
     if (names := getattr(kind, "__record_fields__", None)) is not None:
-        return {name: jsonable(getattr(value, name), json_mode=json_mode) for name in names}
+        return {name: jsonable(item, json_mode=json_mode) for name, item in _record_items(value, names)}
     if kind is dict:
         if json_mode and not all(type(k) is str for k in value):
             return _pydantic_jsonable(value)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from firstfault.engine.records import After, Bounds, Length, Record
+from firstfault.engine.records import After, Bounds, Length, OmitNone, Record
 
 SCHEMA_VERSION = "1.0"
 
@@ -130,6 +130,50 @@ def unique_nodes(value: list[str]) -> list[str]:
     return list(seen)
 
 
+class Provenance(Record):
+    """Where a piece of evidence came from: a file path or a stream description, and a position in it."""
+
+    origin: Annotated[str, Length(max=4096)]
+    line: Annotated[int | None, Bounds(ge=1)] = None
+    offset: Annotated[int | None, Bounds(ge=0)] = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Evidence(Record):
+    """A cited line (or metric sample) with everything needed to find it again."""
+
+    source: SourceKind
+    node: str | None
+    time: datetime | None
+    time_inferred: bool = False  # True: the line has no stamp of its own (time inherited or the job end)
+    text: str
+    provenance: Provenance
+
+
+class PriorFinding(Record):
+    """An earlier diagnosis that blamed a node: one culprit of another workload attempt (node fault history)."""
+
+    node: Annotated[str, Length(1, 255)]
+    # the GPUs the finding named, as a result's culprit names them: PCI bus ids, UUIDs, `gpu:<index>`
+    gpus: Annotated[list[Annotated[str, Length(1, 128)]], Length(max=64)] = field(default_factory=list)
+    # the fault family: the root cause's catalog symptom (XID-79, CUDA unknown error ...) and the rule that found it
+    symptom: Annotated[str, Length(1, 512)]
+    rule: Annotated[str, Length(max=512)] = ""
+    sub_domain: SubDomain
+    time: Annotated[datetime, After(utc)]  # when the fault began (the root cause's time)
+    workload_id: Annotated[str, Length(1, 512)]
+    attempt: Annotated[int, Bounds(ge=0)] = 0
+    evidence: Evidence | None = None  # the line it was cited on, when known
+
+
+class NodeHistory(Record):
+    """Prior findings on the nodes of a workload (engine/history.py says which count)."""
+
+    # findings older than this, counted back from the attempt, do not count
+    window_days: Annotated[int, Bounds(ge=1, le=3650)] = 30
+    findings: Annotated[list[PriorFinding], Length(max=100_000)] = field(default_factory=list)
+
+
 class ExecutionContext(Record, frozen=False):
     """One attempt of one workload: what ran where and when, and what the scheduler recorded."""
 
@@ -145,15 +189,8 @@ class ExecutionContext(Record, frozen=False):
     scheduler_state: Annotated[str, Length(max=128)] = ""
     exit_code: Annotated[str, Length(max=64)] = ""
     metadata: dict[str, str] = field(default_factory=dict)
-
-
-class Provenance(Record):
-    """Where a piece of evidence came from: a file path or a stream description, and a position in it."""
-
-    origin: Annotated[str, Length(max=4096)]
-    line: Annotated[int | None, Bounds(ge=1)] = None
-    offset: Annotated[int | None, Bounds(ge=0)] = None
-    labels: dict[str, str] = field(default_factory=dict)
+    # earlier findings on the workload's nodes (docs/architecture.md, "Node fault history"); written only when given
+    history: Annotated[NodeHistory | None, OmitNone()] = None
 
 
 class MetricSample(Record):
@@ -170,17 +207,6 @@ class Observation(Record, frozen=False):
     observed_at: AwareTime = None
     line: str | None = None
     metric: MetricSample | None = None
-    provenance: Provenance
-
-
-class Evidence(Record):
-    """A cited line (or metric sample) with everything needed to find it again."""
-
-    source: SourceKind
-    node: str | None
-    time: datetime | None
-    time_inferred: bool = False  # True: the line has no stamp of its own (time inherited or the job end)
-    text: str
     provenance: Provenance
 
 
@@ -243,6 +269,8 @@ class CulpritNode(Record):
     gpus: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     next_action: NextAction
+    # earlier findings of the same fault on this node (and GPU) that support the blame; only when there are some
+    history: Annotated[list[PriorFinding] | None, OmitNone()] = None
 
 
 class RootCause(Record):
@@ -283,6 +311,16 @@ class SourceCoverage(Record):
     origins: list[str]
 
 
+class HistoryCoverage(Record):
+    """What node fault history the attribution was given and how far back it reaches."""
+
+    findings: int  # prior findings given
+    counted: int  # of them: on an allocated node, from another attempt, before this one and within the window
+    window_days: int
+    since: datetime | None  # the window's start (None: the attempt has no time to count back from)
+    earliest: datetime | None  # the earliest finding counted
+
+
 class Coverage(Record):
     nodes_with_evidence: list[str]
     nodes_without_evidence: list[str]
@@ -294,6 +332,7 @@ class Coverage(Record):
     # How evidence was read when that differs from what it says by itself (a stream whose zone-less stamps were
     # read as local time); not a gap, so it does not make the result partial.
     adjustments: list[str] = field(default_factory=list)
+    history: Annotated[HistoryCoverage | None, OmitNone()] = None  # only when history was given
 
 
 class WorkloadRef(Record):

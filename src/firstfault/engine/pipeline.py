@@ -6,6 +6,7 @@ import gc
 import threading
 from typing import TYPE_CHECKING
 
+from firstfault.engine.history import count_history
 from firstfault.engine.model import (
     SUBDOMAIN_OUTCOME,
     Attribution,
@@ -15,6 +16,7 @@ from firstfault.engine.model import (
     CulpritNode,
     EventType,
     Evidence,
+    HistoryCoverage,
     NextAction,
     Outcome,
     RootCause,
@@ -136,12 +138,6 @@ def _symptom_view(s: WorkSymptom) -> SymptomView:
                        demoted_by=s.demoted_by, reason=s.reason)
 
 
-def _gpu_ids(s: WorkSymptom) -> set[str]:
-    """The GPUs a symptom names: PCI bus ids (kernel lines, DCGM's pci_bus_id), else DCGM UUIDs, else NVML indices
-    written `gpu:<N>` (a metric with only a `gpu` label)."""
-    return s.value_set("pci") or s.value_set("uuid") or {f"gpu:{i}" for i in s.value_set("gpu")}
-
-
 def _first_value(symptoms: list[WorkSymptom], key: str) -> str | None:
     for s in symptoms:
         value = s.attributes.get(key)
@@ -174,7 +170,7 @@ def _next_action(symptoms: list[WorkSymptom]) -> NextAction:
     return NextAction(immediate=immediate, investigatory=investigatory, summary=summary)
 
 
-def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
+def _coverage(ws: Workspace, session: Session, outside: list[str], history: HistoryCoverage | None) -> Coverage:
     stats = session.stream_stats()
     sources = [SourceCoverage(node=node, source=SourceKind(src), observations=n, bytes=b, origins=origins)
                for (node, src), (n, b, origins) in sorted(stats.items())]
@@ -199,7 +195,8 @@ def _coverage(ws: Workspace, session: Session, outside: list[str]) -> Coverage:
     allocated = set(allocation)
     return Coverage(nodes_with_evidence=[n for n in with_evidence if not allocation or n in allocated],
                     nodes_without_evidence=without, nodes_outside_allocation=outside, sources=sources,
-                    missing_sources=missing, partial=partial, issues=issues, adjustments=session.notes())
+                    missing_sources=missing, partial=partial, issues=issues, adjustments=session.notes(),
+                    history=history)
 
 
 class _CyclicGcPause:
@@ -248,6 +245,8 @@ def _run_pipeline(session: Session) -> Attribution:
             _run_rules(ws, phase)
     with timed(f"pipeline.{Phase.MATERIALIZE.name}"):
         outside = _materialise(ws)
+        first = next((s.first_time for s in ws.symptoms if not ws.undated(s)), None)
+        ws.history, history_coverage = count_history(ws.context, first, ws.canonical_node)
     for phase in (Phase.CLEAN, Phase.AGGREGATE, Phase.REFINE_EARLY, Phase.REFINE, Phase.REFINE_LATE, Phase.FINAL):
         with timed(f"pipeline.{phase.name}"):
             _run_rules(ws, phase)
@@ -261,11 +260,11 @@ def _run_pipeline(session: Session) -> Attribution:
         _run_rules(ws, Phase.POST_OUTCOME)
     with timed("pipeline.RESULT"):
         sub_domain, outcome, terminal = _outcome(ws)
-        return _result(ws, session, outside, sub_domain, outcome, terminal)
+        return _result(ws, session, outside, history_coverage, sub_domain, outcome, terminal)
 
 
-def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: SubDomain, outcome: Outcome,
-            terminal: TerminalState) -> Attribution:
+def _result(ws: Workspace, session: Session, outside: list[str], history: HistoryCoverage | None,
+            sub_domain: SubDomain, outcome: Outcome, terminal: TerminalState) -> Attribution:
     ctx = ws.context
     decision = ws.decision
     root = decision.root
@@ -275,7 +274,7 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
         root_cause = RootCause(
             symptom=lead.name, description=str(lead.attributes.get("meaning") or _first_sentence(lead.definition.doc)),
             sub_domain=lead.sub_domain,
-            node=lead.node, gpu=next(iter(sorted(_gpu_ids(lead))), None), link=_first_value(root, "link"),
+            node=lead.node, gpu=next(iter(sorted(lead.gpu_ids())), None), link=_first_value(root, "link"),
             time=lead.first_time,
             evidence=_root_evidence(root, decision.corroborating), rule=lead.rule, decided_by=decision.decided_by)
     culprits = []
@@ -283,9 +282,9 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
         symptoms = decision.culprits[node]
         culprits.append(CulpritNode(
             node=node, symptoms=sorted({s.name for s in symptoms}),
-            gpus=sorted({v for s in symptoms for v in _gpu_ids(s)}),
+            gpus=sorted({v for s in symptoms for v in s.gpu_ids()}),
             links=sorted({v for s in symptoms for v in s.value_set("link")}),
-            next_action=_next_action(symptoms)))
+            next_action=_next_action(symptoms), history=decision.history.get(node) or None))
     candidates = []
     if sub_domain == SubDomain.AMBIGUOUS:
         for group in decision.candidates:
@@ -293,7 +292,7 @@ def _result(ws: Workspace, session: Session, outside: list[str], sub_domain: Sub
                                         nodes=sorted({s.node for s in group if s.node}),
                                         first_time=min((s.first_time for s in group if s.first_time), default=None),
                                         evidence=group[0].evidence[:2]))
-    coverage = _coverage(ws, session, outside)
+    coverage = _coverage(ws, session, outside, history)
     return Attribution(
         workload=WorkloadRef(workload_id=ctx.workload_id, attempt=ctx.attempt, scheduler=ctx.scheduler,
                              job_id=ctx.job_id, name=ctx.name, nodes=ctx.nodes, start_time=ctx.start_time,
@@ -324,4 +323,8 @@ def _confidence(ws: Workspace, sub_domain: SubDomain, terminal: TerminalState, c
     level = 2 if strong else 1
     if coverage.partial or ws.undated(lead):
         level -= 1
-    return levels[max(level, 0)]
+    if ws.decision.history_role == "supports":  # the same fault on the same node (and GPU) before
+        level += 1
+    elif ws.decision.history_role == "chooses":  # history, not this attempt's evidence, picked the node
+        level = min(level, 1)
+    return levels[min(max(level, 0), 2)]

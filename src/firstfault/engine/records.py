@@ -58,6 +58,17 @@ class After:
         self.func = func
 
 
+class OmitNone:
+    """A field left out of the JSON and of `model_dump` while it is None (pydantic's `exclude_if`): a field added
+    to a record for an optional input keeps every output that does not use it byte for byte as it was."""
+
+    __slots__ = ()
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class _Slow(Exception):
     """The fast path does not take a value as it is: the twin decides."""
 
@@ -144,6 +155,8 @@ def _annotated(inner: _Check, metadata: tuple[Any, ...]) -> _Check:
             steps.append(_bounds_check(item))
         elif isinstance(item, After):
             steps.append(item.func)
+        elif isinstance(item, OmitNone):
+            continue
         else:  # a constraint of pydantic's own (a subclass declared in a module that uses pydantic anyway)
             return _slow
 
@@ -216,6 +229,8 @@ def _pydantic_annotation(annotation: Any) -> Any:
             metadata.append(Field(ge=item.ge, le=item.le))
         elif isinstance(item, After):
             metadata.append(AfterValidator(item.func))
+        elif isinstance(item, OmitNone):
+            metadata.append(Field(exclude_if=_is_none))
         else:
             metadata.append(item)
     return Annotated[(typing.get_args(annotation)[0], *metadata)]
@@ -230,6 +245,7 @@ class Record:
     __record_doc__: ClassVar[str | None] = None
     __record_fields__: ClassVar[tuple[str, ...]] = ()  # in declaration order (jsontext writes them so)
     _record_plan: ClassVar[_Plan]  # built on first use, per class
+    _record_omitted: ClassVar[frozenset[str]]
     _record_twin: ClassVar[Any]
 
     def __init_subclass__(cls, *, frozen: bool = True, **kwargs: Any) -> None:
@@ -298,6 +314,17 @@ class Record:
                 plan.append((f.name, _checker(hints[f.name]), default, factory))
             cls._record_plan = plan
         return plan
+
+    @classmethod
+    def _omitted(cls) -> frozenset[str]:
+        """The fields declared `OmitNone` (found on first use, per class)."""
+        omitted: frozenset[str] | None = cls.__dict__.get("_record_omitted")
+        if omitted is None:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            omitted = frozenset(name for name in cls.__record_fields__
+                                if any(isinstance(m, OmitNone) for m in getattr(hints[name], "__metadata__", ())))
+            cls._record_omitted = omitted
+        return omitted
 
     @classmethod
     def _trusted(cls, values: Mapping[str, Any]) -> Self:
@@ -378,4 +405,4 @@ def _serialise(value: Any, info: Any) -> Any:
     return jsonable(value, json_mode=info.mode_is_json())
 
 
-__all__ = ["After", "Bounds", "Length", "Record"]
+__all__ = ["After", "Bounds", "Length", "OmitNone", "Record"]

@@ -75,12 +75,15 @@ class Expect:
     demoted: Sequence[str] = ()
     active: Sequence[str] = ()
     absent: Sequence[str] = ()
+    confidence: str | None = None
 
     def __post_init__(self) -> None:
         if self.sub_domain is not None and self.sub_domain not in {d.value for d in SubDomain}:
             raise ValueError(f"Expect: unknown sub_domain {self.sub_domain!r}")
         if self.terminal_state is not None and self.terminal_state not in {t.value for t in TerminalState}:
             raise ValueError(f"Expect: unknown terminal_state {self.terminal_state!r}")
+        if self.confidence not in (None, "high", "medium", "low"):
+            raise ValueError(f"Expect: unknown confidence {self.confidence!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """The fields given (for display)."""

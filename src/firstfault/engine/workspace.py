@@ -6,7 +6,7 @@ import heapq
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 from firstfault.engine.catalog import Catalog, SymptomDef
 from firstfault.engine.model import (
@@ -14,6 +14,7 @@ from firstfault.engine.model import (
     EventType,
     Evidence,
     ExecutionContext,
+    PriorFinding,
     Role,
     Status,
     SubDomain,
@@ -79,6 +80,11 @@ class WorkSymptom:
             found.add(str(self.attributes[key]))
         return found
 
+    def gpu_ids(self) -> set[str]:
+        """The GPUs the symptom names: PCI bus ids (kernel lines, DCGM's pci_bus_id), else DCGM UUIDs, else NVML
+        indices written `gpu:<N>` (a metric with only a `gpu` label)."""
+        return self.value_set("pci") or self.value_set("uuid") or {f"gpu:{i}" for i in self.value_set("gpu")}
+
 
 @dataclass
 class Decision:
@@ -92,6 +98,11 @@ class Decision:
     terminal_state: TerminalState | None = None
     decided_by: str = ""
     notes: list[str] = field(default_factory=list)
+    # Node fault history (engine/history.py): the earlier findings of the same fault per culprit node, and what
+    # they did: "supports" (they corroborate a culprit this attempt's evidence blamed: one step more confidence) or
+    # "chooses" (they picked one of the candidates of a restrained answer: at most medium confidence).
+    history: dict[str, list[PriorFinding]] = field(default_factory=dict)
+    history_role: Literal["", "supports", "chooses"] = ""
 
 
 class Workspace:
@@ -116,6 +127,8 @@ class Workspace:
         self._allocation: tuple[set[str], dict[str, str]] | None = None  # canonical_node's index of the nodes
         self.context_events: list[Event] = []
         self.facts: dict[str, Any] = {}
+        # the prior findings that count for this attempt (engine/history.py), set once symptoms are materialised
+        self.history: list[PriorFinding] = []
         self.decision = Decision()
         self.trace: list[TraceEntry] = []
         self.phase = ""

@@ -122,7 +122,11 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: another rule explains this line")
 
 
-@refiner("CudaDeviceErrorOnOneNode", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
+# The rule that sets aside a GPU fault raised on several nodes (rules/history.py reads its demotions).
+ONE_NODE_FAULT_RULE = "CudaDeviceErrorOnOneNode"
+
+
+@refiner(ONE_NODE_FAULT_RULE, phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 cudaErrorUnknown (999) and a CUDA that cannot initialise or find a GPU are the driver's or device's own failure, so
 raised on one node while the others only wait on it, they are a GPU suspect on that node. Raised on several nodes
 they follow something shared (a fabric event, a driver update, the image, the workload itself): not one GPU's

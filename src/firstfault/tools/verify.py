@@ -154,6 +154,9 @@ def _python_case(compiled: Any, rule: PythonRule, case: RuleCase, label: str) ->
     if expect.terminal_state is not None:
         checks.append((result.terminal_state.value == expect.terminal_state,
                        f"terminal_state {result.terminal_state.value}, expected {expect.terminal_state}"))
+    if expect.confidence is not None:
+        checks.append((result.confidence == expect.confidence,
+                       f"confidence {result.confidence}, expected {expect.confidence}"))
     for prefix in expect.demoted:
         ok = any(s.symptom.startswith(prefix) and s.status == "interesting" for s in result.symptoms)
         checks.append((ok, f"no demoted symptom {prefix!r}"))

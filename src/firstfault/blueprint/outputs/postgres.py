@@ -10,7 +10,7 @@ from datetime import timedelta
 from firstfault.blueprint import resultsdb
 from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
-from firstfault.blueprint.outputs.sqlite import DEFAULT_LEASE, LEASE_DOC, SqlOutput
+from firstfault.blueprint.outputs.sqlite import DEFAULT_HISTORY, DEFAULT_LEASE, HISTORY_DOC, LEASE_DOC, SqlOutput
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class PostgresOptions(LabelOptions):
                              required=True)
     db: str = option("postgres", "the database kind (`output db postgres` declares it)", choices=["postgres"])
     lease: timedelta = option(DEFAULT_LEASE, LEASE_DOC)
+    history: timedelta = option(DEFAULT_HISTORY, HISTORY_DOC)
 
 
 class PostgresOutput(SqlOutput):
@@ -29,7 +30,7 @@ class PostgresOutput(SqlOutput):
         options = parse_options(PostgresOptions, spec)
         assert options.dsn is not None   # required
         self.dsn = options.dsn
-        super().__init__(options.label or spec.name, self.dsn, options.lease)
+        super().__init__(options.label or spec.name, self.dsn, options.lease, options.history)
 
     def connect(self) -> resultsdb.Database:
         return resultsdb.connect_postgres(self.dsn, application="firstfault claims")

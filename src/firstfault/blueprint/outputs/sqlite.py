@@ -22,6 +22,7 @@ from firstfault.blueprint.config import ConnectorSpec
 from firstfault.blueprint.options import LabelOptions, option, parse_options
 from firstfault.blueprint.result import SCHEMA_VERSION, AttributionBlueprintResult
 from firstfault.engine import ExecutionContext
+from firstfault.engine.model import NodeHistory
 from firstfault.errors import ConfigError, DatabaseError
 
 __all__ = ["SCHEMA_VERSION", "SqlOutput", "SqliteOutput", "connect", "migrate"]
@@ -29,6 +30,9 @@ T = TypeVar("T")
 DEFAULT_LEASE = timedelta(minutes=5)
 LEASE_DOC = ("how long a claim on an attempt lasts without renewal (renewed every third of it while the attempt "
              "is attributed): another driver takes over an attempt whose driver died once it has run out")
+DEFAULT_HISTORY = timedelta(days=30)
+HISTORY_DOC = ("how far back the earlier culprits on a workload's nodes are read and given to its attribution as node "
+               "fault history (the same fault on the same node and GPU before supports blaming it); 0 turns it off")
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -61,9 +65,10 @@ class SqlOutput:
 
     kind = "output"
 
-    def __init__(self, label: str, target: str | Path, lease: timedelta) -> None:
+    def __init__(self, label: str, target: str | Path, lease: timedelta, history: timedelta = DEFAULT_HISTORY) -> None:
         self.label = label
         self.lease_s = lease_seconds(lease)
+        self.history = history
         self.target = target
         self.db = resultsdb.open_results(target)
         self.owner = resultsdb.new_owner()
@@ -109,6 +114,12 @@ class SqlOutput:
         self._claimed.add(key)
         return True
 
+    def node_history(self, ctx: ExecutionContext) -> NodeHistory | None:
+        """The earlier culprit findings on the attempt's nodes within `history` (None: turned off)."""
+        if not self.history:
+            return None
+        return self._call(resultsdb.node_history, ctx, self.history)
+
     def release(self, ctx: ExecutionContext) -> None:
         self._claimed.discard((ctx.workload_id, ctx.attempt))
         self._call(resultsdb.release, ctx, self.owner)
@@ -139,6 +150,7 @@ class SqliteOptions(LabelOptions):
     path: str | None = option(None, "the results database (created and migrated on open)", required=True)
     db: str = option("sqlite", "the database kind (`output db sqlite` declares it)", choices=["sqlite"])
     lease: timedelta = option(DEFAULT_LEASE, LEASE_DOC)
+    history: timedelta = option(DEFAULT_HISTORY, HISTORY_DOC)
 
 
 class SqliteOutput(SqlOutput):
@@ -148,7 +160,7 @@ class SqliteOutput(SqlOutput):
         options = parse_options(SqliteOptions, spec)
         assert options.path is not None   # required
         self.path = Path(options.path).expanduser()
-        super().__init__(options.label or spec.name, self.path, options.lease)
+        super().__init__(options.label or spec.name, self.path, options.lease, options.history)
 
     def connect(self) -> resultsdb.Database:
         try:
