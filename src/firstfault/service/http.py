@@ -24,7 +24,6 @@ T = TypeVar("T")
 _THREAD_DECODE_BYTES = 1024 * 1024
 # A \uD800-\uDFFF escape: json.loads turns an unpaired one into a lone surrogate, which is not valid UTF-8.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_SURROGATE_ESCAPE_BYTES = re.compile(_SURROGATE_ESCAPE.pattern.encode())
 
 
 def _reject_constant(name: str) -> None:
@@ -50,14 +49,14 @@ def clean_json(body: bytes) -> tuple[Any, bytes]:
     """Parse a request body leniently: invalid UTF-8 and lone surrogates become U+FFFD; NaN, Infinity and
     absurd nesting are refused (JSONDecodeError). Returns the document and equivalent clean JSON bytes.
 
-    Valid UTF-8 without a surrogate escape, nothing to clean, is parsed by pydantic's JSON parser (twice as fast
-    as `json` on log text, the same document); what it refuses goes to `json.loads`, whose reading and error
-    messages the service has always had (it also reads nesting deeper than the fast parser's limit of 200)."""
-    if (body.isascii() or _valid_utf8(body)) and not _SURROGATE_ESCAPE_BYTES.search(body):
-        try:
-            return pydantic_core.from_json(body, allow_inf_nan=False), body
-        except ValueError:
-            pass
+    A body with nothing to clean is parsed by pydantic's JSON parser (twice as fast as `json` on log text, the
+    same document), which refuses invalid UTF-8 and lone surrogates as well as bad JSON: what it refuses goes to
+    `json.loads`, whose leniency and error messages the service has always had (it also reads nesting deeper than
+    the fast parser's limit of 200)."""
+    try:
+        return pydantic_core.from_json(body, allow_inf_nan=False), body
+    except ValueError:
+        pass
     text = body.decode("utf-8", "replace")
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
@@ -69,14 +68,6 @@ def clean_json(body: bytes) -> tuple[Any, bytes]:
         doc = _scrub(doc)
         return doc, json.dumps(doc, ensure_ascii=False).encode("utf-8")
     return doc, text.encode("utf-8") if "\ufffd" in text else body
-
-
-def _valid_utf8(body: bytes) -> bool:
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def decode_json(body: bytes) -> Any:
@@ -144,8 +135,22 @@ def strict_validate(adapter: TypeAdapter[T], data: bytes, where: str = "body") -
     try:
         return adapter.validate_json(data, strict=True)
     except ValidationError as exc:
-        errors = [{**e, "loc": (where, *e["loc"])} for e in exc.errors()]
-        raise ServiceError(422, "invalid_request", describe_errors(errors)) from None
+        raise _invalid(exc, (where,)) from None
+
+
+def strict_document(adapter: TypeAdapter[T], doc: Any, where: tuple[str, ...]) -> T:
+    """`strict_validate` of a parsed JSON document, for a type made of JSON's own types only (strings, numbers,
+    booleans, null, lists of them, objects): there strict validation of the document is that of the JSON text.
+    Error locations start with `where`."""
+    try:
+        return adapter.validate_python(doc, strict=True)
+    except ValidationError as exc:
+        raise _invalid(exc, where) from None
+
+
+def _invalid(exc: ValidationError, where: tuple[str, ...]) -> ServiceError:
+    errors = [{**e, "loc": (*where, *e["loc"])} for e in exc.errors()]
+    return ServiceError(422, "invalid_request", describe_errors(errors))
 
 
 async def strict_body(request: Request, adapter: TypeAdapter[T]) -> T:
