@@ -41,8 +41,8 @@ from bench.suite import ROOT, check
 MIB = 1024 * 1024
 
 
-def _batches(path: Path, node: str, source: str, batch_bytes: int) -> list[bytes]:
-    """Pre-encoded request bodies for one evidence file."""
+def _batches(path: Path, node: str, source: str, batch_bytes: int, offsets: bool = True) -> list[bytes]:
+    """Pre-encoded request bodies for one evidence file (`offsets`: with `first_offset`)."""
     bodies = []
     data = path.read_bytes()
     first_line = 1
@@ -54,7 +54,9 @@ def _batches(path: Path, node: str, source: str, batch_bytes: int) -> list[bytes
             end = nl + 1 if nl > pos else end
         chunk = data[pos:end].decode("utf-8", errors="replace")
         body = {"format": "raw_text", "node": node, "source": source, "origin": f"{node}/{source}.log",
-                "first_line": first_line, "first_offset": pos, "text": chunk.removesuffix("\n")}
+                "first_line": first_line, "text": chunk.removesuffix("\n")}
+        if offsets:
+            body["first_offset"] = pos
         bodies.append(json.dumps(body).encode())
         first_line += chunk.count("\n")
         pos = end
@@ -165,7 +167,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _start_server(store: str = "") -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(store: str = "", src: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -173,6 +175,8 @@ def _start_server(store: str = "") -> tuple[subprocess.Popen[bytes], str]:
     env["FIRSTFAULT_LOG_LEVEL"] = "warning"
     if store:
         env["FIRSTFAULT_STORE"] = store
+    if src is not None:
+        env["PYTHONPATH"] = str(src.resolve())
     process = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port)], env=env, cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -202,10 +206,11 @@ def run_service(args: argparse.Namespace) -> int:
     for node_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
         for source in ("applog", "syslog"):
             path = node_dir / f"{source}.log"
-            bodies += (_batches(path, node_dir.name, source, batch) if args.format == "raw_text" else
+            bodies += (_batches(path, node_dir.name, source, batch, not args.before) if args.format == "raw_text" else
                        _loki_batches(path, node_dir.name, source, batch, datetime.fromisoformat(start)))
-    # Loki's stamps stand for the lines' own, and evidence cites no byte offsets: only raw text is analyze's input.
-    expected = _analyze(directory) if args.format == "raw_text" else None
+    # Loki's stamps stand for the lines' own, and evidence cites no byte offsets: only raw text is analyze's input,
+    # and only servers that read first_offset (an older one, --before, is sent none) cite analyze's offsets.
+    expected = _analyze(directory) if args.format == "raw_text" and not args.before else None
     if args.redis_share:
         return _redis_share(args, context, bodies)
     rows: list[dict[str, Any]] = []
@@ -213,7 +218,7 @@ def run_service(args: argparse.Namespace) -> int:
         store = args.store or ""
         if replicas > 1 and not store and not args.url:
             raise SystemExit("--replicas above 1 needs --store redis://... (the replicas share their sessions there)")
-        servers = [] if args.url else [_start_server(store) for _ in range(replicas)]
+        servers = [] if args.url else [_start_server(store, args.before) for _ in range(replicas)]
         urls = [args.url] if args.url else [url for _, url in servers]
         try:
             _session(urls, context, bodies, spec, expected)  # warm-up, its result checked against analyze's
@@ -221,7 +226,7 @@ def run_service(args: argparse.Namespace) -> int:
             for concurrency in args.concurrency:
                 row = _row(urls, concurrency, context, bodies, spec, args, manifest["bytes"], pids)
                 rows.append({"replicas": len(urls), "store": "redis" if store else "memory", "format": args.format,
-                             **row})
+                             "server": str(args.before or "this checkout"), **row})
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             for process, _ in servers:
