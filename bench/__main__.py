@@ -2,7 +2,8 @@
 
     python -m bench run [--suite quick|full|smoke] [--series size,nodes,rules] [--repeat N] [--pin]
                         [--clean] [--out bench/out]
-    python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X]
+    python -m bench service [--sessions N] [--concurrency 1 2 4] [--nodes N] [--mib-per-node X] [--format F]
+                            [--before OTHER/src]
                             [--replicas 1 2 3 --store redis://... --repeat R] [--redis-share --store redis://...]
     python -m bench generate OUT --nodes N --ranks M --mib-per-node X [--seed S]
     python -m bench compare PATH --before OTHER/src [--before-args ARGS] [--args ARGS] [--grep]  # A/B, interleaved
@@ -42,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
     s.add_argument("--nodes", type=int, default=16)
     s.add_argument("--mib-per-node", type=float, default=1.0)
-    s.add_argument("--batch-mib", type=float, default=4.0, help="raw_text batch size")
+    s.add_argument("--batch-mib", type=float, default=4.0, help="batch size (of text)")
+    s.add_argument("--before", type=Path, help="serve from this src/ directory of another checkout (sent no "
+                                                "first_offset, its results not checked against analyze's)")
+    s.add_argument("--format", choices=["raw_text", "raw_loki_streams"], default="raw_text",
+                   help="how the evidence is sent (raw_text results are checked against analyze's)")
     s.add_argument("--replicas", type=int, nargs="+", default=[1],
                    help="`serve` replicas per row, each request sent to the next (above 1: needs --store)")
     s.add_argument("--store", default="", help="serve --store for every replica (a Redis URL)")

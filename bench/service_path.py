@@ -2,9 +2,12 @@
 CLI series) sent to `firstfault serve` over loopback with the v2 API, by concurrent clients.
 
 One session = POST /v2/sessions (the scenario's context), the evidence of every node and source as
-`raw_text` batches of at most --batch-mib (cut at line boundaries, `first_line` carried on), POST
-.../attribute, DELETE. Every diagnosis is checked against the planted fault. Reported per concurrency level:
-sessions/s, MiB/s of evidence over HTTP, p50/p99 of whole sessions and of each request kind.
+`raw_text` (or, with `--format raw_loki_streams`, Loki streams, each line stamped with its own time) batches of
+at most --batch-mib (cut at line boundaries, `first_line` and `first_offset` carried on),
+POST .../attribute, DELETE. Every diagnosis is checked against the planted fault, and the first session's result
+against `firstfault analyze --json` of the same files (the same JSON document, key order included: analyze
+indents it, the service does not). Reported per concurrency level: sessions/s, MiB/s of evidence over HTTP,
+p50/p99 of whole sessions and of each request kind.
 
 With `--replicas 1 2 3 --store redis://...`: that many `serve --store` replicas, each request of a session sent
 to the next replica in turn (a balancer without stickiness), `--repeat` times per row (median and range). With
@@ -17,16 +20,18 @@ on the same bytes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +41,8 @@ from bench.suite import ROOT, check
 MIB = 1024 * 1024
 
 
-def _batches(path: Path, node: str, source: str, batch_bytes: int) -> list[bytes]:
-    """Pre-encoded request bodies for one evidence file."""
+def _batches(path: Path, node: str, source: str, batch_bytes: int, offsets: bool = True) -> list[bytes]:
+    """Pre-encoded request bodies for one evidence file (`offsets`: with `first_offset`)."""
     bodies = []
     data = path.read_bytes()
     first_line = 1
@@ -50,28 +55,73 @@ def _batches(path: Path, node: str, source: str, batch_bytes: int) -> list[bytes
         chunk = data[pos:end].decode("utf-8", errors="replace")
         body = {"format": "raw_text", "node": node, "source": source, "origin": f"{node}/{source}.log",
                 "first_line": first_line, "text": chunk.removesuffix("\n")}
+        if offsets:
+            body["first_offset"] = pos
         bodies.append(json.dumps(body).encode())
         first_line += chunk.count("\n")
         pos = end
     return bodies
 
 
+def _loki_batches(path: Path, node: str, source: str, batch_bytes: int, reference: datetime) -> list[bytes]:
+    """The file as `raw_loki_streams` bodies of about `batch_bytes` of text: one stream labelled with the node,
+    each line stamped with its own time (a line without one: the previous line's)."""
+    from firstfault.engine.timestamps import TimestampParser
+
+    parser = TimestampParser(reference)
+    bodies: list[bytes] = []
+    values: list[list[str]] = []
+    size = 0
+    ns = int(reference.timestamp()) * 1_000_000_000
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        stamp = parser.parse(line)
+        ns = int(stamp.timestamp() * 1_000_000) * 1000 if stamp is not None else ns
+        values.append([str(ns), line])
+        size += len(line) + 1
+        if size >= batch_bytes:
+            bodies.append(_loki_body(node, source, values))
+            values, size = [], 0
+    if values:
+        bodies.append(_loki_body(node, source, values))
+    return bodies
+
+
+def _loki_body(node: str, source: str, values: list[list[str]]) -> bytes:
+    return json.dumps({"format": "raw_loki_streams", "source": source, "origin": f"{node}/{source}.log",
+                       "streams": [{"stream": {"hostname": node}, "values": values}]}).encode()
+
+
 def _context(directory: Path) -> bytes:
-    doc = tomllib.loads((directory / "scenario.toml").read_text())
-    w = doc["workload"]
-    ctx = {"workload_id": doc["id"], "scheduler": w["scheduler"], "job_id": w["job_id"], "nodes": w["nodes"],
-           "ranks_per_node": w["ranks_per_node"], "start_time": w["start_time"], "end_time": w["end_time"],
-           "scheduler_state": w["scheduler_state"], "exit_code": w["exit_code"]}
-    return json.dumps(ctx).encode()
+    """The context `firstfault analyze` reads from the workload's scenario.toml, as a request body."""
+    from firstfault.engine.evidence import read_context
+
+    return read_context(directory).model_dump_json().encode()
 
 
-def _session(urls: list[str], context: bytes, bodies: list[bytes], spec: Spec) -> dict[str, list[float]]:
+def _analyze(directory: Path) -> Any:
+    """`firstfault analyze --json` of the workload, as an ordered document (pairs lists keep the key order)."""
+    done = subprocess.run([sys.executable, "-m", "firstfault", "analyze", "--json", str(directory)], check=True,
+                          capture_output=True, cwd=ROOT)
+    return json.loads(done.stdout, object_pairs_hook=list)
+
+
+def _same_as_analyze(result: bytes, expected: Any) -> None:
+    """Refuse a service result that is not `analyze`'s document."""
+    got = json.loads(result, object_pairs_hook=list)
+    if got != expected:
+        raise RuntimeError("the service's result differs from `firstfault analyze --json` of the same files")
+
+
+def _session(urls: list[str], context: bytes, bodies: list[bytes], spec: Spec,
+             expected: Any = None) -> dict[str, list[float]]:
     """One session, its requests sent to each of `urls` in turn."""
     import httpx
 
     times: dict[str, list[float]] = defaultdict(list)
     headers = {"content-type": "application/json"}
-    clients = [httpx.Client(base_url=url, timeout=600) for url in urls]
+    # Each session its own connections, as separate clients would; the TLS settings every httpx.Client builds (the
+    # system's CA bundle read and parsed: ~70 ms here, a third of a session before) are built once and shared.
+    clients = [httpx.Client(base_url=url, timeout=600, verify=_tls()) for url in urls]
     turn = iter(range(1 << 30))
     try:
         began = time.perf_counter()
@@ -87,16 +137,29 @@ def _session(urls: list[str], context: bytes, bodies: list[bytes], spec: Spec) -
         sid = call("create", "POST", "/v2/sessions", context).json()["session_id"]
         for body in bodies:
             call("ingest", "POST", f"/v2/sessions/{sid}/observations", body)
-        result = call("attribute", "POST", f"/v2/sessions/{sid}/attribute").json()["result"]
+        answer = call("attribute", "POST", f"/v2/sessions/{sid}/attribute").content
         call("delete", "DELETE", f"/v2/sessions/{sid}")
         times["session"].append(time.perf_counter() - began)
     finally:
         for client in clients:
             client.close()
-    problem = check(result, spec)
+    if expected is not None:
+        _same_as_analyze(_result_bytes(answer), expected)
+    problem = check(json.loads(answer)["result"], spec)
     if problem:
         raise RuntimeError(f"wrong diagnosis over the service path: {problem}")
     return times
+
+
+def _result_bytes(answer: bytes) -> bytes:
+    """The `result` of an attribute response, as the service wrote it (it is the body's last member)."""
+    head = answer.index(b',"result":')
+    return answer[head + len(b',"result":'):-1]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -104,7 +167,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _start_server(store: str = "") -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(store: str = "", src: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -112,6 +175,8 @@ def _start_server(store: str = "") -> tuple[subprocess.Popen[bytes], str]:
     env["FIRSTFAULT_LOG_LEVEL"] = "warning"
     if store:
         env["FIRSTFAULT_STORE"] = store
+    if src is not None:
+        env["PYTHONPATH"] = str(src.resolve())
     process = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port)], env=env, cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -135,11 +200,17 @@ def run_service(args: argparse.Namespace) -> int:
     directory = args.out / "data" / f"service-{spec.key()}"
     manifest = generate(spec, directory, jobs=default_jobs())
     batch = int(args.batch_mib * MIB)
+    context = _context(directory)
+    start = json.loads(context)["start_time"]
     bodies = []
     for node_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
         for source in ("applog", "syslog"):
-            bodies += _batches(node_dir / f"{source}.log", node_dir.name, source, batch)
-    context = _context(directory)
+            path = node_dir / f"{source}.log"
+            bodies += (_batches(path, node_dir.name, source, batch, not args.before) if args.format == "raw_text" else
+                       _loki_batches(path, node_dir.name, source, batch, datetime.fromisoformat(start)))
+    # Loki's stamps stand for the lines' own, and evidence cites no byte offsets: only raw text is analyze's input,
+    # and only servers that read first_offset (an older one, --before, is sent none) cite analyze's offsets.
+    expected = _analyze(directory) if args.format == "raw_text" and not args.before else None
     if args.redis_share:
         return _redis_share(args, context, bodies)
     rows: list[dict[str, Any]] = []
@@ -147,13 +218,15 @@ def run_service(args: argparse.Namespace) -> int:
         store = args.store or ""
         if replicas > 1 and not store and not args.url:
             raise SystemExit("--replicas above 1 needs --store redis://... (the replicas share their sessions there)")
-        servers = [] if args.url else [_start_server(store) for _ in range(replicas)]
+        servers = [] if args.url else [_start_server(store, args.before) for _ in range(replicas)]
         urls = [args.url] if args.url else [url for _, url in servers]
         try:
-            _session(urls, context, bodies, spec)  # warm-up
+            _session(urls, context, bodies, spec, expected)  # warm-up, its result checked against analyze's
+            pids = [process.pid for process, _ in servers]
             for concurrency in args.concurrency:
-                row = _row(urls, concurrency, context, bodies, spec, args, manifest["bytes"])
-                rows.append({"replicas": len(urls), "store": "redis" if store else "memory", **row})
+                row = _row(urls, concurrency, context, bodies, spec, args, manifest["bytes"], pids)
+                rows.append({"replicas": len(urls), "store": "redis" if store else "memory", "format": args.format,
+                             "server": str(args.before or "this checkout"), **row})
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             for process, _ in servers:
@@ -171,20 +244,27 @@ def run_service(args: argparse.Namespace) -> int:
 
 
 def _row(urls: list[str], concurrency: int, context: bytes, bodies: list[bytes], spec: Spec,
-         args: argparse.Namespace, nbytes: int) -> dict[str, Any]:
+         args: argparse.Namespace, nbytes: int, pids: list[int]) -> dict[str, Any]:
     """`args.repeat` runs of `args.sessions` sessions by `concurrency` clients: median and range of the rates,
-    percentiles of every request of every run."""
+    percentiles of every request of every run, and the servers' CPU time per session (when this process started
+    them: `pids`), which the other work on a shared machine does not inflate as it does wall time."""
     times: dict[str, list[float]] = defaultdict(list)
     rates = []
+    cpu = []
     for _ in range(args.repeat):
-        began = time.perf_counter()
+        began, cpu_before = time.perf_counter(), _cpu_seconds(pids)
         with ThreadPoolExecutor(concurrency) as pool:
             for t in pool.map(lambda _: _session(urls, context, bodies, spec), range(args.sessions)):
                 for kind, values in t.items():
                     times[kind].extend(values)
         rates.append(args.sessions / (time.perf_counter() - began))
+        cpu.append((_cpu_seconds(pids) - cpu_before) / args.sessions)
     mib = nbytes / MIB
-    return {"concurrency": concurrency, "sessions": args.sessions, "repeat": args.repeat,
+    per_cpu = {"server_cpu_ms": round(statistics.median(cpu) * 1000, 1),
+               "mib_per_server_cpu_s": round(mib / statistics.median(cpu), 1),
+               "mib_per_server_cpu_s_min": round(mib / max(cpu), 1),
+               "mib_per_server_cpu_s_max": round(mib / min(cpu), 1)} if pids and min(cpu) > 0 else {}
+    return {"concurrency": concurrency, "sessions": args.sessions, "repeat": args.repeat, **per_cpu,
             "sessions_per_s": round(statistics.median(rates), 2), "sessions_per_s_min": round(min(rates), 2),
             "sessions_per_s_max": round(max(rates), 2), "mib_per_s": round(statistics.median(rates) * mib, 1),
             "mib_per_s_min": round(min(rates) * mib, 1), "mib_per_s_max": round(max(rates) * mib, 1),
@@ -192,18 +272,33 @@ def _row(urls: list[str], concurrency: int, context: bytes, bodies: list[bytes],
             "session_mean_ms": round(statistics.mean(times["session"]) * 1000, 1)}
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of the processes `pids` so far (Linux /proc; 0 elsewhere)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _table(rows: list[dict[str, Any]], spec: Spec, nbytes: int, batches: int, args: argparse.Namespace) -> str:
     lines = [f"{spec.nodes} nodes x {spec.mib_per_node} MiB = {nbytes / MIB:.1f} MiB per session in "
-             f"{batches} raw_text batches of <= {args.batch_mib} MiB; {args.sessions} sessions per run, "
+             f"{batches} {args.format} batches of <= {args.batch_mib} MiB; {args.sessions} sessions per run, "
              f"{args.repeat} runs per row (median [min-max]); {os.cpu_count()} cores shared by servers, Redis and "
-             "clients.", "",
-             "| replicas | store | concurrency | sessions/s | evidence MiB/s | session p50 | session p99 | ingest p50 "
-             "| ingest p99 | attribute p50 | attribute p99 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "clients. Server CPU: the servers' user + system time per session, and the MiB each CPU second ingests.",
+             "", "| replicas | store | concurrency | sessions/s | evidence MiB/s | server CPU / session | MiB per server "
+             "CPU s | session p50 | session p99 | ingest p50 | ingest p99 | attribute p50 | attribute p99 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        cpu = (f"{r['server_cpu_ms']:.0f} ms | {r['mib_per_server_cpu_s']:.0f} [{r['mib_per_server_cpu_s_min']:.0f}-"
+               f"{r['mib_per_server_cpu_s_max']:.0f}]") if "server_cpu_ms" in r else "- | -"
         lines.append(
             f"| {r['replicas']} | {r['store']} | {r['concurrency']} | {r['sessions_per_s']:.2f} "
             f"[{r['sessions_per_s_min']:.2f}-{r['sessions_per_s_max']:.2f}] | {r['mib_per_s']:.1f} "
-            f"[{r['mib_per_s_min']:.1f}-{r['mib_per_s_max']:.1f}] | {r['session_p50_ms']:.0f} ms | "
+            f"[{r['mib_per_s_min']:.1f}-{r['mib_per_s_max']:.1f}] | {cpu} | {r['session_p50_ms']:.0f} ms | "
             f"{r['session_p99_ms']:.0f} ms | {r['ingest_p50_ms']:.0f} ms | {r['ingest_p99_ms']:.0f} ms | "
             f"{r['attribute_p50_ms']:.0f} ms | {r['attribute_p99_ms']:.0f} ms |")
     return "\n".join(lines)

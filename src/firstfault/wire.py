@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from operator import itemgetter
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, Json, field_validator, model_validator
 
@@ -86,6 +88,10 @@ class RawTextBatch(BaseModel):
     source: LineSource
     origin: Origin | None = Field(default=None, description="Where the text came from (default raw:<node>/<source>)")
     first_line: int = Field(default=1, ge=1, le=2**40)
+    first_offset: int | None = Field(
+        default=None, ge=0, le=2**62,
+        description="Byte offset of the text's first line in its stream: evidence then cites byte offsets, as "
+                    "`firstfault analyze` does for a file (left out when a line of the batch had to be cut)")
     text: str
     utc_offset_minutes: int | None = Field(
         default=None, ge=-14 * 60, le=14 * 60,
@@ -194,10 +200,23 @@ class LineChunk:
     source: SourceKind
     origin: str
     lines: list[str]
-    times: list[datetime | None] | None = None
+    times: Sequence[datetime | None] | None = None
     first_line: int = 1
     labels: dict[str, str] | None = None
     utc_offset: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    """One `Session.ingest_block` call: the lines of a raw text batch as UTF-8, joined by `\\n`."""
+
+    node: str | None
+    source: SourceKind
+    origin: str
+    data: bytes
+    first_line: int
+    offset: int | None
+    utc_offset: timedelta | None
 
 
 @dataclass
@@ -206,17 +225,25 @@ class PreparedBatch:
 
     format: str
     chunks: list[LineChunk] = field(default_factory=list)
+    blocks: list[TextBlock] = field(default_factory=list)
     observations: list[Observation] = field(default_factory=list)
-    count: int = 0
     nbytes: int = 0
     truncated_lines: int = 0
 
-    def apply(self, session: Session) -> None:
+    def apply(self, session: Session) -> int:
+        """Feed the batch to `session`; returns the observations (lines and samples) it held."""
+        count = 0
+        for block in self.blocks:
+            count += session.ingest_block(block.node, block.source, block.data, block.origin,
+                                          first_line=block.first_line, offset=block.offset,
+                                          utc_offset=block.utc_offset)
         for chunk in self.chunks:
-            session.ingest_lines(chunk.node, chunk.source, chunk.lines, chunk.origin, times=chunk.times,
-                                 first_line=chunk.first_line, labels=chunk.labels, utc_offset=chunk.utc_offset)
+            count += session.ingest_lines(chunk.node, chunk.source, chunk.lines, chunk.origin, times=chunk.times,
+                                          first_line=chunk.first_line, labels=chunk.labels,
+                                          utc_offset=chunk.utc_offset)
         if self.observations:
-            session.ingest(self.observations)
+            count += session.ingest(self.observations)
+        return count
 
 
 class LineCleaner:
@@ -227,6 +254,20 @@ class LineCleaner:
         self.max_line_bytes = max_line_bytes
         self.nbytes = 0
         self.truncated = 0
+
+    def clean_all(self, lines: list[str]) -> list[str]:
+        """`clean()` of each line; lines that all encode (no lone surrogate) and are certainly short enough are
+        counted at once and left as they are."""
+        joined = "\n".join(lines)
+        try:
+            size = len(joined) if joined.isascii() else len(joined.encode("utf-8"))
+        except UnicodeEncodeError:
+            return [self.clean(line) for line in lines]
+        longest = max(map(len, lines), default=0)  # characters: at most 4 UTF-8 bytes each
+        if longest * (1 if size == len(joined) else 4) > self.max_line_bytes:
+            return [self.clean(line) for line in lines]
+        self.nbytes += size + 1 if lines else 0
+        return lines
 
     def clean(self, line: str) -> str:
         if line.isascii():
@@ -244,43 +285,82 @@ class LineCleaner:
 
     def _cut(self, raw: bytes) -> str:
         self.truncated += 1
-        marker = f" …[line truncated: {len(raw) - self.max_line_bytes} more bytes]"
-        kept = raw[:self.max_line_bytes].decode("utf-8", "ignore") + marker
+        kept = cut_line(raw, self.max_line_bytes)
         self.nbytes += len(kept.encode("utf-8")) + 1
         return kept
 
 
+def cut_line(raw: bytes, max_line_bytes: int) -> str:
+    """A line of over `max_line_bytes` UTF-8 bytes cut there (at a character boundary), with a marker."""
+    marker = f" …[line truncated: {len(raw) - max_line_bytes} more bytes]"
+    return raw[:max_line_bytes].decode("utf-8", "ignore") + marker
+
+
 def prepare(batch: ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, max_line_bytes: int) -> PreparedBatch:
-    cleaner = LineCleaner(max_line_bytes)
     if isinstance(batch, RawTextBatch):
-        prepared = _prepare_raw_text(batch, cleaner)
-    elif isinstance(batch, LokiBatch):
-        prepared = _prepare_loki(batch, cleaner)
-    elif isinstance(batch, PromBatch):
-        prepared = _prepare_prometheus(batch)
-    else:
-        prepared = _prepare_observations(batch, cleaner)
+        return _prepare_raw_text(batch, max_line_bytes)
+    if isinstance(batch, PromBatch):
+        return _prepare_prometheus(batch)
+    cleaner = LineCleaner(max_line_bytes)
+    prepared = _prepare_loki(batch, cleaner) if isinstance(batch, LokiBatch) else _prepare_observations(batch, cleaner)
     prepared.nbytes = cleaner.nbytes
     prepared.truncated_lines = cleaner.truncated
     return prepared
 
 
-def split_text(text: str) -> list[str]:
-    """Lines of a text block: split at \\n, a trailing \\r dropped, no empty last line for a final newline."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def _prepare_raw_text(batch: RawTextBatch, cleaner: LineCleaner) -> PreparedBatch:
+def _prepare_raw_text(batch: RawTextBatch, max_line_bytes: int) -> PreparedBatch:
+    """The text as one block for the engine's scanner, as a file's block: no per-line work unless a line is over
+    `max_line_bytes` (those are cut with a marker). A final newline ends the last line rather than adding one."""
+    prepared = PreparedBatch(format=batch.format)
+    if not batch.text:
+        return prepared
+    text = batch.text.removesuffix("\n")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: the engine's text rule replaces them
+        data = clean_text(text).encode("utf-8")
+    data, cut = _cut_long_lines(data, max_line_bytes)
     source = SourceKind(batch.source)
-    lines = [cleaner.clean(line) for line in split_text(batch.text)]
-    origin = batch.origin or f"raw:{batch.node or '-'}/{source.value}"
-    offset = None if batch.utc_offset_minutes is None else timedelta(minutes=batch.utc_offset_minutes)
-    chunk = LineChunk(node=batch.node, source=source, origin=origin, lines=lines, first_line=batch.first_line,
-                      utc_offset=offset)
-    return PreparedBatch(format=batch.format, chunks=[chunk] if lines else [], count=len(lines))
+    utc_offset = None if batch.utc_offset_minutes is None else timedelta(minutes=batch.utc_offset_minutes)
+    prepared.blocks.append(TextBlock(
+        node=batch.node, source=source, origin=batch.origin or f"raw:{batch.node or '-'}/{source.value}", data=data,
+        first_line=batch.first_line, offset=None if cut else batch.first_offset, utc_offset=utc_offset))
+    prepared.nbytes = len(data) + 1
+    prepared.truncated_lines = cut
+    return prepared
+
+
+def _cut_long_lines(data: bytes, max_line_bytes: int) -> tuple[bytes, int]:
+    """`data` with every line of over `max_line_bytes` cut (`cut_line`), and how many were."""
+    parts: list[bytes] = []
+    pos = 0
+    for start, end in _long_lines(data, max_line_bytes):
+        parts += [data[pos:start], cut_line(data[start:end], max_line_bytes).encode("utf-8")]
+        pos = end
+    if not parts:
+        return data, 0
+    return b"".join([*parts, data[pos:]]), len(parts) // 2
+
+
+def _long_lines(data: bytes, max_line_bytes: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of every line of `data` longer than `max_line_bytes`, without visiting every line: such a line
+    covers at least one whole window of `max_line_bytes // 2` bytes of the windows tiling `data`, a window without
+    a newline; a window with one costs a search of a line's length."""
+    if len(data) <= max_line_bytes:
+        return
+    window = max(1, max_line_bytes // 2)
+    find = data.find
+    at = 0
+    while at < len(data):
+        if find(b"\n", at, at + window) >= 0:
+            at += window
+            continue
+        start = data.rfind(b"\n", 0, at) + 1
+        end = find(b"\n", at)
+        end = len(data) if end < 0 else end
+        if end - start > max_line_bytes:
+            yield start, end
+        at = end + 1
 
 
 def _unwrap_envelope(line: str) -> tuple[str, str | None]:
@@ -302,29 +382,52 @@ def _loki_time(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // _NS, tz=UTC).replace(microsecond=(ns % _NS) // 1000)
 
 
+class LokiTimes(Sequence[datetime | None]):
+    """The Loki stamps of a stream's lines as times, each made when the engine asks for it: for the lines a
+    pattern matched, not for every line."""
+
+    def __init__(self, stamps: list[int]) -> None:
+        self.stamps = stamps
+
+    def __len__(self) -> int:
+        return len(self.stamps)
+
+    @overload
+    def __getitem__(self, index: int) -> datetime | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[datetime | None]: ...
+    def __getitem__(self, index: int | slice) -> datetime | None | list[datetime | None]:
+        if isinstance(index, slice):
+            return [_loki_time(ns) for ns in self.stamps[index]]
+        return _loki_time(self.stamps[index])
+
+
 def _prepare_loki(batch: LokiBatch, cleaner: LineCleaner) -> PreparedBatch:
     source = SourceKind(batch.source)
     prepared = PreparedBatch(format=batch.format)
     for stream in batch.streams:
-        entries = sorted(((_loki_ns(entry[0]), entry[1]) for entry in stream.values), key=lambda e: e[0])
-        if not entries:
+        if not stream.values:
             continue
+        entries = sorted(((int(entry[0]), entry[1]) for entry in stream.values), key=itemgetter(0))  # validated
+        texts = [text for _, text in entries]
         node = stream.stream.get(batch.node_label) or None
-        lines: list[str] = []
-        times: list[datetime | None] = []
-        for ns, raw in entries:
-            text, host = _unwrap_envelope(raw)
-            node = node or host
-            lines.append(cleaner.clean(text))
-            times.append(_loki_time(ns))
+        if _may_hold_envelopes(texts):
+            unwrapped = [_unwrap_envelope(text) for text in texts]
+            texts = [text for text, _ in unwrapped]
+            node = node or next((host for _, host in unwrapped if host is not None), None)
         if node is not None and len(node) > 255:
             node = node[:255]
         labels = dict(sorted(stream.stream.items()))
         origin = batch.origin or "loki:{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-        prepared.chunks.append(LineChunk(node=node, source=source, origin=origin[:4096], lines=lines, times=times,
-                                         labels=labels))
-        prepared.count += len(lines)
+        prepared.chunks.append(LineChunk(node=node, source=source, origin=origin[:4096], lines=cleaner.clean_all(texts),
+                                         times=LokiTimes([ns for ns, _ in entries]), labels=labels))
     return prepared
+
+
+def _may_hold_envelopes(texts: list[str]) -> bool:
+    """Whether a line may be a JSON envelope (one starts with `{`), asked of the lines joined, not of each."""
+    joined = "\n".join(texts)
+    return joined.startswith("{") or "\n{" in joined
 
 
 def _series_node(labels: dict[str, str], node_label: str) -> str | None:
@@ -352,7 +455,6 @@ def _prepare_prometheus(batch: PromBatch) -> PreparedBatch:
             prepared.observations.append(Observation(
                 source=SourceKind.NODE_METRICS, node=node, observed_at=_prom_time(stamp),
                 metric=MetricSample(name=name, labels=labels, value=value), provenance=provenance))
-    prepared.count = len(prepared.observations)
     return prepared
 
 
@@ -362,4 +464,4 @@ def _prepare_observations(batch: ObservationsBatch, cleaner: LineCleaner) -> Pre
         if obs.line is not None:
             obs = obs.model_copy(update={"line": cleaner.clean(obs.line)})
         observations.append(obs)
-    return PreparedBatch(format=batch.format, observations=observations, count=len(observations))
+    return PreparedBatch(format=batch.format, observations=observations)

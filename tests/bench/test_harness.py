@@ -79,3 +79,16 @@ def test_startup_and_compare_run_both_checkouts_and_compare_their_json(tmp_path:
                  "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "result JSON identical: True" in printed and "grep -c / after: wall" in printed
+
+
+@pytest.mark.parametrize("fmt", ["raw_text", "raw_loki_streams"])
+def test_service_bench_runs_sessions_through_a_real_server(tmp_path: Path, fmt: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench service` starts `firstfault serve`, checks each diagnosis, and (raw text) the first result against
+    `analyze --json` of the same files: it raises, and exits non-zero, when either differs."""
+    from bench.__main__ import main
+
+    assert main(["service", "--nodes", "2", "--mib-per-node", "0.05", "--sessions", "1", "--concurrency", "1",
+                 "--format", fmt, "--out", str(tmp_path)]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["format"] == fmt and row["sessions_per_s"] > 0 and row["mib_per_s"] > 0

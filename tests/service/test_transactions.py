@@ -90,7 +90,7 @@ def test_a_batch_the_engine_fails_on_midway_changes_nothing(monkeypatch: pytest.
     sid = service.create_session(context)
     batch = RawTextBatch(format="raw_text", node="n1", source="syslog",
                          text="\n".join([XID.format(stamp="Mar  2 08:10:01")] * 4))
-    real = Session.ingest_lines
+    real = Session.ingest_block
     calls = []
 
     def fail_after_first_lines(self: Session, *args: Any, **kwargs: Any) -> int:
@@ -98,11 +98,11 @@ def test_a_batch_the_engine_fails_on_midway_changes_nothing(monkeypatch: pytest.
         real(self, *args, **kwargs)  # the lines are in, then the engine fails
         raise OverflowError("date value out of range")
 
-    monkeypatch.setattr(Session, "ingest_lines", fail_after_first_lines)
+    monkeypatch.setattr(Session, "ingest_block", fail_after_first_lines)
     with pytest.raises(ServiceError) as refused:
         service.ingest(sid, batch, "key", "fingerprint")
     assert refused.value.status == 422 and "OverflowError" in refused.value.message and calls
-    monkeypatch.setattr(Session, "ingest_lines", real)
+    monkeypatch.setattr(Session, "ingest_block", real)
     state = service.describe(sid)
     assert (state.observations, state.batches) == (0, 0)
     assert service.attribute(sid).result.symptoms == []

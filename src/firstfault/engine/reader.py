@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import string
 import time as _time
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
@@ -79,13 +81,15 @@ class LineReader:
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
         self.timestamps = TimestampParser(context.start_time or context.end_time)
-        self._emits: dict[SourceKind, list[_Emit]] = {}
 
     def emits(self, source: SourceKind) -> list[_Emit]:
         """How each extractor of `source` emits (by its pattern id in the source's scanner)."""
-        found = self._emits.get(source)
+        by_source = _EMITS.get(self.compiled)
+        if by_source is None:
+            by_source = _EMITS.setdefault(self.compiled, {})
+        found = by_source.get(source)
         if found is None:
-            found = self._emits[source] = _emits(self.compiled.by_source[source])
+            found = by_source[source] = _emits(self.compiled.by_source[source])
         return found
 
     def read_stream(self, node: str | None, source: SourceKind, stream: BinaryIO, origin: str) -> StreamCost:
@@ -174,9 +178,9 @@ class LineReader:
                           line_count=lines, bytes=nbytes, hit_lines=hit_lines)
 
     def read_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
-                   times: list[datetime | None] | None = None, first_line: int = 1,
+                   times: Sequence[datetime | None] | None = None, first_line: int = 1,
                    labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
-        """Scan a batch of lines of one stream (service path: raw text blocks, Loki streams).
+        """Scan a batch of lines of one stream (service path: Loki streams, single observations).
 
         `times` gives each line's time when the transport carries one (Loki's nanosecond stamps); lines
         without one are timed from their own prefix like file lines. Line numbers continue from `first_line`.
@@ -184,29 +188,49 @@ class LineReader:
         """
         if times is not None and len(times) != len(lines):
             raise ValueError("times must give one entry per line")
-        if utc_offset is not None and abs(utc_offset) > timedelta(hours=MAX_ZONE_HOURS):
-            raise ValueError(f"utc_offset must lie within {MAX_ZONE_HOURS} hours of UTC")
-        joined = "\n".join(line.replace("\r", "").replace("\n", " ") for line in lines)
+        joined = "\n".join(lines)
+        if "\r" in joined or joined.count("\n") != len(lines) - 1:  # a line holds a \r or \n: those go
+            joined = "\n".join(line.replace("\r", "").replace("\n", " ") for line in lines)
         try:
             data = joined.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: the engine's text rule replaces them
             data = clean_text(joined).encode("utf-8")
-        self.accumulator.count(node, source.value, origin, len(lines), len(data) + 1)
+        return self._read_data(node, source, data, origin, len(lines), times=times, first_line=first_line,
+                               labels=labels, utc_offset=utc_offset)
+
+    def read_block(self, node: str | None, source: SourceKind, data: bytes, origin: str, *, first_line: int = 1,
+                   offset: int | None = None, utc_offset: timedelta | None = None) -> int:
+        """Scan a block of lines of one stream (service path: a raw text batch), as a block of a file is scanned:
+        `data` is UTF-8 text, its lines joined by `\\n`, without a final newline (a trailing `\\r` is not part of a
+        line's evidence). Lines are numbered from `first_line`; `offset`, when given, is the stream offset of
+        `data`'s first byte, and evidence cites byte offsets from there. `utc_offset`: as for `read_lines`."""
+        return self._read_data(node, source, data, origin, None, first_line=first_line, start_offset=offset,
+                               utc_offset=utc_offset)
+
+    def _read_data(self, node: str | None, source: SourceKind, data: bytes, origin: str, line_count: int | None, *,
+                   times: Sequence[datetime | None] | None = None, first_line: int, start_offset: int | None = None,
+                   labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
+        """Scan `data`, lines joined by `\\n`; `line_count` None: count them (in the pass that numbers the hits)."""
+        if utc_offset is not None and abs(utc_offset) > timedelta(hours=MAX_ZONE_HOURS):
+            raise ValueError(f"utc_offset must lie within {MAX_ZONE_HOURS} hours of UTC")
         hits = self.compiled.scanners[source].scan(data)
+        numbers, pos = _line_numbers(data, hits, first_line) if hits else ([], 0)
+        if line_count is None:
+            line_count = (numbers[-1] - first_line if numbers else 0) + data.count(b"\n", pos) + 1
+        self.accumulator.count(node, source.value, origin, line_count, len(data) + 1)
         if hits:
-            numbers, _ = _line_numbers(data, hits, first_line)
-            self._handle_hits(data, numbers, None, hits, node, source, origin, self.emits(source), None,
+            self._handle_hits(data, numbers, start_offset, hits, node, source, origin, self.emits(source), None,
                               acc=self.accumulator, times=times, first_line=first_line, labels=labels,
                               utc_offset=utc_offset)
         if utc_offset:
             hours = utc_offset.total_seconds() / 3600
             self.accumulator.note(f"{origin}: stamps read as local time at UTC{hours:+g} h (as its collector said)")
-        return len(lines)
+        return line_count
 
     def _handle_hits(self, data: bytes | bytearray, numbers: list[int], start_offset: int | None,
                      hits: list[tuple[int, int, list[int]]], node: str | None, source: SourceKind, origin: str,
                      emits: list[_Emit], last_time: datetime | None, *, acc: Accumulator,
-                     stream_clock: StreamClock | None = None, times: list[datetime | None] | None = None,
+                     stream_clock: StreamClock | None = None, times: Sequence[datetime | None] | None = None,
                      first_line: int = 1, labels: dict[str, str] | None = None,
                      utc_offset: timedelta | None = None) -> datetime | None:
         """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
@@ -356,6 +380,11 @@ class _Emit:
     symptom: str | None  # a context fact's is None; a template's is filled per line (`templated`)
     templated: bool
     attributes: dict[str, Any]  # the extractor's own attributes (a line's captures are laid over them)
+
+
+# How each source's extractors emit, worked out once per compiled catalog: a session reads with a LineReader of its
+# own, and the service opens a session per batch.
+_EMITS: weakref.WeakKeyDictionary[CompiledCatalog, dict[SourceKind, list[_Emit]]] = weakref.WeakKeyDictionary()
 
 
 def _emits(extractors: list[Extractor]) -> list[_Emit]:

@@ -1,9 +1,9 @@
 """One attribution session: incremental ingest, and attribution from the accumulated state.
 
-`ingest_stream()` / `ingest_lines()` / `ingest()` may be called any number of times, in any order, before or
-after `attribute()`; `attribute()` recomputes from everything ingested so far and never consumes state. What is
-kept is the `Accumulator`'s coalesced events (engine/ingest.py), so memory does not grow with the number of
-matching lines; reading and dating lines is the `LineReader`'s work (engine/reader.py).
+`ingest_stream()` / `ingest_block()` / `ingest_lines()` / `ingest()` may be called any number of times, in any
+order, before or after `attribute()`; `attribute()` recomputes from everything ingested so far and never consumes
+state. What is kept is the `Accumulator`'s coalesced events (engine/ingest.py), so memory does not grow with the
+number of matching lines; reading and dating lines is the `LineReader`'s work (engine/reader.py).
 
 The session's methods are the engine's ingest boundary: the context, node names, origins, labels and lines they
 are given pass engine/inputs.py there (times within the window, text without lone surrogates).
@@ -11,7 +11,7 @@ are given pass engine/inputs.py there (times within the window, text without lon
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import BinaryIO
 
@@ -65,12 +65,19 @@ class Session:
         return cost.line_count
 
     def ingest_lines(self, node: str | None, source: SourceKind, lines: list[str], origin: str, *,
-                     times: list[datetime | None] | None = None, first_line: int = 1,
+                     times: Sequence[datetime | None] | None = None, first_line: int = 1,
                      labels: dict[str, str] | None = None, utc_offset: timedelta | None = None) -> int:
         """Scan a batch of lines of one stream (see `LineReader.read_lines`)."""
         return self.reader.read_lines(_clean_node(node), source, lines, clean_text(origin), times=times,
                                       first_line=first_line, labels=None if labels is None else clean_labels(labels),
                                       utc_offset=utc_offset)
+
+    def ingest_block(self, node: str | None, source: SourceKind, data: bytes, origin: str, *, first_line: int = 1,
+                     offset: int | None = None, utc_offset: timedelta | None = None) -> int:
+        """Scan a block of lines of one stream, UTF-8 joined by `\\n` (see `LineReader.read_block`): what a
+        file's block goes through, without a list of lines."""
+        return self.reader.read_block(_clean_node(node), source, data, clean_text(origin), first_line=first_line,
+                                      offset=offset, utc_offset=utc_offset)
 
     def ingest(self, observations: Iterable[Observation]) -> int:
         """Ingest normalised observations one by one (metric samples and single lines)."""

@@ -92,11 +92,11 @@ class AttributionService:
             if idempotency_key is not None and (earlier := handle.replay(idempotency_key, fingerprint)) is not None:
                 return earlier
             prepared = prepare(batch, self.settings.max_line_bytes)
-            counts = BatchCounts(prepared.count, prepared.nbytes, prepared.truncated_lines)
             self._make_room()
             for _ in range(_STALE_READS):
                 with handle.base() as (base, position):
-                    trial = self._trial(handle, base, prepared)
+                    trial, count = self._trial(handle, base, prepared)
+                counts = BatchCounts(count, prepared.nbytes, prepared.truncated_lines)
                 state = trial.export_state()
                 _check_writable(state)
                 if state.dropped_keys:
@@ -115,22 +115,23 @@ class AttributionService:
                                    f"{_STALE_READS} times; nothing of it was taken: retry it",
                                    headers={"Retry-After": "1"})
         if not ack.replayed:
-            self.metrics.ingested(prepared.format, prepared.count, prepared.nbytes, prepared.truncated_lines)
+            self.metrics.ingested(prepared.format, counts.observations, prepared.nbytes, prepared.truncated_lines)
         return ack
 
-    def _trial(self, handle: SessionHandle, base: Session, prepared: PreparedBatch) -> Session:
-        """The batch read into a session of its own (the real one untouched); 422 when the engine fails on it."""
+    def _trial(self, handle: SessionHandle, base: Session, prepared: PreparedBatch) -> tuple[Session, int]:
+        """The batch read into a session of its own (the real one untouched), and the observations it held; 422
+        when the engine fails on it."""
         trial = self.engine.session(handle.context)
         trial.fork(base)
         try:
-            prepared.apply(trial)
+            count = prepared.apply(trial)
         except Exception as exc:
             log.error("a batch the engine could not read was refused", exc_info=exc,
                       extra={"session_id": handle.id})
             raise ServiceError(422, "unreadable_batch",
                                f"the engine could not read this batch ({exc.__class__.__name__}: {exc}); nothing "
                                "of it was taken") from None
-        return trial
+        return trial, count
 
     def _make_room(self) -> None:
         """Evict idle sessions until the live ones hold less than the memory budget, else refuse (503)."""

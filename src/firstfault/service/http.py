@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import pydantic_core
 from fastapi import Depends, Request, Response
 from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
@@ -46,7 +47,16 @@ def _scrub(value: Any) -> Any:
 
 def clean_json(body: bytes) -> tuple[Any, bytes]:
     """Parse a request body leniently: invalid UTF-8 and lone surrogates become U+FFFD; NaN, Infinity and
-    absurd nesting are refused (JSONDecodeError). Returns the document and equivalent clean JSON bytes."""
+    absurd nesting are refused (JSONDecodeError). Returns the document and equivalent clean JSON bytes.
+
+    A body with nothing to clean is parsed by pydantic's JSON parser (twice as fast as `json` on log text, the
+    same document), which refuses invalid UTF-8 and lone surrogates as well as bad JSON: what it refuses goes to
+    `json.loads`, whose leniency and error messages the service has always had (it also reads nesting deeper than
+    the fast parser's limit of 200)."""
+    try:
+        return pydantic_core.from_json(body, allow_inf_nan=False), body
+    except ValueError:
+        pass
     text = body.decode("utf-8", "replace")
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
@@ -125,8 +135,22 @@ def strict_validate(adapter: TypeAdapter[T], data: bytes, where: str = "body") -
     try:
         return adapter.validate_json(data, strict=True)
     except ValidationError as exc:
-        errors = [{**e, "loc": (where, *e["loc"])} for e in exc.errors()]
-        raise ServiceError(422, "invalid_request", describe_errors(errors)) from None
+        raise _invalid(exc, (where,)) from None
+
+
+def strict_document(adapter: TypeAdapter[T], doc: Any, where: tuple[str, ...]) -> T:
+    """`strict_validate` of a parsed JSON document, for a type made of JSON's own types only (strings, numbers,
+    booleans, null, lists of them, objects): there strict validation of the document is that of the JSON text.
+    Error locations start with `where`."""
+    try:
+        return adapter.validate_python(doc, strict=True)
+    except ValidationError as exc:
+        raise _invalid(exc, where) from None
+
+
+def _invalid(exc: ValidationError, where: tuple[str, ...]) -> ServiceError:
+    errors = [{**e, "loc": (*where, *e["loc"])} for e in exc.errors()]
+    return ServiceError(422, "invalid_request", describe_errors(errors))
 
 
 async def strict_body(request: Request, adapter: TypeAdapter[T]) -> T:

@@ -16,13 +16,33 @@ from pydantic import BaseModel
 from firstfault.engine.ingest import IngestState
 
 # Events whose size is measured per batch; the batch's other events are taken to be of their average size.
-_SAMPLE_EVENTS = 256
+_SAMPLE_EVENTS = 64
 # A dict slot and its share of the table, per entry of the accumulator's dicts (events, streams).
 _DICT_ENTRY_BYTES = 100
 # A result held as a pydantic model takes about this many times the size of its JSON (a 5,000-node result: 8.6x
 # by deep_size, 9.1x by tracemalloc). Walking a large result would cost seconds; its JSON is written anyway.
 RESULT_JSON_FACTOR = 9
-_ATOMS = (str, bytes, int, float, bool, type(None), Enum, type)
+_ATOMS = (str, bytes, int, float, bool, type(None))
+# How deep_size walks a type (worked out once per type: a session's events are a handful of types, and isinstance
+# against pydantic's ABC-based model class is slow): what to skip, count alone, or look into.
+# Other objects are looked into through the slots their class declares and their __dict__, if any.
+_SKIP, _ATOM, _MAPPING, _ITEMS, _MODEL, _OBJECT = range(6)
+_KINDS: dict[type, tuple[int, tuple[str, ...]]] = {}
+
+
+def _kind(cls: type) -> tuple[int, tuple[str, ...]]:
+    if issubclass(cls, (Enum, type)):
+        return _SKIP, ()
+    if issubclass(cls, _ATOMS):
+        return _ATOM, ()
+    if issubclass(cls, dict):
+        return _MAPPING, ()
+    if issubclass(cls, (list, tuple, set, frozenset)):
+        return _ITEMS, ()
+    if issubclass(cls, BaseModel):
+        return _MODEL, ()
+    slots = getattr(cls, "__slots__", ())
+    return _OBJECT, ((slots,) if isinstance(slots, str) else tuple(slots)) + (("__dict__",) if cls.__dictoffset__ else ())
 
 
 def deep_size(value: Any) -> int:
@@ -31,25 +51,29 @@ def deep_size(value: Any) -> int:
     seen: set[int] = set()
     total = 0
     stack = [value]
+    getsizeof = sys.getsizeof
     while stack:
         obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, (Enum, type)):
+        cls = type(obj)
+        found = _KINDS.get(cls)
+        if found is None:
+            found = _KINDS[cls] = _kind(cls)
+        kind, attributes = found
+        if kind == _SKIP or id(obj) in seen:
             continue
         seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        if isinstance(obj, _ATOMS):
+        total += getsizeof(obj)
+        if kind == _ATOM:
             continue
-        if isinstance(obj, dict):
+        if kind == _MAPPING:
             stack.extend(obj.keys())
             stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
+        elif kind == _ITEMS:
             stack.extend(obj)
-        elif isinstance(obj, BaseModel):
+        elif kind == _MODEL:
             stack.extend((obj.__dict__, obj.__pydantic_fields_set__))
         else:
-            stack.extend(getattr(obj, slot) for slot in getattr(type(obj), "__slots__", ()) if hasattr(obj, slot))
-            if hasattr(obj, "__dict__"):
-                stack.append(obj.__dict__)
+            stack.extend(getattr(obj, name) for name in attributes if hasattr(obj, name))
     return total
 
 

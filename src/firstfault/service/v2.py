@@ -12,7 +12,7 @@ from firstfault import __version__
 from firstfault.errors import ServiceError
 from firstfault.service.core import AttributionService
 from firstfault.service.errors import error_responses
-from firstfault.service.http import JsonRoute, body_fingerprint, in_thread, strict_body
+from firstfault.service.http import JsonRoute, body_fingerprint, in_thread, strict_body, strict_document
 from firstfault.service.schemas import (
     AttributeResponse,
     Health,
@@ -21,13 +21,23 @@ from firstfault.service.schemas import (
     SessionCreated,
     SessionState,
 )
-from firstfault.wire import ContextBody, ObservationBatch
+from firstfault.wire import ContextBody, ObservationBatch, RawTextBatch
 
 CONTEXT: TypeAdapter[ContextBody] = TypeAdapter(ContextBody)
 BATCH: TypeAdapter[ObservationBatch] = TypeAdapter(ObservationBatch)
+RAW_TEXT: TypeAdapter[RawTextBatch] = TypeAdapter(RawTextBatch)
 SessionId = Annotated[str, Path(max_length=128, description="The id returned when the session was created")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256,
                                               description="Retries carrying the same key are ingested once")]
+
+
+async def _strict_batch(request: Request) -> ObservationBatch:
+    """The body validated strictly. A raw_text batch is made of JSON's own types only, so the document already
+    parsed is validated (`strict_document`): its megabytes of text are not parsed a second time."""
+    doc = await request.json()
+    if isinstance(doc, dict) and doc.get("format") == "raw_text":
+        return strict_document(RAW_TEXT, doc, ("body", "raw_text"))
+    return await strict_body(request, BATCH)
 
 
 def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
@@ -46,7 +56,7 @@ def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
     async def add_observations(session_id: SessionId, batch: Annotated[ObservationBatch, Body()], request: Request,
                                idempotency_key: IdempotencyKey = None) -> IngestAck:
         """Add a batch of evidence in one of four formats (see `format`)."""
-        batch = await strict_body(request, BATCH)
+        batch = await _strict_batch(request)
         fingerprint = await body_fingerprint(request) if idempotency_key else ""
         return await in_thread(service.ingest, session_id, batch, idempotency_key, fingerprint)
 
