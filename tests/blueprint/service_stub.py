@@ -28,8 +28,7 @@ _SESSION = re.compile(r"^/v2/sessions/([\w-]+)$")
 
 def apply(session: Session, body: dict[str, Any]) -> int:
     prepared = prepare(TypeAdapter(ObservationBatch).validate_python(body), 64 * 1024)
-    prepared.apply(session)
-    return prepared.count
+    return prepared.apply(session)
 
 
 class ServiceStub:
