@@ -201,8 +201,8 @@ def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
-NCCL on a loopback or bridge interface, or a rendezvous address on loopback, only fails jobs that span several
-nodes; on a single-node job it is harmless and is demoted.
+NCCL on a loopback or bridge interface, a rendezvous address on loopback, or a launcher that started on its own node
+only, fails only jobs that span several nodes; on a single-node job it is harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -214,11 +214,15 @@ nodes; on a single-node job it is harmless and is demoted.
     RuleCase(title="a single node meets on localhost", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z MASTER_ADDR=localhost MASTER_PORT=29500 WORLD_SIZE=8"]},
         context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Rendezvous address is loopback"])),
+    RuleCase(title="DeepSpeed without a hostfile on one node", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z [WARNING] [runner.py:178:fetch_hostfile] Unable to find hostfile, will proceed with "
+        "training with local resources only."]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Launcher started on one node only"])),
 ])
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback"):
+    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback", "Launcher started on one node only"):
         for s in ws.active(prefix=name):
             ws.demote(s, "single-node job: its processes meet on the host")
 
