@@ -249,6 +249,35 @@ def connect_to_a_bridge_address(ws: Workspace) -> None:
             ws.demote(failure, f"dialled {dialled[0]}, an address a node advertised on a loopback or bridge interface")
 
 
+_FIREWALL_SYMPTOM = "Host firewall blocked the job's traffic"
+
+
+@refiner("FirewallBetweenNodes", phase=Phase.REFINE, doc="""
+A host firewall's denied-packet log is the job's failure only when the refused packets went from one node of the
+workload to another (their SRC and DST addresses resolve, through the NCCL interface lines or host names, to two
+different allocated nodes): then it is promoted. Packets from or to anything else are the firewall's background.
+""", cases=[
+    RuleCase(title="NCCL's port refused between the job's nodes", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.11<0>"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.12<0>"],
+        "a/syslog": ["Jan  1 00:01:00 a kernel: [273707.0] filter_IN_public_REJECT: IN=bond0 OUT= MAC=00 "
+                     "SRC=10.40.3.12 DST=10.40.3.11 LEN=60 PROTO=TCP SPT=45876 DPT=51423"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="a scan from outside the workload", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.11<0>"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.12<0>"],
+        "a/syslog": ["Jan  1 00:01:00 a kernel: [273707.0] filter_IN_public_REJECT: IN=bond0 OUT= MAC=00 "
+                     "SRC=192.0.2.7 DST=10.40.3.11 LEN=60 PROTO=TCP SPT=45876 DPT=22"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def firewall_between_nodes(ws: Workspace) -> None:
+    for s in ws.select(prefix=_FIREWALL_SYMPTOM, status="interesting"):
+        pairs = {(_resolve(ws, src), _resolve(ws, dst)) for src in s.value_set("src") for dst in s.value_set("dst")}
+        inside = sorted(f"{a} -> {b}" for a, b in pairs if a and b and a != b)
+        if inside:
+            ws.promote(s, f"the firewall refused the job's own traffic ({', '.join(inside)})")
+
+
 _ENDPOINT_SYMPTOM = "Rendezvous endpoint outside the workload"
 
 
