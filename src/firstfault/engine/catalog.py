@@ -73,6 +73,9 @@ class SymptomDef:
     outcome: Outcome
     origin: str
     family: str = ""
+    # A failure to set up a device or fabric (not a fault met in operation): the same one on every node of a job is
+    # their common setup (driver, fabric service, environment), so SystemicGuard blames none of them.
+    setup: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _optional(table: dict[str, Any], key: str, kind: type | tuple[type, ...], wh
 # The keys each table may have: a misspelt key is an error, never a silently ignored field (a typo in a case's
 # `attributes` table would otherwise delete an assertion).
 _SYMPTOM_KEYS = frozenset({"name", "sub_domain", "role", "blame", "strength", "outcome", "immediate",
-                           "investigatory", "action", "doc", "family"})
+                           "investigatory", "action", "doc", "family", "setup"})
 _EXTRACTOR_KEYS = frozenset({"name", "match_re", "emit", "source", "key", "attributes", "sampled", "doc", "ref",
                              "cases"})
 _EMIT_KEYS = frozenset({"type", "symptom", "fact"})
@@ -237,7 +240,8 @@ def _parse_symptom(table: dict[str, Any], origin: str) -> SymptomDef:
     )
     return SymptomDef(name=name, sub_domain=sub_domain, role=role, blame=blame, strength=strength,
                       next_action=action, doc=_require(table, "doc", str, where).strip(), outcome=outcome,
-                      origin=origin, family=_optional(table, "family", str, where, origin.removesuffix(".toml")))
+                      origin=origin, family=_optional(table, "family", str, where, origin.removesuffix(".toml")),
+                      setup=_optional(table, "setup", bool, where, False))
 
 
 def check_pattern_subset(pattern: str) -> str | None:

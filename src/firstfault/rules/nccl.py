@@ -201,8 +201,8 @@ def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
-NCCL on a loopback or bridge interface, or a rendezvous address on loopback, only fails jobs that span several
-nodes; on a single-node job it is harmless and is demoted.
+NCCL on a loopback or bridge interface, a rendezvous address on loopback, or a launcher that started on its own node
+only, fails only jobs that span several nodes; on a single-node job it is harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -214,11 +214,15 @@ nodes; on a single-node job it is harmless and is demoted.
     RuleCase(title="a single node meets on localhost", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z MASTER_ADDR=localhost MASTER_PORT=29500 WORLD_SIZE=8"]},
         context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Rendezvous address is loopback"])),
+    RuleCase(title="DeepSpeed without a hostfile on one node", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z [WARNING] [runner.py:178:fetch_hostfile] Unable to find hostfile, will proceed with "
+        "training with local resources only."]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Launcher started on one node only"])),
 ])
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback"):
+    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback", "Launcher started on one node only"):
         for s in ws.active(prefix=name):
             ws.demote(s, "single-node job: its processes meet on the host")
 
@@ -243,6 +247,35 @@ def connect_to_a_bridge_address(ws: Workspace) -> None:
         dialled = sorted(failure.value_set("peer") & advertised)
         if dialled:
             ws.demote(failure, f"dialled {dialled[0]}, an address a node advertised on a loopback or bridge interface")
+
+
+_FIREWALL_SYMPTOM = "Host firewall blocked the job's traffic"
+
+
+@refiner("FirewallBetweenNodes", phase=Phase.REFINE, doc="""
+A host firewall's denied-packet log is the job's failure only when the refused packets went from one node of the
+workload to another (their SRC and DST addresses resolve, through the NCCL interface lines or host names, to two
+different allocated nodes): then it is promoted. Packets from or to anything else are the firewall's background.
+""", cases=[
+    RuleCase(title="NCCL's port refused between the job's nodes", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.11<0>"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.12<0>"],
+        "a/syslog": ["Jan  1 00:01:00 a kernel: [273707.0] filter_IN_public_REJECT: IN=bond0 OUT= MAC=00 "
+                     "SRC=10.40.3.12 DST=10.40.3.11 LEN=60 PROTO=TCP SPT=45876 DPT=51423"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="a scan from outside the workload", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.11<0>"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.40.3.12<0>"],
+        "a/syslog": ["Jan  1 00:01:00 a kernel: [273707.0] filter_IN_public_REJECT: IN=bond0 OUT= MAC=00 "
+                     "SRC=192.0.2.7 DST=10.40.3.11 LEN=60 PROTO=TCP SPT=45876 DPT=22"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def firewall_between_nodes(ws: Workspace) -> None:
+    for s in ws.select(prefix=_FIREWALL_SYMPTOM, status="interesting"):
+        pairs = {(_resolve(ws, src), _resolve(ws, dst)) for src in s.value_set("src") for dst in s.value_set("dst")}
+        inside = sorted(f"{a} -> {b}" for a, b in pairs if a and b and a != b)
+        if inside:
+            ws.promote(s, f"the firewall refused the job's own traffic ({', '.join(inside)})")
 
 
 _ENDPOINT_SYMPTOM = "Rendezvous endpoint outside the workload"
