@@ -184,7 +184,8 @@ systemic_min_nodes), the cause is shared (fabric, filesystem, image, configurati
 blamed: draining most of a job's nodes on one signature would do more harm than good. A fault that is not the
 hardware's (a full scratch disk, a setting) blamed on every node of a multi-node job is shared too, however few the
 nodes: two nodes failing the same way at once is their common setting, not two broken nodes. So is a failure to set a
-device or fabric up (a symptom marked `setup`, such as NVLink SHARP's multicast set-up) on every node.
+device or fabric up (a symptom marked `setup`: NVLink SHARP's multicast set-up, GPUs busy or unavailable to CUDA) on
+every node, and its sub_domain becomes configuration: the devices are fine, the way every node sets them up is not.
 """, cases=[
     RuleCase(title="same xid everywhere", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
@@ -201,16 +202,23 @@ device or fabric up (a symptom marked `setup`, such as NVLink SHARP's multicast 
     RuleCase(title="NVLink SHARP set-up failing on both nodes", evidence={
         f"n{i}/applog": [f"2025-01-01T00:10:0{i}Z n{i}:5100:5411 [0] transport/nvls.cc:150 NCCL WARN Cuda failure 1 "
                          "'invalid argument'"] for i in range(2)},
-        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=True, culprits=[], sub_domain="nvlink")),
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=True, culprits=[], sub_domain="configuration")),
 ])
 def systemic_guard(ws: Workspace) -> None:
     culprits = ws.decision.culprits
     total = len(ws.context.nodes)
     if not culprits or total == 0:
         return
-    shared_kind = ws.decision.sub_domain not in HARDWARE or all(s.definition.setup for s in ws.decision.root)
-    everywhere = total >= 2 and len(culprits) == total and shared_kind
-    if everywhere or (len(culprits) >= ws.params.systemic_min_nodes and len(culprits) > ws.params.systemic_share * total):
+    setup_everywhere = (total >= 2 and len(culprits) == total and ws.decision.sub_domain in HARDWARE
+                        and all(s.definition.setup for s in ws.decision.root))
+    everywhere = total >= 2 and len(culprits) == total and ws.decision.sub_domain not in HARDWARE
+    if setup_everywhere:
+        ws.note("systemic", f"{ws.decision.root[0].name} on all {total} nodes: a device set-up every node failed "
+                "alike is their common setup (configuration), no node is blamed")
+        ws.decision.culprits = {}
+        ws.decision.sub_domain = SubDomain.CONFIGURATION
+    elif everywhere or (len(culprits) >= ws.params.systemic_min_nodes
+                        and len(culprits) > ws.params.systemic_share * total):
         ws.note("systemic", f"{ws.decision.root[0].name} blames {len(culprits)} of {total} nodes: "
                 "a shared cause, no single node is blamed")
         ws.decision.culprits = {}

@@ -156,17 +156,61 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
                           f"{(declared - began).total_seconds() / 60:.0f} min later")
 
 
+# The kubelet's eviction message: how far free space fell below its threshold, and what each evicted container used.
+_EVICTION_SHORTFALL = re.compile(r"Threshold quantity: (?P<threshold>[0-9.]+[KMGTPE]?i?), available: "
+                                 r"(?P<available>[0-9.]+[KMGTPE]?i?)")
+_CONTAINER_USE = re.compile(r"Container \S+ was using (?P<used>[0-9.]+[KMGTPE]?i?)")
+_QUANTITY = re.compile(r"(?P<number>[0-9.]+)(?P<suffix>[KMGTPE]?i?)")
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def _bytes(quantity: str) -> float:
+    """A Kubernetes resource quantity ('9702960Ki', '2Gi', '10120387530') in bytes."""
+    match = _QUANTITY.fullmatch(quantity)
+    return float(match["number"]) * _SUFFIX[match["suffix"]] if match and match["suffix"] in _SUFFIX else 0.0
+
+
+def _evicted_pods_filled_the_disk(ws: Workspace) -> bool:
+    """Some disk-pressure eviction message shows its pod's containers using at least the shortfall below the
+    kubelet's threshold: without that pod's own writes the node would not have been under pressure."""
+    for s in ws.active(prefix="Evicted: node disk full"):
+        for evidence in s.evidence:
+            shortfall = _EVICTION_SHORTFALL.search(evidence.text)
+            used = sum(_bytes(m["used"]) for m in _CONTAINER_USE.finditer(evidence.text))
+            if shortfall and used and used >= _bytes(shortfall["threshold"]) - _bytes(shortfall["available"]):
+                return True
+    return False
+
+
 @refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
 A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
 [DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
 node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
-was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it.
+was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it -
+unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
+threshold ('Threshold quantity: T, available: A. Container c was using U'): then the workload's own writes filled
+the disk and the node is not blamed.
 """, cases=[
     RuleCase(title="the evicting node's own kubelet", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
                      "manager: attempting to reclaim ephemeral-storage"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom="Node disk pressure")),
+    RuleCase(title="the evicted pod itself filled the disk", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Threshold quantity: 2Gi, available: 1487Mi. Container pytorch was using "
+                        "6Gi, request is 0, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="the evicted pod used little of it", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Threshold quantity: 24068434671, available: 23201836Ki. Container pytorch "
+                        "was using 106848Ki, request is 0, has larger consumption of ephemeral-storage."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=["b"])),
     RuleCase(title="reclaiming disk, nothing evicted", evidence={
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
                      "manager: attempting to reclaim ephemeral-storage"]},
@@ -174,6 +218,9 @@ was full: when exactly one node's kubelet did, its `Node disk pressure` becomes 
 ])
 def node_disk_pressure_names_the_node(ws: Workspace) -> None:
     if not ws.active(prefix="Evicted: node disk full"):
+        return
+    if _evicted_pods_filled_the_disk(ws):
+        ws.note("localize", "the evicted pod's own containers used more than the disk's shortfall: its writes filled it")
         return
     pressed = ws.select(prefix="Node disk pressure", status="interesting")
     if len({s.node for s in pressed}) == 1:
