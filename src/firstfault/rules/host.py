@@ -130,3 +130,50 @@ def hung_in_nvidia_driver(ws: Workspace) -> None:
                 h.first_time is not None and h.first_time <= first <= (h.last_time or h.first_time) + window]
         if hung:
             ws.promote(frames, f"{hung[0].name} on this node with NVIDIA driver frames on its stack")
+
+
+# How long after a node's kernel stopped it its peers may still report losing it: RDMA retries (NCCL_IB_TIMEOUT and
+# retry count: tens of seconds to minutes) and TCP timeouts run out within this.
+DEAD_NODE_ECHO_S = 600.0
+_NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU hard lockup")
+
+
+def _stopped_at(s: WorkSymptom) -> bool:
+    """A kernel record that stopped its node: a panic (not a survivable oops), a fatal machine check, a hard lockup."""
+    return s.name != "Kernel panic or oops" or bool(s.value_set("reason"))
+
+
+@refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, doc=f"""
+A node whose kernel panicked, took a fatal machine check or a hard lockup stops answering at once: its peers' network
+errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
+or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's
+own kernel record stays the root candidate. An error naming another node, or one from before, is kept.
+""", cases=[
+    RuleCase(title="peers lose a node that panicked", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kernel: Kernel panic - not syncing: Fatal machine check on current CPU"],
+        "a/applog": ["2025-01-01T00:10:32Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                                                     demoted=["IB Error-12"])),
+    RuleCase(title="the fabric failed before the panic", evidence={
+        "b/syslog": ["Jan  1 00:20:00 b kernel: Kernel panic - not syncing: Fatal machine check on current CPU"],
+        "a/applog": ["2025-01-01T00:10:32Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def dead_node_explains_peer_errors(ws: Workspace) -> None:
+    stopped: dict[str, datetime] = {}
+    for s in ws.active(role="root", sub_domain=SubDomain.HOST):
+        if s.node and s.first_time and not ws.undated(s) and s.name.startswith(_NODE_STOPPERS) and _stopped_at(s):
+            stopped[s.node] = min(stopped.get(s.node, s.first_time), s.first_time)
+    skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
+    for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
+        named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
+        if s.node in stopped:
+            continue
+        # an error without a time of its own cannot be placed before the node stopped: the death explains it too
+        began = None if ws.undated(s) else s.first_time
+        dead = [n for n, t in sorted(stopped.items())
+                if named <= {n} and (began is None or t - skew <= began <= t + echo)]
+        if dead:
+            ws.demote(s, f"{dead[0]}'s kernel stopped it at {stopped[dead[0]]:%H:%M:%S}: its peers lost it")
