@@ -143,7 +143,7 @@ def _stopped_at(s: WorkSymptom) -> bool:
     return s.name != "Kernel panic or oops" or bool(s.value_set("reason"))
 
 
-@refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, doc=f"""
+@refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
 A node whose kernel panicked, took a fatal machine check or a hard lockup stops answering at once: its peers' network
 errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
 or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's

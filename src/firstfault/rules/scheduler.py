@@ -268,7 +268,8 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
 
 
-@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE, after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors"), doc="""
+@refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
+          after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it.
