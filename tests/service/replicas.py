@@ -20,7 +20,6 @@ from tests.service.live_server import TEST_LIMITS, Server
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "tests" / "support" / "setup-redis.sh"
 REDIS_PORT = int(os.environ.get("REDIS_CI_PORT", "16379"))
-REDIS_DIR = Path(os.environ.get("REDIS_CI_DIR", "/tmp/redis-ci"))
 
 
 def ensure_redis() -> None:
@@ -41,8 +40,12 @@ def flush(db: int) -> None:
 
 
 def restart_redis() -> float:
-    """Stop the test Redis (SIGTERM: it closes its append-only file) and start it again; the seconds it was down."""
-    pid = int((REDIS_DIR / "redis.pid").read_text())
+    """Stop the test Redis (SIGTERM: it closes its append-only file) and start it again; the seconds it was down.
+    The server's own pid comes from INFO, not the setup script's pid file: two setups racing (two test runs on one
+    machine) can leave the file naming a server that lost the race for the port."""
+    import redis
+
+    pid = int(redis.Redis.from_url(redis_url(0)).info("server")["process_id"])
     started = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     for _ in range(100):
