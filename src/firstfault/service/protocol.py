@@ -5,8 +5,8 @@ the connection (and a file descriptor) for as long as it likes, before any code 
 headers must be complete within `header_timeout_s` of the connection opening (or, on a kept-alive connection, of
 the first bytes after the previous response); otherwise the server answers 408 and closes the connection. An idle
 kept-alive connection is closed by uvicorn's `timeout_keep_alive`. The body has its own total deadline in the app
-(`body_timeout_s`, middleware.py); a connection whose request body is still arriving when its response is out
-(a body the app did not read, a GET's say) is closed, as neither deadline would end it.
+(`body_timeout_s`, middleware.py); when a response is out while its request's body still arrives (a body the app
+did not read), neither covers the rest, so the header deadline starts again (`_HeaderDeadline`).
 
 h11 caps a request's header block at `MAX_HEADER_BYTES` (400 "Invalid HTTP request received." over it); the httptools
 parser has no cap, so its protocol counts the bytes received before the headers end and answers the same 400 over
@@ -32,26 +32,30 @@ _INVALID = "Invalid HTTP request received."  # uvicorn's 400 for a request its p
 
 
 class _HeaderDeadline:
-    """The header timer: armed while a connection owes a request's headers, answering 408 when it fires."""
+    """The header timer: armed while a connection owes a request's headers, answering 408 when it fires. Armed
+    `quiet` when a response is out while its request's body still arrives (a body the app did not read, a GET's
+    say): the rest of it, and the next request's headers, must then arrive in time, or the connection is closed
+    without a word (a 408 after a response would answer no request)."""
 
     header_timeout_s: float
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     _header_timer: asyncio.TimerHandle | None = None
 
-    def _arm(self) -> None:
+    def _arm(self, quiet: bool = False) -> None:
         self._disarm()
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late, quiet)
 
     def _disarm(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
-    def _headers_late(self) -> None:
+    def _headers_late(self, quiet: bool) -> None:
         self._header_timer = None
         if not self.transport.is_closing():
-            self.transport.write(_TIMEOUT_RESPONSE)
+            if not quiet:
+                self.transport.write(_TIMEOUT_RESPONSE)
             self.transport.close()
 
 
@@ -70,14 +74,15 @@ class _H11Deadline(_HeaderDeadline, H11Protocol):
             self._arm()
 
     def handle_events(self) -> None:
+        awaiting = self.conn.their_state is h11.IDLE
         super().handle_events()
-        if self.conn.their_state is not h11.IDLE:  # the request's headers are in
+        if awaiting and self.conn.their_state is not h11.IDLE:  # the request's headers are in
             self._disarm()
 
     def on_response_complete(self) -> None:
-        if self.conn.their_state is h11.SEND_BODY:  # see HttpToolsDeadline.on_response_complete
-            self.transport.close()
         super().on_response_complete()
+        if self.conn.their_state is h11.SEND_BODY:
+            self._arm(quiet=True)
 
 
 def _httptools_deadline() -> type[asyncio.Protocol]:
@@ -127,11 +132,9 @@ def _httptools_deadline() -> type[asyncio.Protocol]:
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
-            # A body the app did not read (a GET's, say) would otherwise keep the connection open for as long as
-            # its client trickles it: neither deadline covers it.
-            if self._in_body:
-                self.transport.close()
             super().on_response_complete()
+            if self._in_body:
+                self._arm(quiet=True)
 
     return HttpToolsDeadline
 
