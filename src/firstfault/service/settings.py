@@ -39,7 +39,8 @@ class Settings:
     # A connection must send its request headers within this many seconds (it is closed otherwise), so
     # half-sent requests cannot pile up (slowloris).
     header_timeout_s: float = 10.0
-    # uvicorn's HTTP/1.1 parser: "httptools" (C, the default) or "h11" (pure Python, ~2x the CPU per request).
+    # uvicorn's HTTP/1.1 parser: "httptools" (C, the default) or "h11" (pure Python, ~0.2-0.3 ms more CPU per
+    # request: docs/benchmarks.md).
     # Both enforce the header deadline and the header size cap (service/protocol.py).
     http_parser: str = "httptools"
     # Request bodies held at once by all requests in progress (read and being parsed); a request that would
