@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--replicas", type=int, nargs="+", default=[1],
                    help="`serve` replicas per row, each request sent to the next (above 1: needs --store)")
     s.add_argument("--store", default="", help="serve --store for every replica (a Redis URL)")
+    s.add_argument("--http-parser", choices=["httptools", "h11"],
+                   help="FIRSTFAULT_HTTP_PARSER of the servers started (default: theirs)")
     s.add_argument("--repeat", type=int, default=1, help="runs per row (median and range)")
     s.add_argument("--redis-share", action="store_true",
                    help="time the share of an ingest spent on Redis round trips, in this process (needs --store)")

@@ -167,7 +167,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _start_server(store: str = "", src: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(store: str = "", src: Path | None = None,
+                  http_parser: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -175,6 +176,8 @@ def _start_server(store: str = "", src: Path | None = None) -> tuple[subprocess.
     env["FIRSTFAULT_LOG_LEVEL"] = "warning"
     if store:
         env["FIRSTFAULT_STORE"] = store
+    if http_parser:
+        env["FIRSTFAULT_HTTP_PARSER"] = http_parser
     if src is not None:
         env["PYTHONPATH"] = str(src.resolve())
     process = subprocess.Popen([sys.executable, "-m", "firstfault", "serve", "--port", str(port)], env=env, cwd=ROOT,
@@ -218,7 +221,8 @@ def run_service(args: argparse.Namespace) -> int:
         store = args.store or ""
         if replicas > 1 and not store and not args.url:
             raise SystemExit("--replicas above 1 needs --store redis://... (the replicas share their sessions there)")
-        servers = [] if args.url else [_start_server(store, args.before) for _ in range(replicas)]
+        servers = [] if args.url else [_start_server(store, args.before, args.http_parser)
+                                         for _ in range(replicas)]
         urls = [args.url] if args.url else [url for _, url in servers]
         try:
             _session(urls, context, bodies, spec, expected)  # warm-up, its result checked against analyze's
@@ -226,7 +230,8 @@ def run_service(args: argparse.Namespace) -> int:
             for concurrency in args.concurrency:
                 row = _row(urls, concurrency, context, bodies, spec, args, manifest["bytes"], pids)
                 rows.append({"replicas": len(urls), "store": "redis" if store else "memory", "format": args.format,
-                             "server": str(args.before or "this checkout"), **row})
+                             "server": str(args.before or "this checkout"),
+                             "http_parser": args.http_parser or "the server's default", **row})
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             for process, _ in servers:
@@ -288,7 +293,8 @@ def _table(rows: list[dict[str, Any]], spec: Spec, nbytes: int, batches: int, ar
     lines = [f"{spec.nodes} nodes x {spec.mib_per_node} MiB = {nbytes / MIB:.1f} MiB per session in "
              f"{batches} {args.format} batches of <= {args.batch_mib} MiB; {args.sessions} sessions per run, "
              f"{args.repeat} runs per row (median [min-max]); {os.cpu_count()} cores shared by servers, Redis and "
-             "clients. Server CPU: the servers' user + system time per session, and the MiB each CPU second ingests.",
+             f"clients; HTTP parser: {args.http_parser or 'the server default'}. Server CPU: the servers' user + system "
+             "time per session, and the MiB each CPU second ingests.",
              "", "| replicas | store | concurrency | sessions/s | evidence MiB/s | server CPU / session | MiB per server "
              "CPU s | session p50 | session p99 | ingest p50 | ingest p99 | attribute p50 | attribute p99 |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

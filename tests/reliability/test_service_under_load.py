@@ -44,6 +44,8 @@ CONTEXT = {"workload_id": "load", "scheduler": "slurm", "nodes": ["n1", "n2", "n
            "start_time": "2026-03-02T08:00:00Z", "end_time": "2026-03-02T09:00:00Z", "scheduler_state": "FAILED"}
 XID = "Mar  2 08:10:{sec:02d} n1 kernel: NVRM: Xid (PCI:0000:{bus:02x}:00): 79, pid=1, name=python, GPU has fallen off the bus."
 QUIET = {"FIRSTFAULT_LOG_LEVEL": "warning"}
+# Every guarantee of the HTTP layer (header deadline and cap, body deadline and caps) is tested on both parsers.
+PARSERS = pytest.mark.parametrize("parser", ["httptools", "h11"])
 
 
 def rss_mib(server: Server) -> float:
@@ -101,8 +103,9 @@ def _read_all(sock: socket.socket) -> bytes:
     return data
 
 
-def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, record: Record) -> None:
-    server = start_server(FIRSTFAULT_BODY_TIMEOUT_S="3")
+@PARSERS
+def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, record: Record, parser: str) -> None:
+    server = start_server(FIRSTFAULT_BODY_TIMEOUT_S="3", FIRSTFAULT_HTTP_PARSER=parser)
     stalled, trickling = [], []
     head = (b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n{\"workload_id\": ")
@@ -139,8 +142,9 @@ def test_slow_bodies_time_out_and_do_not_hold_up_other_clients(start_server, rec
            other_client_max_ms=round(max(latencies) * 1000, 1))
 
 
-def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_server) -> None:
-    server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024))
+@PARSERS
+def test_an_oversized_chunked_body_is_refused_without_reading_it_all(start_server, parser: str) -> None:
+    server = start_server(FIRSTFAULT_MAX_REQUEST_BYTES=str(1024 * 1024), FIRSTFAULT_HTTP_PARSER=parser)
     sock = _open(server)
     sock.sendall(b"POST /v2/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
@@ -171,8 +175,8 @@ def _half_sent(server: Server, count: int) -> list[socket.socket]:
     return socks
 
 
-def _slowloris(start_server, record: Record, connections: int) -> None:
-    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="3")
+def _slowloris(start_server, record: Record, connections: int, parser: str = "httptools") -> None:
+    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="3", FIRSTFAULT_HTTP_PARSER=parser)
     started = time.monotonic()
     socks = _half_sent(server, connections)
     latencies = []
@@ -197,13 +201,104 @@ def _slowloris(start_server, record: Record, connections: int) -> None:
            all_closed_after_s=round(closed_after, 1))
 
 
-def test_half_sent_request_headers_time_out_and_healthz_answers(start_server, record: Record) -> None:
-    _slowloris(start_server, record, 200)
+@PARSERS
+def test_half_sent_request_headers_time_out_and_healthz_answers(start_server, record: Record, parser: str) -> None:
+    _slowloris(start_server, record, 200, parser)
 
 
 @pytest.mark.long
 def test_half_sent_request_headers_time_out_and_healthz_answers_long(start_server, record: Record) -> None:
     _slowloris(start_server, record, 1100)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, read off a kept-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def _trickled(sock: socket.socket, first: bytes, then: bytes) -> tuple[bytes, float]:
+    """Send `first`, then `then` every 0.3 s until the server answers; the answer and the seconds it took."""
+    started = time.monotonic()
+    answer = None
+    try:
+        sock.sendall(first)
+        while answer is None and time.monotonic() - started < 6:
+            sock.settimeout(0.3)
+            try:
+                answer = sock.recv(65536)           # b"": closed without an answer
+            except TimeoutError:
+                sock.sendall(then)
+    except OSError:                                 # closed after its answer, before this read
+        pass
+    return (answer or b"") + _read_all(sock), time.monotonic() - started
+
+
+@PARSERS
+def test_a_kept_alive_connection_owes_its_next_headers_in_time(start_server, parser: str) -> None:
+    """Idle between requests, a connection gets no 408 (uvicorn's keep-alive timeout, 5 s, closes it); bytes of a
+    next request start the header deadline again, and blank lines between requests do not hold the connection."""
+    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="1.5", FIRSTFAULT_HTTP_PARSER=parser)
+    request = b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    sock = _open(server)
+    sock.sendall(request)
+    assert _answer(sock).startswith(b"HTTP/1.1 200 ")
+    time.sleep(2.5)                                 # past the header deadline, within the keep-alive timeout
+    sock.sendall(request)
+    assert _answer(sock).startswith(b"HTTP/1.1 200 ")
+    answer, took = _trickled(sock, b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ", b"a")
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in answer, answer[:200]
+    assert took < 4
+    sock = _open(server)
+    sock.sendall(request)
+    assert _answer(sock).startswith(b"HTTP/1.1 200 ")
+    answer, took = _trickled(sock, b"\r\n", b"\r\n")
+    sock.close()
+    # h11 refuses repeated blank lines (400); httptools skips them, and the header deadline closes the connection
+    assert answer.startswith(b"HTTP/1.1 408 " if parser == "httptools" else b"HTTP/1.1 400 "), answer[:200]
+    assert took < 4
+
+
+@PARSERS
+def test_a_body_the_app_does_not_read_does_not_hold_the_connection(start_server, parser: str) -> None:
+    """A GET's body is not read by the app, so the body deadline does not cover it: once the response is out, the
+    rest must arrive within the header deadline, or the connection is closed (without a 408: no request is owed
+    an answer)."""
+    server = start_server(FIRSTFAULT_HEADER_TIMEOUT_S="1.5", FIRSTFAULT_HTTP_PARSER=parser)
+    sock = _open(server)
+    sock.sendall(b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000\r\n\r\n")
+    assert _answer(sock).startswith(b"HTTP/1.1 200 ")
+    answer, took = _trickled(sock, b"a", b"a")
+    sock.close()
+    assert answer == b"" and 1.4 < took < 3.5
+
+
+@PARSERS
+def test_oversized_request_headers_are_refused(start_server, parser: str) -> None:
+    """h11 caps a request's headers at 16 KiB; the httptools parser has no cap of its own and gets the same one."""
+    server = start_server(FIRSTFAULT_HTTP_PARSER=parser)
+    sock = _open(server)
+    sent = 0
+    try:
+        sock.sendall(b"GET /v2/healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: ")
+        for _ in range(256):                        # 16 MiB offered within the header deadline, never ended
+            sock.sendall(b"a" * 65536)
+            sent += 65536
+    except OSError:                                 # the server closed the connection after its 400
+        pass
+    answer = _read_all(sock)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 400 ") and answer.endswith(b"Invalid HTTP request received."), answer[:300]
+    assert sent < 256 * 65536
+    with server.client() as client:
+        assert client.get("/v2/healthz", headers={"X-Big": "a" * 8000}).status_code == 200
 
 
 # -- attribution off the event loop ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ read-only rules endpoint, OpenAPI, loopback default, and no reading of client-na
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -112,6 +113,15 @@ def test_broken_catalog_stops_start_up(tmp_path: Path) -> None:
         raise AssertionError("something answers on the port")
     except httpx.TransportError:
         pass
+
+
+def test_an_unknown_http_parser_stops_start_up() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTFAULT_")}
+    result = subprocess.run([sys.executable, "-m", "firstfault", "serve", "--port", str(free_port())], cwd=ROOT,
+                            env={**env, "FIRSTFAULT_HTTP_PARSER": "zttp"}, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode != 0
+    assert "FIRSTFAULT_HTTP_PARSER must be one of httptools, h11, not 'zttp'" in result.stderr
 
 
 def test_rules_endpoint_is_the_loaded_catalog(client: httpx.Client, new_session: Callable[..., str]) -> None:

@@ -60,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return error(f"not serving: {exc}")
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=log_config(settings.log_level),
                             access_log=False, timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
-                            server_header=False, http=header_deadline_protocol(settings.header_timeout_s))
+                            server_header=False, http=header_deadline_protocol(settings.header_timeout_s, settings.http_parser))
     server = uvicorn.Server(config)
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal; exit 0 for that clean stop.
     signal.signal(signal.SIGTERM, _stopped)

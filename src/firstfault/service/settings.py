@@ -15,6 +15,7 @@ MIB = 1024 * 1024
 # Host names answered by default (with any port): the loopback names (an IPv6 literal in brackets, as in a Host
 # header).
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+HTTP_PARSERS = ("httptools", "h11")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class Settings:
     # A connection must send its request headers within this many seconds (it is closed otherwise), so
     # half-sent requests cannot pile up (slowloris).
     header_timeout_s: float = 10.0
+    # uvicorn's HTTP/1.1 parser: "httptools" (C, the default) or "h11" (pure Python, ~0.2-0.3 ms more CPU per
+    # request: docs/benchmarks.md).
+    # Both enforce the header deadline and the header size cap (service/protocol.py).
+    http_parser: str = "httptools"
     # Request bodies held at once by all requests in progress (read and being parsed); a request that would
     # cross it gets 503 `server_busy` with Retry-After. At least max_request_bytes.
     max_inflight_bytes: int = 96 * MIB
@@ -105,6 +110,8 @@ class Settings:
         if self.store not in ("", "memory") and not self.store.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"{ENV_PREFIX}STORE must be memory or a Redis URL (redis://host:port/db, rediss://..., "
                              f"unix:///path.sock), not {self.store!r}")
+        if self.http_parser not in HTTP_PARSERS:
+            raise ValueError(f"{ENV_PREFIX}HTTP_PARSER must be one of {', '.join(HTTP_PARSERS)}, not {self.http_parser!r}")
         if self.otel_exporter not in ("", "console", "otlp"):
             raise ValueError(f"{ENV_PREFIX}OTEL_EXPORTER must be console or otlp")
         if self.max_inflight_bytes < self.max_request_bytes:
