@@ -51,6 +51,14 @@ class _HeaderDeadline:
             self._header_timer.cancel()
             self._header_timer = None
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _headers_late(self, quiet: bool) -> None:
         self._header_timer = None
         if not self.transport.is_closing():
@@ -60,14 +68,6 @@ class _HeaderDeadline:
 
 
 class _H11Deadline(_HeaderDeadline, H11Protocol):
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self._header_timer is None and self.conn.their_state is h11.IDLE:  # a next request begins
@@ -96,14 +96,6 @@ def _httptools_deadline() -> type[asyncio.Protocol]:
             super().__init__(*args, **kwargs)
             self._in_body = False
             self._header_bytes = 0
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if not self._in_body:
