@@ -8,11 +8,13 @@ events 10 and 9).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
+from firstfault.rules.election import blamed_nodes
 
 MCE_UC_BIT = 61
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
@@ -143,11 +145,28 @@ def _stopped_at(s: WorkSymptom) -> bool:
     return s.name != "Kernel panic or oops" or bool(s.value_set("reason"))
 
 
+# A kernel line's uptime stamp ('kernel: [    2.188447]'): how long after boot the kernel logged it.
+_KERNEL_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.\d+\]")
+BOOT_LOG_S = 300.0
+
+
+def _left_from_previous_boot(s: WorkSymptom) -> bool:
+    """A machine check the kernel logged in its first minutes after boot: Linux reads the banks at start-up and logs
+    the machine checks a reset left in them, so the fault happened before that boot, not when it was logged."""
+    if s.name != "Machine check (uncorrected)":
+        return False
+    uptimes = [m for m in (_KERNEL_UPTIME.search(e.text) for e in s.evidence) if m]
+    return bool(uptimes) and float(uptimes[0].group(1)) < BOOT_LOG_S
+
+
 @refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
 A node whose kernel panicked, took a fatal machine check or a hard lockup stops answering at once: its peers' network
 errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
 or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's
-own kernel record stays the root candidate. An error naming another node, or one from before, is kept.
+own kernel record stays the root candidate. An error naming another node, or one from before, is kept. A machine check
+the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused: the
+node stopped before that boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo,
+and so is the scheduler's declared failure of that node in those minutes (it stopped answering because it was reset).
 """, cases=[
     RuleCase(title="peers lose a node that panicked", evidence={
         "b/syslog": ["Jan  1 00:10:00 b kernel: Kernel panic - not syncing: Fatal machine check on current CPU"],
@@ -160,20 +179,49 @@ own kernel record stays the root candidate. An error naming another node, or one
         "a/applog": ["2025-01-01T00:10:32Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
                      "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    # the reset left the machine check in the banks; the rebooted kernel logged it (Linux's MCE start-up poll)
+    RuleCase(title="peers lost a node whose machine check was logged after its reboot", evidence={
+        "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [    2.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
+                     "0 Bank 8: b200000000200400"],
+        "a/applog": ["2025-01-01T00:13:34Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                                                     demoted=["IB Error-12"])),
+    RuleCase(title="a machine check logged long after boot does not reach back", evidence={
+        "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [976841.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
+                     "0 Bank 8: b200000000200400"],
+        "a/applog": ["2025-01-01T00:13:34Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    RuleCase(title="the scheduler declared the node lost before its rebooted kernel logged the machine check",
+             evidence={
+        "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [    2.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
+                     "0 Bank 8: b200000000200400"],
+        "a/scheduler": ["2025-01-01T00:13:45Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], demoted=["Kubernetes node failure"])),
 ])
 def dead_node_explains_peer_errors(ws: Workspace) -> None:
-    stopped: dict[str, datetime] = {}
+    skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
+    stopped: dict[str, datetime] = {}  # when each node stopped (at the latest)
+    echoes: dict[str, tuple[datetime, datetime]] = {}  # when its peers' errors may begin
     for s in ws.active(role="root", sub_domain=SubDomain.HOST):
         if s.node and s.first_time and not ws.undated(s) and s.name.startswith(_NODE_STOPPERS) and _stopped_at(s):
-            stopped[s.node] = min(stopped.get(s.node, s.first_time), s.first_time)
-    skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
+            window = (s.first_time - echo, s.first_time + skew) if _left_from_previous_boot(s) else \
+                (s.first_time - skew, s.first_time + echo)
+            if s.node not in stopped or s.first_time < stopped[s.node]:
+                stopped[s.node], echoes[s.node] = s.first_time, window
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         if s.node in stopped:
             continue
         # an error without a time of its own cannot be placed before the node stopped: the death explains it too
         began = None if ws.undated(s) else s.first_time
-        dead = [n for n, t in sorted(stopped.items())
-                if named <= {n} and (began is None or t - skew <= began <= t + echo)]
+        dead = [n for n, (lo, hi) in sorted(echoes.items()) if named <= {n} and (began is None or lo <= began <= hi)]
         if dead:
             ws.demote(s, f"{dead[0]}'s kernel stopped it at {stopped[dead[0]]:%H:%M:%S}: its peers lost it")
+    for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
+        lost = set(blamed_nodes(ws, report))
+        declared = report.first_time
+        if lost and all(n in echoes and declared and echoes[n][0] <= declared <= echoes[n][1] for n in lost):
+            ws.demote(report, f"{', '.join(sorted(lost))} was stopped by its kernel: the scheduler declared it lost")

@@ -14,9 +14,9 @@ import ipaddress
 from collections.abc import Callable
 from datetime import timedelta
 
-from firstfault.engine.model import SubDomain
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, refiner
-from firstfault.engine.workspace import Workspace, WorkSymptom
+from firstfault.engine.model import Event, EventType, SubDomain
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
+from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 # A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the
@@ -198,6 +198,66 @@ def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -
             if value and usable(value):
                 claims.setdefault(value, set()).add(event.node)
     return claims
+
+
+_ODD_INTERFACE_SYMPTOM = "NCCL interface differs between nodes"
+_SOCKET_FAILURE_SYMPTOM = "NCCL socket connect failure"
+
+
+@filter_rule("OddInterfaceUnreachable", phase=Phase.FILTER, doc="""
+NCCL chooses its socket interface on each node by itself (NCCL_SOCKET_IFNAME unset, or a list of prefixes). When every
+node but one uses an interface of the same name, the odd node advertised an address on another interface, and its
+peers' socket connections to that very address fail, the nodes are set up differently (a spare machine with another
+network layout, a setting missing on one node): configuration of the interface, not a network fault or a node's. The
+failed connections are what that looks like: the first of them is cited for it, and they are taken into it.
+""", cases=[
+    RuleCase(title="a spare node advertises another interface and nobody reaches it", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.37.8.72<0>",
+                     "2025-01-01T00:00:09Z a:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+                     "10.37.12.78<46417> failed : Software caused connection abort"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth1:10.37.12.78<0>"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.37.8.74<0>"]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_ODD_INTERFACE_SYMPTOM)),
+    RuleCase(title="the unreachable node uses the same interface as the others", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.37.8.72<0>",
+                     "2025-01-01T00:00:09Z a:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+                     "10.37.8.73<46417> failed : No route to host"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.37.8.73<0>"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth1:10.37.12.74<0>"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="network")),
+])
+def odd_interface_unreachable(ws: Workspace) -> None:
+    interfaces: dict[str, dict[str, Event]] = {}  # node -> interface name -> the first line that shows it
+    owners: dict[str, set[str]] = {}  # address -> the nodes that advertised it
+    for event in ws.events_of(f"{EventType.CONTEXT}.ip_map"):  # facts are still events before materialising
+        name, address = str(event.attributes.get("interface", "")), str(event.attributes.get("address", ""))
+        if event.node and name and _routable(address):
+            interfaces.setdefault(event.node, {}).setdefault(name, event)
+            owners.setdefault(address, set()).add(event.node)
+    odd = _odd_one_out({node: set(names) for node, names in interfaces.items()})
+    if odd is None:
+        return
+    own = {address for address, nodes in owners.items() if nodes == {odd}}
+    failures = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SOCKET_FAILURE_SYMPTOM
+                and e.node != odd and str(e.attributes.get("peer", "")) in own]
+    if failures:
+        first = min(failures, key=lambda e: (e.time is None, e.time or e.evidence.time, e.node or ""))
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_INTERFACE_SYMPTOM, evidence=first.evidence,
+                         time=first.time, attributes={"interface": min(interfaces[odd]),
+                                                      "peer": str(first.attributes.get("peer", ""))}))
+        for failure in failures:
+            ws.drop(failure, f"{odd} advertised an address on {min(interfaces[odd])}, an interface no other node uses")
+
+
+def _odd_one_out(names: dict[str, set[str]]) -> str | None:
+    """The one node whose interfaces share no name with the single name every other node (at least two) uses."""
+    for node, own in sorted(names.items()):
+        others = [n for other, n in names.items() if other != node]
+        common = set.intersection(*others) if len(others) >= 2 else set()
+        if len(common) == 1 and not own & common:
+            return node
+    return None
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""

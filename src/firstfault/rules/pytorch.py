@@ -25,6 +25,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
+    # torch.multiprocessing.spawn: a child process exited with a non-zero code or a signal (its own error, if it
+    # raised one, is printed by the child and wrapped as ProcessRaisedException)
+    "ProcessExitedException",
     # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); Ray Train's run-level error
     # after a worker failed ("Please inspect the previous error messages")
     "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
@@ -79,6 +82,10 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a line another rule explains", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
         expect=Expect(fired=True, sub_domain="configuration")),
+    RuleCase(title="a spawned child that died by a signal", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
+        "SIGABRT"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
     RuleCase(title="a type named for a failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
         expect=Expect(fired=True, sub_domain="unknown")),
