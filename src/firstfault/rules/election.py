@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import SourceKind, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -289,6 +289,48 @@ def after_the_end(ws: Workspace) -> None:
         if s.first_time is not None and not ws.undated(s) and s.first_time > limit:
             minutes = (s.first_time - end).total_seconds() / 60
             ws.demote(s, f"began {minutes:.0f} min after the workload ended: it cannot have ended it")
+
+
+@refiner("BeforeTheStart", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
+A fault that a node's system log recorded before the workload started (earlier than its start by more than
+clock_skew_s) happened under whatever ran then. It can explain this workload's failure through what it left broken
+on its node, so it stays a candidate while the run's own failures are on that node only; when a root candidate of
+the run (not a scheduler action, which only ends a run) began on another node too (a shared cause, or another node's
+fault), the earlier fault is demoted and stays as evidence.
+""", cases=[
+    RuleCase(title="the last job's Xid, then this job's own configuration error", evidence={
+        "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 32, Channel ID 00000000 intr 00004000"],
+        "a/applog": ["2025-01-01T00:00:50Z a:1:1 [0] NCCL WARN Bootstrap : no socket interface found"],
+        "b/applog": ["2025-01-01T00:00:50Z b:1:1 [0] NCCL WARN Bootstrap : no socket interface found"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["XID-32"])),
+    RuleCase(title="a GPU's uncorrectable error before the start, then CUDA fails on that node", evidence={
+        "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 48, pid=1, name=x, An uncorrectable double "
+                     "bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."],
+        "a/applog": ["2025-01-01T00:00:50Z [rank0]: RuntimeError: CUDA error: unknown error"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+    RuleCase(title="a GPU lost before the start, nothing else", evidence={
+        "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=x, GPU has fallen off the "
+                     "bus."]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def before_the_start(ws: Workspace) -> None:
+    start = ws.context.start_time
+    if start is None:
+        return
+    limit = start - timedelta(seconds=ws.params.clock_skew_s)
+    began = {id(s): s.first_time for s in ws.active(role="root") if s.first_time is not None and not ws.undated(s)}
+    candidates = [s for s in ws.active(role="root") if id(s) in began]
+    # a scheduler action only ends a run that had already failed or hung: it is not the run's own failure
+    during = sorted((s for s in candidates if began[id(s)] >= limit and s.sub_domain != SubDomain.SCHEDULER),
+                    key=WorkSymptom.sort_key)
+    for s in candidates:
+        if began[id(s)] >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
+            continue
+        elsewhere = next((d for d in during if d.node != s.node), None)
+        if elsewhere is not None:
+            minutes = (start - began[id(s)]).total_seconds() / 60
+            ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
+                      f"own failure ({elsewhere.name}) began on {elsewhere.node or 'no one node'}")
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it

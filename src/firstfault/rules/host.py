@@ -150,13 +150,18 @@ _KERNEL_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.\d+\]")
 BOOT_LOG_S = 300.0
 
 
-def _left_from_previous_boot(s: WorkSymptom) -> bool:
-    """A machine check the kernel logged in its first minutes after boot: Linux reads the banks at start-up and logs
-    the machine checks a reset left in them, so the fault happened before that boot, not when it was logged."""
-    if s.name != "Machine check (uncorrected)":
+def _left_from_previous_boot(ws: Workspace, s: WorkSymptom) -> bool:
+    """A machine check logged in the first minutes after its node booted (the kernel's uptime stamp, or the node's boot
+    banner shortly before it): Linux reads the banks at start-up and logs the machine checks a reset left in them,
+    and mcelog decodes them as it starts, so the fault happened before that boot, not when it was logged."""
+    if s.name != "Machine check (uncorrected)" or s.first_time is None:
         return False
     uptimes = [m for m in (_KERNEL_UPTIME.search(e.text) for e in s.evidence) if m]
-    return bool(uptimes) and float(uptimes[0].group(1)) < BOOT_LOG_S
+    if uptimes:
+        return float(uptimes[0].group(1)) < BOOT_LOG_S
+    after_boot = timedelta(seconds=BOOT_LOG_S)
+    return any(b.node == s.node and b.time is not None and b.time <= s.first_time <= b.time + after_boot
+               for b in ws.facts_of("boot"))
 
 
 @refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
@@ -187,6 +192,13 @@ and so is the scheduler's declared failure of that node in those minutes (it sto
                      "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host", culprits=["b"],
                                                      demoted=["IB Error-12"])),
+    RuleCase(title="mcelog decodes the reset's machine check after the boot", evidence={
+        "b/syslog": ["2025-01-01T00:16:18+00:00 b kernel: [    0.000100] Linux version 5.15.0-119-generic (buildd@x) #129",
+                     "2025-01-01T00:16:42+00:00 b mcelog[1432]: Processor context corrupt"],
+        "a/scheduler": ["[2025-01-01T00:13:40.001] error: Nodes b not responding, setting DOWN",
+                        "[2025-01-01T00:13:40.002] Killing JobId=1 on failed node b"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], demoted=["Slurm node failure"])),
     RuleCase(title="a machine check logged long after boot does not reach back", evidence={
         "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [976841.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
                      "0 Bank 8: b200000000200400"],
@@ -207,7 +219,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
     echoes: dict[str, tuple[datetime, datetime]] = {}  # when its peers' errors may begin
     for s in ws.active(role="root", sub_domain=SubDomain.HOST):
         if s.node and s.first_time and not ws.undated(s) and s.name.startswith(_NODE_STOPPERS) and _stopped_at(s):
-            window = (s.first_time - echo, s.first_time + skew) if _left_from_previous_boot(s) else \
+            window = (s.first_time - echo, s.first_time + skew) if _left_from_previous_boot(ws, s) else \
                 (s.first_time - skew, s.first_time + echo)
             if s.node not in stopped or s.first_time < stopped[s.node]:
                 stopped[s.node], echoes[s.node] = s.first_time, window

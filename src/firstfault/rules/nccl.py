@@ -260,6 +260,37 @@ def _odd_one_out(names: dict[str, set[str]]) -> str | None:
     return None
 
 
+_NO_INTERFACE_SYMPTOM = "NCCL: no usable network interface"
+_UNOPENED_DEVICE = ("Unable to open device", "ibv_open_device failed")
+
+
+@refiner("UnopenedDeviceSkipped", phase=Phase.CLEAN, doc="""
+NCCL's IB transport skips an RDMA device it cannot open ('NET/IB : Unable to open device mlx5_1', after 'Call to
+ibv_open_device failed') and goes on with the others: when the same node then lists the devices it uses ('NET/IB :
+Using [0]mlx5_0:1/IB'), the unopened one cost nothing and the warning is demoted. Without such a list it stays.
+""", cases=[
+    RuleCase(title="one device skipped, another used", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] transport/net_ib.cc:147 NCCL WARN NET/IB : Unable to open device "
+                     "mlx5_1",
+                     "2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.71.0.11<0>"]},
+        context={"nodes": ["a"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", demoted=[_NO_INTERFACE_SYMPTOM])),
+    RuleCase(title="no device could be opened", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] transport/net_ib.cc:147 NCCL WARN NET/IB : Unable to open device "
+                     "mlx5_0"]},
+        context={"nodes": ["a"]}, expect=Expect(fired=False, sub_domain="configuration")),
+])
+def unopened_device_skipped(ws: Workspace) -> None:
+    using: dict[str, set[str]] = {}
+    for event in ws.facts_of("rdma_in_use"):
+        if event.node:
+            using.setdefault(event.node, set()).update(
+                event.values.get("device", []) or [str(event.attributes.get("device", ""))])
+    for s in ws.active(prefix=_NO_INTERFACE_SYMPTOM):
+        if s.node in using and all(any(m in e.text for m in _UNOPENED_DEVICE) for e in s.evidence):
+            ws.demote(s, f"NCCL skipped the device it could not open and used {', '.join(sorted(using[s.node]))}")
+
+
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
 NCCL on a loopback or bridge interface, a rendezvous address on loopback, or a launcher that started on its own node
 only, fails only jobs that span several nodes; on a single-node job it is harmless and is demoted.
