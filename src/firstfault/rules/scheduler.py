@@ -171,14 +171,22 @@ def _bytes(quantity: str) -> float:
     return float(match["number"]) * _SUFFIX[match["suffix"]] if match and match["suffix"] in _SUFFIX else 0.0
 
 
+# Without the threshold in the message, a pod whose containers wrote this much into the node's disk (checkpoints,
+# caches in the writable layer) is taken to have filled it itself.
+BIG_WRITER_BYTES = 1 << 30
+
+
 def _evicted_pods_filled_the_disk(ws: Workspace) -> bool:
     """Some disk-pressure eviction message shows its pod's containers using at least the shortfall below the
-    kubelet's threshold: without that pod's own writes the node would not have been under pressure."""
+    kubelet's threshold (without that pod's own writes the node would not have been under pressure), or, when the
+    message gives no threshold, at least BIG_WRITER_BYTES."""
     for s in ws.active(prefix="Evicted: node disk full"):
         for evidence in s.evidence:
             shortfall = _EVICTION_SHORTFALL.search(evidence.text)
             used = sum(_bytes(m["used"]) for m in _CONTAINER_USE.finditer(evidence.text))
             if shortfall and used and used >= _bytes(shortfall["threshold"]) - _bytes(shortfall["available"]):
+                return True
+            if not shortfall and used >= BIG_WRITER_BYTES:
                 return True
     return False
 
@@ -189,8 +197,9 @@ A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'Th
 node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
 was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it -
 unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
-threshold ('Threshold quantity: T, available: A. Container c was using U'): then the workload's own writes filled
-the disk and the node is not blamed.
+threshold ('Threshold quantity: T, available: A. Container c was using U'), or using a gibibyte or more where the
+message gives no threshold ('Container train was using 7499Mi, which exceeds its request of 0'): then the workload's
+own writes filled the disk and the node is not blamed.
 """, cases=[
     RuleCase(title="the evicting node's own kubelet", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
@@ -204,6 +213,18 @@ the disk and the node is not blamed.
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
                      "manager: attempting to reclaim ephemeral-storage"]},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="no threshold given, the pod wrote gigabytes", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Container train was using 7499Mi, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="no threshold given, the pod wrote little", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Container pytorch was using 34260Ki, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=["b"])),
     RuleCase(title="the evicted pod used little of it", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 24068434671, available: 23201836Ki. Container pytorch "
