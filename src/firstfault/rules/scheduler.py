@@ -252,7 +252,8 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
-was shut down on purpose. A Kubernetes or Slurm node failure naming that node, declared within
+was shut down on purpose; a powered-down node Slurm could not resume never came up at all. A Kubernetes or Slurm node
+failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed.
 """, cases=[
@@ -275,11 +276,20 @@ not a fault of the node: it is demoted and the node is not blamed.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
                  "start_time": "2025-07-04T11:00:00Z", "end_time": "2025-07-04T15:31:00Z"},
         expect=Expect(fired=True, culprits=[], terminal_state="NODE_FAIL", demoted=["Slurm node failure"])),
+    RuleCase(title="a cloud node that never resumed", evidence={
+        "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
+                        "power_save",
+                        "[2025-01-01T00:45:58.900] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"])),
 ])
 def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
     began = {s.node: s.first_time for s in ws.select(prefix="Orderly OS shutdown") + ws.active(prefix="Graceful node shutdown")
              if s.node and s.first_time}
+    began.update({node: s.first_time for s in ws.active(prefix="Node never resumed") if s.first_time
+                  for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
     for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
