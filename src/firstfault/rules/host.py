@@ -215,14 +215,20 @@ and so is the scheduler's declared failure of that node in those minutes (it sto
 ])
 def dead_node_explains_peer_errors(ws: Workspace) -> None:
     skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
-    stopped: dict[str, datetime] = {}  # when each node stopped (at the latest)
+    stopped: dict[str, datetime] = {}  # the kernel record of each node's stop (its earliest)
     echoes: dict[str, tuple[datetime, datetime]] = {}  # when its peers' errors may begin
+    how: dict[str, str] = {}
     for s in ws.active(role="root", sub_domain=SubDomain.HOST):
         if s.node and s.first_time and not ws.undated(s) and s.name.startswith(_NODE_STOPPERS) and _stopped_at(s):
-            window = (s.first_time - echo, s.first_time + skew) if _left_from_previous_boot(ws, s) else \
-                (s.first_time - skew, s.first_time + echo)
-            if s.node not in stopped or s.first_time < stopped[s.node]:
-                stopped[s.node], echoes[s.node] = s.first_time, window
+            if s.node in stopped and stopped[s.node] <= s.first_time:
+                continue
+            stopped[s.node] = s.first_time
+            if _left_from_previous_boot(ws, s):
+                echoes[s.node] = (s.first_time - echo, s.first_time + skew)
+                how[s.node] = f"the machine check its kernel logged after rebooting ({s.first_time:%H:%M:%S}) stopped it"
+            else:
+                echoes[s.node] = (s.first_time - skew, s.first_time + echo)
+                how[s.node] = f"its kernel stopped it at {s.first_time:%H:%M:%S}"
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         if s.node in stopped:
@@ -231,7 +237,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         began = None if ws.undated(s) else s.first_time
         dead = [n for n, (lo, hi) in sorted(echoes.items()) if named <= {n} and (began is None or lo <= began <= hi)]
         if dead:
-            ws.demote(s, f"{dead[0]}'s kernel stopped it at {stopped[dead[0]]:%H:%M:%S}: its peers lost it")
+            ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
     for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
