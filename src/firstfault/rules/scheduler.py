@@ -198,7 +198,7 @@ node whose own kubelet was reclaiming disk (eviction manager, image GC over its 
 was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it -
 unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
 threshold ('Threshold quantity: T, available: A. Container c was using U'), or using a gibibyte or more where the
-message gives no threshold ('Container train was using 7499Mi, which exceeds its request of 0'): then the workload's
+message gives no threshold in bytes (none, or a percentage of a disk whose size it does not say) ('Container train was using 7499Mi, which exceeds its request of 0'): then the workload's
 own writes filled the disk and the node is not blamed.
 """, cases=[
     RuleCase(title="the evicting node's own kubelet", evidence={
@@ -225,6 +225,14 @@ own writes filled the disk and the node is not blamed.
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
                      "manager: attempting to reclaim ephemeral-storage"]},
         expect=Expect(fired=True, culprits=["b"])),
+    RuleCase(title="a percentage threshold, the pod wrote far more than a gibibyte", evidence={
+        "a/scheduler": ["Message:          The node was low on resource: ephemeral-storage. Threshold quantity: 10%.",
+                        "2025-01-01T00:10:05Z  Warning  Evicted  95s  kubelet  The node was low on resource: "
+                        "ephemeral-storage. Threshold quantity: 10%, available: 88917Mi. Container pytorch was using "
+                        "161Gi, request is 0, has larger consumption of ephemeral-storage."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
     RuleCase(title="the evicted pod used little of it", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 24068434671, available: 23201836Ki. Container pytorch "
