@@ -110,6 +110,28 @@ def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 
 
+STUCK_NETDEV_WAITS = 3  # netdev_wait_allrefs prints every 10 s: three lines are half a minute without release
+
+
+@refiner("NetdeviceRefcountStuck", phase=Phase.CLEAN, doc=f"""
+The kernel repeats 'unregister_netdevice: waiting for <dev> to become free' every 10 seconds while a reference to the
+device remains. Fewer than {STUCK_NETDEV_WAITS} such lines are a reference released late, not a leak: demoted.
+""", cases=[
+    RuleCase(title="a leaked reference", evidence={"b/syslog": [
+        f"2025-01-01T00:10:{sec:02d}+00:00 b kernel: unregister_netdevice: waiting for eth0 to become free. Usage "
+        "count = 2" for sec in (0, 10, 20, 30)]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+    RuleCase(title="released after one wait", evidence={"b/syslog": [
+        "2025-01-01T00:10:00+00:00 b kernel: unregister_netdevice: waiting for eth0 to become free. Usage count = 2"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, culprits=[],
+                                                     demoted=["Network device stuck in unregister"])),
+])
+def netdevice_refcount_stuck(ws: Workspace) -> None:
+    for s in ws.active(prefix="Network device stuck in unregister"):
+        if s.count < STUCK_NETDEV_WAITS:
+            ws.demote(s, f"{s.count} wait(s) only: the reference was released")
+
+
 @refiner("HungInNvidiaDriver", phase=Phase.CLEAN, doc=f"""
 A hung task (blocked for more than N seconds) whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f}
 s), runs through an NVIDIA module is stuck in the GPU driver: the driver frames become a GPU root candidate on that

@@ -41,8 +41,9 @@ TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded")
 @refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the workload was still working when it
 struck. When training progress
-stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit, the workload had hung: the time limit is
-demoted and the hang, unexplained by the evidence, is what remains.
+stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit (or, without progress lines, the workload's
+own first report of a stall or failure came that long before it), the workload had hung: the time limit is demoted
+and the hang - explained by that report, or by nothing in the evidence - is what remains.
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
@@ -56,12 +57,25 @@ demoted and the hang, unexplained by the evidence, is what remains.
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="no progress lines; the workload reported its stall long before the limit", evidence={"n1/applog": [
+        "2025-01-01T00:42:10Z [1,0]<stderr>:WARNING: One or more tensors were submitted to be reduced, gathered or "
+        "broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds.",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
 ])
 def hung_before_time_limit(ws: Workspace) -> None:
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
-    if not ends:
+    # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
+    # it was no longer working
+    failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
+               and s.sub_domain != SubDomain.SCHEDULER]
+    if ends:
+        working_until, what = max(ends), "training progress stopped"
+    elif failing:
+        working_until, what = min(failing), "the workload reported a stall or failure"
+    else:
         return
-    progress_end = max(ends)
     for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
         # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
@@ -69,9 +83,9 @@ def hung_before_time_limit(ws: Workspace) -> None:
         when = min(stamped) if stamped else ws.context.end_time
         if when is None:
             continue
-        idle = (when - progress_end).total_seconds()
+        idle = (when - working_until).total_seconds()
         if idle > HUNG_BEFORE_LIMIT_S:
-            ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
+            ws.demote(limit, f"{what} {idle / 60:.0f} min before the time limit: the job had hung")
 
 
 # How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
