@@ -110,6 +110,28 @@ def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 
 
+STUCK_NETDEV_WAITS = 3  # netdev_wait_allrefs prints every 10 s: three lines are half a minute without release
+
+
+@refiner("NetdeviceRefcountStuck", phase=Phase.CLEAN, doc=f"""
+The kernel repeats 'unregister_netdevice: waiting for <dev> to become free' every 10 seconds while a reference to the
+device remains. Fewer than {STUCK_NETDEV_WAITS} such lines are a reference released late, not a leak: demoted.
+""", cases=[
+    RuleCase(title="a leaked reference", evidence={"b/syslog": [
+        f"2025-01-01T00:10:{sec:02d}+00:00 b kernel: unregister_netdevice: waiting for eth0 to become free. Usage "
+        "count = 2" for sec in (0, 10, 20, 30)]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+    RuleCase(title="released after one wait", evidence={"b/syslog": [
+        "2025-01-01T00:10:00+00:00 b kernel: unregister_netdevice: waiting for eth0 to become free. Usage count = 2"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, culprits=[],
+                                                     demoted=["Network device stuck in unregister"])),
+])
+def netdevice_refcount_stuck(ws: Workspace) -> None:
+    for s in ws.active(prefix="Network device stuck in unregister"):
+        if s.count < STUCK_NETDEV_WAITS:
+            ws.demote(s, f"{s.count} wait(s) only: the reference was released")
+
+
 @refiner("HungInNvidiaDriver", phase=Phase.CLEAN, doc=f"""
 A hung task (blocked for more than N seconds) whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f}
 s), runs through an NVIDIA module is stuck in the GPU driver: the driver frames become a GPU root candidate on that
@@ -215,14 +237,20 @@ and so is the scheduler's declared failure of that node in those minutes (it sto
 ])
 def dead_node_explains_peer_errors(ws: Workspace) -> None:
     skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
-    stopped: dict[str, datetime] = {}  # when each node stopped (at the latest)
+    stopped: dict[str, datetime] = {}  # the kernel record of each node's stop (its earliest)
     echoes: dict[str, tuple[datetime, datetime]] = {}  # when its peers' errors may begin
+    how: dict[str, str] = {}
     for s in ws.active(role="root", sub_domain=SubDomain.HOST):
         if s.node and s.first_time and not ws.undated(s) and s.name.startswith(_NODE_STOPPERS) and _stopped_at(s):
-            window = (s.first_time - echo, s.first_time + skew) if _left_from_previous_boot(ws, s) else \
-                (s.first_time - skew, s.first_time + echo)
-            if s.node not in stopped or s.first_time < stopped[s.node]:
-                stopped[s.node], echoes[s.node] = s.first_time, window
+            if s.node in stopped and stopped[s.node] <= s.first_time:
+                continue
+            stopped[s.node] = s.first_time
+            if _left_from_previous_boot(ws, s):
+                echoes[s.node] = (s.first_time - echo, s.first_time + skew)
+                how[s.node] = f"the machine check its kernel logged after rebooting ({s.first_time:%H:%M:%S}) stopped it"
+            else:
+                echoes[s.node] = (s.first_time - skew, s.first_time + echo)
+                how[s.node] = f"its kernel stopped it at {s.first_time:%H:%M:%S}"
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         if s.node in stopped:
@@ -231,7 +259,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         began = None if ws.undated(s) else s.first_time
         dead = [n for n, (lo, hi) in sorted(echoes.items()) if named <= {n} and (began is None or lo <= began <= hi)]
         if dead:
-            ws.demote(s, f"{dead[0]}'s kernel stopped it at {stopped[dead[0]]:%H:%M:%S}: its peers lost it")
+            ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
     for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time

@@ -41,8 +41,9 @@ TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded")
 @refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the workload was still working when it
 struck. When training progress
-stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit, the workload had hung: the time limit is
-demoted and the hang, unexplained by the evidence, is what remains.
+stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit (or, without progress lines, the workload's
+own first report of a stall or failure came that long before it), the workload had hung: the time limit is demoted
+and the hang - explained by that report, or by nothing in the evidence - is what remains.
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
@@ -56,12 +57,25 @@ demoted and the hang, unexplained by the evidence, is what remains.
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="no progress lines; the workload reported its stall long before the limit", evidence={"n1/applog": [
+        "2025-01-01T00:42:10Z [1,0]<stderr>:WARNING: One or more tensors were submitted to be reduced, gathered or "
+        "broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds.",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
 ])
 def hung_before_time_limit(ws: Workspace) -> None:
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
-    if not ends:
+    # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
+    # it was no longer working
+    failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
+               and s.sub_domain != SubDomain.SCHEDULER]
+    if ends:
+        working_until, what = max(ends), "training progress stopped"
+    elif failing:
+        working_until, what = min(failing), "the workload reported a stall or failure"
+    else:
         return
-    progress_end = max(ends)
     for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
         # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
@@ -69,9 +83,9 @@ def hung_before_time_limit(ws: Workspace) -> None:
         when = min(stamped) if stamped else ws.context.end_time
         if when is None:
             continue
-        idle = (when - progress_end).total_seconds()
+        idle = (when - working_until).total_seconds()
         if idle > HUNG_BEFORE_LIMIT_S:
-            ws.demote(limit, f"training progress stopped {idle / 60:.0f} min before the time limit: the job had hung")
+            ws.demote(limit, f"{what} {idle / 60:.0f} min before the time limit: the job had hung")
 
 
 # How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
@@ -171,14 +185,22 @@ def _bytes(quantity: str) -> float:
     return float(match["number"]) * _SUFFIX[match["suffix"]] if match and match["suffix"] in _SUFFIX else 0.0
 
 
+# Without the threshold in the message, a pod whose containers wrote this much into the node's disk (checkpoints,
+# caches in the writable layer) is taken to have filled it itself.
+BIG_WRITER_BYTES = 1 << 30
+
+
 def _evicted_pods_filled_the_disk(ws: Workspace) -> bool:
     """Some disk-pressure eviction message shows its pod's containers using at least the shortfall below the
-    kubelet's threshold: without that pod's own writes the node would not have been under pressure."""
+    kubelet's threshold (without that pod's own writes the node would not have been under pressure), or, when the
+    message gives no threshold, at least BIG_WRITER_BYTES."""
     for s in ws.active(prefix="Evicted: node disk full"):
         for evidence in s.evidence:
             shortfall = _EVICTION_SHORTFALL.search(evidence.text)
             used = sum(_bytes(m["used"]) for m in _CONTAINER_USE.finditer(evidence.text))
             if shortfall and used and used >= _bytes(shortfall["threshold"]) - _bytes(shortfall["available"]):
+                return True
+            if not shortfall and used >= BIG_WRITER_BYTES:
                 return True
     return False
 
@@ -189,8 +211,9 @@ A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'Th
 node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
 was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it -
 unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
-threshold ('Threshold quantity: T, available: A. Container c was using U'): then the workload's own writes filled
-the disk and the node is not blamed.
+threshold ('Threshold quantity: T, available: A. Container c was using U'), or using a gibibyte or more where the
+message gives no threshold in bytes (none, or a percentage of a disk whose size it does not say) ('Container train was using 7499Mi, which exceeds its request of 0'): then the workload's
+own writes filled the disk and the node is not blamed.
 """, cases=[
     RuleCase(title="the evicting node's own kubelet", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
@@ -201,6 +224,26 @@ the disk and the node is not blamed.
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 2Gi, available: 1487Mi. Container pytorch was using "
                         "6Gi, request is 0, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="no threshold given, the pod wrote gigabytes", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Container train was using 7499Mi, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="no threshold given, the pod wrote little", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Container pytorch was using 34260Ki, which exceeds its request of 0."],
+        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
+                     "manager: attempting to reclaim ephemeral-storage"]},
+        expect=Expect(fired=True, culprits=["b"])),
+    RuleCase(title="a percentage threshold, the pod wrote far more than a gibibyte", evidence={
+        "a/scheduler": ["Message:          The node was low on resource: ephemeral-storage. Threshold quantity: 10%.",
+                        "2025-01-01T00:10:05Z  Warning  Evicted  95s  kubelet  The node was low on resource: "
+                        "ephemeral-storage. Threshold quantity: 10%, available: 88917Mi. Container pytorch was using "
+                        "161Gi, request is 0, has larger consumption of ephemeral-storage."],
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
                      "manager: attempting to reclaim ephemeral-storage"]},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
@@ -231,7 +274,8 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
-was shut down on purpose. A Kubernetes or Slurm node failure naming that node, declared within
+was shut down on purpose; a powered-down node Slurm could not resume never came up at all. A Kubernetes or Slurm node
+failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed.
 """, cases=[
@@ -254,11 +298,20 @@ not a fault of the node: it is demoted and the node is not blamed.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
                  "start_time": "2025-07-04T11:00:00Z", "end_time": "2025-07-04T15:31:00Z"},
         expect=Expect(fired=True, culprits=[], terminal_state="NODE_FAIL", demoted=["Slurm node failure"])),
+    RuleCase(title="a cloud node that never resumed", evidence={
+        "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
+                        "power_save",
+                        "[2025-01-01T00:45:58.900] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"])),
 ])
 def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
     began = {s.node: s.first_time for s in ws.select(prefix="Orderly OS shutdown") + ws.active(prefix="Graceful node shutdown")
              if s.node and s.first_time}
+    began.update({node: s.first_time for s in ws.active(prefix="Node never resumed") if s.first_time
+                  for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
     for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
