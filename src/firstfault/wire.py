@@ -35,6 +35,8 @@ from firstfault.engine.session import Session
 # (engine/inputs.py: 1970-2200) are refused with a 4xx: they are certainly wrong, and arithmetic near datetime's
 # limits fails. Stamps inside log text are the engine's to read: one outside the window leaves its line undated.
 _NS = 1_000_000_000
+# The window's bounds as Loki nanoseconds (the same floats as computed per stamp before: a batch holds ~10^5 stamps).
+_LOKI_EARLIEST, _LOKI_LATEST = EARLIEST.timestamp() * _NS, LATEST.timestamp() * _NS
 # Longer log lines are cut to this many UTF-8 bytes and marked, never dropped (the service's default too).
 WIRE_MAX_LINE_BYTES = 64 * 1024
 _NODE_LABEL_FALLBACKS = ("Hostname", "hostname", "node", "instance")
@@ -101,7 +103,7 @@ class RawTextBatch(BaseModel):
 
 def _loki_ns(value: str | int) -> int:
     ns = int(value) if isinstance(value, int) or value.isdigit() else -1
-    if not EARLIEST.timestamp() * _NS <= ns < LATEST.timestamp() * _NS:
+    if not _LOKI_EARLIEST <= ns < _LOKI_LATEST:
         raise ValueError(f"Loki timestamps are Unix epoch nanoseconds between {WINDOW}")
     return ns
 
