@@ -6,7 +6,10 @@ import json
 from collections.abc import Callable
 
 import httpx
+import pytest
+from pydantic import ValidationError
 
+from firstfault.wire import LokiStream
 from tests.service.live_server import EXPECTED, raw_text_batch, sample_context, sample_files, stamped, verdict
 
 T0 = 1772438400  # 2026-03-02T08:00:00Z
@@ -123,3 +126,18 @@ def test_formats_can_be_mixed_in_one_session(client: httpx.Client, new_session: 
         else:
             assert post(client, sid, raw_text_batch(node, source, text)).status_code == 202
     assert verdict(client.post(f"/v2/sessions/{sid}/attribute").json()["result"]) == EXPECTED
+
+
+@pytest.mark.parametrize(("stamps", "error"), [
+    (["1700000000000000000", "1700000000000000001"], None),
+    (["1700000000000000000", "x"], "Loki timestamps are Unix epoch nanoseconds"),
+    (["99999999999999999999", "9" * 5000], "Loki timestamps are Unix epoch nanoseconds"),  # the first bad one's
+    (["1700000000000000000", "9" * 5000], "Exceeds the limit"),
+])
+def test_loki_stamps_checked_at_once_refused_at_the_first_bad_one(stamps: list[str], error: str | None) -> None:
+    values = [[stamp, "line"] for stamp in stamps]
+    if error is None:
+        assert len(LokiStream.model_validate({"values": values}).values) == len(stamps)
+    else:
+        with pytest.raises(ValidationError, match=error):
+            LokiStream.model_validate({"values": values})
