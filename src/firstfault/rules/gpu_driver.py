@@ -386,6 +386,37 @@ def fabric_not_ready_after_sxid(ws: Workspace) -> None:
                        "reported these SXids")
 
 
+@refiner("LostGpuTakesItsLinks", phase=Phase.CLEAN, doc="""
+A GPU that fell off the bus (Xid 79) takes its NVLinks down with it: the NVSwitch ports wired to it then report link
+faults (SXid 20034 'LTSSM Fault Up', link down). NVLink and NVSwitch errors on the same node that begin with the loss or
+after it (from the clock-skew tolerance before) are those links, not a second fault: they are demoted and the lost GPU
+stays the root. NVLink errors that began before the GPU was lost are kept.
+""", cases=[
+    RuleCase(title="the switch ports of a lost GPU", evidence={"n3/syslog": [
+        "Jan  1 00:31:17 n3 kernel: [2650374.4] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+        "fallen off the bus.",
+        "Jan  1 00:31:29 n3 kernel: [2650386.4] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM "
+        "Fault Up"]},
+        context={"nodes": ["n1", "n3"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n3"], demoted=["NVSwitch SXid (fatal)"])),
+    RuleCase(title="the fabric failed first", evidence={"n3/syslog": [
+        "Jan  1 00:20:29 n3 kernel: [2649686.4] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM "
+        "Fault Up",
+        "Jan  1 00:31:17 n3 kernel: [2650374.4] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+        "fallen off the bus."]},
+        context={"nodes": ["n1", "n3"]}, expect=Expect(fired=False, sub_domain="nvlink", culprits=["n3"])),
+])
+def lost_gpu_takes_its_links(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for lost in ws.active(prefix="XID-79"):
+        if lost.first_time is None or ws.undated(lost):
+            continue
+        for link in ws.active(node=lost.node, role="root"):
+            if (link.sub_domain == SubDomain.NVLINK and link.first_time is not None and not ws.undated(link)
+                    and link.first_time >= lost.first_time - skew):
+                ws.demote(link, f"the links of the GPU that fell off the bus at {lost.first_time:%H:%M:%S} (Xid 79)")
+
+
 @refiner("SxidSeverityNotLogged", phase=Phase.CLEAN, doc="""
 An NVSwitch SXid is logged as a group: a line with its severity (Fatal / Non-fatal), then Severity/Engine and Data
 lines. When a node's log holds the Data lines of an SXid code but no severity line for that code, the severity is
