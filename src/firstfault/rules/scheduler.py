@@ -205,6 +205,11 @@ def _evicted_pods_filled_the_disk(ws: Workspace) -> bool:
     return False
 
 
+# The kubelet's eviction manager reclaiming disk on node b (the cases below).
+_RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] "
+                            "eviction manager: attempting to reclaim ephemeral-storage"]}
+
+
 @refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
 A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
 [DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
@@ -217,46 +222,38 @@ own writes filled the disk and the node is not blamed.
 """, cases=[
     RuleCase(title="the evicting node's own kubelet", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom="Node disk pressure")),
     RuleCase(title="the evicted pod itself filled the disk", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 2Gi, available: 1487Mi. Container pytorch was using "
                         "6Gi, request is 0, which exceeds its request of 0."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
     RuleCase(title="no threshold given, the pod wrote gigabytes", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Container train was using 7499Mi, which exceeds its request of 0."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
     RuleCase(title="no threshold given, the pod wrote little", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Container pytorch was using 34260Ki, which exceeds its request of 0."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, culprits=["b"])),
     RuleCase(title="a percentage threshold, the pod wrote far more than a gibibyte", evidence={
         "a/scheduler": ["Message:          The node was low on resource: ephemeral-storage. Threshold quantity: 10%.",
                         "2025-01-01T00:10:05Z  Warning  Evicted  95s  kubelet  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 10%, available: 88917Mi. Container pytorch was using "
                         "161Gi, request is 0, has larger consumption of ephemeral-storage."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
     RuleCase(title="the evicted pod used little of it", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Threshold quantity: 24068434671, available: 23201836Ki. Container pytorch "
                         "was using 106848Ki, request is 0, has larger consumption of ephemeral-storage."],
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+        **_RECLAIMING},
         expect=Expect(fired=True, culprits=["b"])),
-    RuleCase(title="reclaiming disk, nothing evicted", evidence={
-        "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] eviction "
-                     "manager: attempting to reclaim ephemeral-storage"]},
+    RuleCase(title="reclaiming disk, nothing evicted", evidence=_RECLAIMING,
         expect=Expect(fired=False, culprits=[])),
 ])
 def node_disk_pressure_names_the_node(ws: Workspace) -> None:
