@@ -53,6 +53,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
                     "ConnectionError", "DisconnectedError", "CommunicationError", "NetworkError")
+# ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
+# TensorFlow's FailedPreconditionError is the program's own (an op run in a state it cannot run in).
+_NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|Exception)$")
 # A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
@@ -89,6 +92,14 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a type named for a failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
         expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a type that names failed jobs", evidence={"n1/applog": [
+        "[2021-04-24T14:36:31+0000] toil.leader.FailedJobsException: The job store 'aws:us-west-2:dv' contains 1 failed "
+        "jobs: 'call_variants' kind-call_variants/instance-1w8r v3"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="TensorFlow's failed precondition is the program's", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z tensorflow.python.framework.errors_impl.FailedPreconditionError: Could not find variable "
+        "dense/kernel. This could mean that the variable has been deleted."]},
+        expect=Expect(fired=False, sub_domain="application")),
     RuleCase(title="a type named for a transport that gave up", evidence={"n1/applog": [
         "2026-07-21T08:04:43Z [TP0 EP0] Prefill transfer failed for request rank=0 with exception KVTransferError: "
         "remote agent not registered"]},
@@ -119,7 +130,7 @@ def python_exception_family(ws: Workspace) -> None:
                                                                                       EventType.NODE_INTERESTING)}
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES):
+        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES) or _NAMES_A_FAILURE.search(name):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
