@@ -59,6 +59,9 @@ _NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|E
 # A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
+# A status record's reason field (kubectl describe 'Reason:   StartError', JSON/YAML "reason": "CreateContainerError"):
+# a container runtime's or Kubernetes' word for a state, not a Python traceback's last line.
+_REASON_FIELD = re.compile(r"(?i)\breason\"?\s*[:=]\s*\"?[\w.]*(?:Error|Exception)\"?,?\s*$")
 _POINTS_ELSEWHERE = re.compile(
     r"(?i)previous error|error messages? above|(?:see|inspect|check) (?:the )?(?:\w+ )?(?:log|errors?|exceptions?|output|"
     r"stack ?trace|traceback)s?(?: \w+)? \(?(?:above|before|earlier)\)?|caused by an? (?:exception|error|failure) "
@@ -72,7 +75,8 @@ Keep a generic Python exception (PythonUserException, any type) only when it say
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
 ...ConnectionError), an exception whose message points to another error (an earlier one,
-another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), and an exception whose
+another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
+field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning.
 """, cases=[
@@ -116,6 +120,9 @@ module), so that line keeps its specific meaning.
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
         "skipping\" err=\"failed to \\\"StartContainer\\\" with RunContainerError: \\\"context deadline exceeded\\\"\""]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    RuleCase(title="a container state's reason in kubectl describe", evidence={"n1/scheduler": [
+        "      Reason:       StartError"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
@@ -136,6 +143,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: its message points to another error")
         elif _GO_SOURCE.search(event.evidence.text):
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
+        elif _REASON_FIELD.search(event.evidence.text):
+            ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
 
