@@ -11,6 +11,7 @@ that owns the rendezvous endpoint serves the c10d store, so it is not among the 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -370,6 +371,46 @@ def firewall_between_nodes(ws: Workspace) -> None:
 
 
 _ENDPOINT_SYMPTOM = "Rendezvous endpoint outside the workload"
+
+
+_STORE_SERVER_SYMPTOM = "Store server unreachable from its clients"
+
+
+@refiner("StoreServerUnreachable", phase=Phase.REFINE, doc="""
+The c10d store server's 'Timed out after N seconds waiting for clients' is promoted when a client on another node
+failed to connect to the store within the server's wait (from its start to its timeout): both processes ran, so the
+path between the nodes was closed. Without such a client the server's timeout stays context (its clients may never
+have started).
+""", cases=[
+    RuleCase(title="the server waited, the client could not reach it", evidence={
+        "a/applog": ["2025-01-01T00:27:41Z torch.distributed.DistStoreError: Timed out after 121 seconds waiting for "
+                     "clients. 1/2 clients joined."],
+        "b/applog": ["2025-01-01T00:27:42Z [c10d] The client socket has timed out after 120000ms while trying to connect "
+                     "to (nccl-master, 29500)."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="Store server unreachable from its clients")),
+    RuleCase(title="the clients never started", evidence={
+        "a/applog": ["2025-01-01T00:27:41Z torch.distributed.DistStoreError: Timed out after 121 seconds waiting for "
+                     "clients. 1/2 clients joined."]},
+        expect=Expect(fired=False)),
+])
+def store_server_unreachable(ws: Workspace) -> None:
+    for server in ws.select(prefix=_STORE_SERVER_SYMPTOM, status="interesting"):
+        if server.first_time is None or ws.undated(server):
+            continue
+        waited = timedelta(seconds=max(_waited_s(e.text) for e in server.evidence))
+        began = server.first_time - waited
+        clients = [c for c in ws.select(prefix=_ENDPOINT_SYMPTOM, status="interesting")
+                   if c.node != server.node and c.first_time is not None and not ws.undated(c)
+                   and began <= c.first_time <= server.first_time + timedelta(seconds=ws.params.clock_skew_s)]
+        if clients:
+            ws.promote(server, f"{clients[0].node}'s store client could not connect while this server waited for it")
+
+
+def _waited_s(text: str) -> float:
+    found = re.search(r"Timed out after (\d+) seconds waiting for clients", text)
+    return float(found.group(1)) if found else 0.0
 
 
 @refiner("RendezvousEndpointOutsideWorkload", phase=Phase.REFINE, doc="""

@@ -53,9 +53,15 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
                     "ConnectionError", "DisconnectedError", "CommunicationError", "NetworkError")
+# ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
+# TensorFlow's FailedPreconditionError is the program's own (an op run in a state it cannot run in).
+_NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|Exception)$")
 # A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
+# A status record's reason field (kubectl describe 'Reason:   StartError', JSON/YAML "reason": "CreateContainerError"):
+# a container runtime's or Kubernetes' word for a state, not a Python traceback's last line.
+_REASON_FIELD = re.compile(r"(?i)\breason\"?\s*[:=]\s*\"?[\w.]*(?:Error|Exception)\"?,?\s*$")
 _POINTS_ELSEWHERE = re.compile(
     r"(?i)previous error|error messages? above|(?:see|inspect|check) (?:the )?(?:\w+ )?(?:log|errors?|exceptions?|output|"
     r"stack ?trace|traceback)s?(?: \w+)? \(?(?:above|before|earlier)\)?|caused by an? (?:exception|error|failure) "
@@ -69,7 +75,8 @@ Keep a generic Python exception (PythonUserException, any type) only when it say
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
 ...ConnectionError), an exception whose message points to another error (an earlier one,
-another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), and an exception whose
+another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
+field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning.
 """, cases=[
@@ -89,6 +96,14 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a type named for a failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
         expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="a type that names failed jobs", evidence={"n1/applog": [
+        "[2021-04-24T14:36:31+0000] toil.leader.FailedJobsException: The job store 'aws:us-west-2:dv' contains 1 failed "
+        "jobs: 'call_variants' kind-call_variants/instance-1w8r v3"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="TensorFlow's failed precondition is the program's", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z tensorflow.python.framework.errors_impl.FailedPreconditionError: Could not find variable "
+        "dense/kernel. This could mean that the variable has been deleted."]},
+        expect=Expect(fired=False, sub_domain="application")),
     RuleCase(title="a type named for a transport that gave up", evidence={"n1/applog": [
         "2026-07-21T08:04:43Z [TP0 EP0] Prefill transfer failed for request rank=0 with exception KVTransferError: "
         "remote agent not registered"]},
@@ -105,6 +120,9 @@ module), so that line keeps its specific meaning.
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
         "skipping\" err=\"failed to \\\"StartContainer\\\" with RunContainerError: \\\"context deadline exceeded\\\"\""]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    RuleCase(title="a container state's reason in kubectl describe", evidence={"n1/scheduler": [
+        "      Reason:       StartError"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
@@ -119,12 +137,14 @@ def python_exception_family(ws: Workspace) -> None:
                                                                                       EventType.NODE_INTERESTING)}
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES):
+        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES) or _NAMES_A_FAILURE.search(name):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
         elif _GO_SOURCE.search(event.evidence.text):
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
+        elif _REASON_FIELD.search(event.evidence.text):
+            ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
         elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
             ws.drop(event, f"{name}: another rule explains this line")
 
