@@ -70,6 +70,11 @@ _POINTS_ELSEWHERE = re.compile(
     r"(?:has |have )?(?:failed|exited|crashed|died)")
 
 
+def _reports_elsewhere(title: str, line: str) -> RuleCase:
+    """A case of an exception that reports a failure elsewhere: it is dropped and nothing is left to blame."""
+    return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
+
+
 @filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
@@ -83,39 +88,32 @@ module), so that line keeps its specific meaning.
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
         expect=Expect(sub_domain="application", culprits=[], root_symptom="Python exception")),
-    RuleCase(title="a wrapper of a failure elsewhere", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z [rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]},
-        expect=Expect(fired=True, sub_domain="unknown")),
+    _reports_elsewhere("a wrapper of a failure elsewhere",
+        "2025-01-01T00:10:00Z [rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "),
     RuleCase(title="a line another rule explains", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
         expect=Expect(fired=True, sub_domain="configuration")),
-    RuleCase(title="a spawned child that died by a signal", evidence={"n1/applog": [
+    _reports_elsewhere("a spawned child that died by a signal",
         "2025-01-01T00:10:00Z torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
-        "SIGABRT"]},
-        expect=Expect(fired=True, sub_domain="unknown")),
-    RuleCase(title="a type named for a failure", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"]},
-        expect=Expect(fired=True, sub_domain="unknown")),
-    RuleCase(title="a type that names failed jobs", evidence={"n1/applog": [
+        "SIGABRT"),
+    _reports_elsewhere("a type named for a failure",
+        "2025-01-01T00:10:00Z lightning_fabric.utilities.exceptions.WorkerGroupFailedError: worker group failed"),
+    _reports_elsewhere("a type that names failed jobs",
         "[2021-04-24T14:36:31+0000] toil.leader.FailedJobsException: The job store 'aws:us-west-2:dv' contains 1 failed "
-        "jobs: 'call_variants' kind-call_variants/instance-1w8r v3"]},
-        expect=Expect(fired=True, sub_domain="unknown")),
+        "jobs: 'call_variants' kind-call_variants/instance-1w8r v3"),
     RuleCase(title="TensorFlow's failed precondition is the program's", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z tensorflow.python.framework.errors_impl.FailedPreconditionError: Could not find variable "
         "dense/kernel. This could mean that the variable has been deleted."]},
         expect=Expect(fired=False, sub_domain="application")),
-    RuleCase(title="a type named for a transport that gave up", evidence={"n1/applog": [
+    _reports_elsewhere("a type named for a transport that gave up",
         "2026-07-21T08:04:43Z [TP0 EP0] Prefill transfer failed for request rank=0 with exception KVTransferError: "
-        "remote agent not registered"]},
-        expect=Expect(fired=True, sub_domain="unknown")),
-    RuleCase(title="a message that points to an earlier error", evidence={"n1/applog": [
+        "remote agent not registered"),
+    _reports_elsewhere("a message that points to an earlier error",
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
-        "previous error messages for a cause."]},
-        expect=Expect(fired=True, sub_domain="unknown")),
-    RuleCase(title="a message that sends the reader to the stack trace above", evidence={"n1/applog": [
+        "previous error messages for a cause."),
+    _reports_elsewhere("a message that sends the reader to the stack trace above",
         "2025-11-03T17:03:58Z vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
-        "trace (above) for the root cause."]},
-        expect=Expect(fired=True, sub_domain="unknown")),
+        "trace (above) for the root cause."),
     RuleCase(title="a Go component's error name", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
         "skipping\" err=\"failed to \\\"StartContainer\\\" with RunContainerError: \\\"context deadline exceeded\\\"\""]},
