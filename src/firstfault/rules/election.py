@@ -318,17 +318,16 @@ def before_the_start(ws: Workspace) -> None:
     if start is None:
         return
     limit = start - timedelta(seconds=ws.params.clock_skew_s)
-    began = {id(s): s.first_time for s in ws.active(role="root") if s.first_time is not None and not ws.undated(s)}
-    candidates = [s for s in ws.active(role="root") if id(s) in began]
+    dated = [(s, s.first_time) for s in ws.active(role="root") if s.first_time is not None and not ws.undated(s)]
     # a scheduler action only ends a run that had already failed or hung: it is not the run's own failure
-    during = sorted((s for s in candidates if began[id(s)] >= limit and s.sub_domain != SubDomain.SCHEDULER),
+    during = sorted((s for s, t in dated if t >= limit and s.sub_domain != SubDomain.SCHEDULER),
                     key=WorkSymptom.sort_key)
-    for s in candidates:
-        if began[id(s)] >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
+    for s, t in dated:
+        if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
         elsewhere = next((d for d in during if d.node != s.node), None)
         if elsewhere is not None:
-            minutes = (start - began[id(s)]).total_seconds() / 60
+            minutes = (start - t).total_seconds() / 60
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
                       f"own failure ({elsewhere.name}) began on {elsewhere.node or 'no one node'}")
 

@@ -24,6 +24,8 @@ _CUDA_UNKNOWN = "2025-01-01T00:10:00Z [rank{rank}]: RuntimeError: CUDA error: un
 _WATCHDOG = ("2025-01-01T00:20:00Z [rank0]:[E0101 00:20:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog "
              "caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
              "Timeout(ms)=600000) ran for 600010 milliseconds before timing out.")
+# One rank's GPU fails on n2 while n1 only waits on it (the cases of HistoryCorroboratesCulprit).
+_ONE_RANKS_GPU = {"n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]}
 _CABLE = ("Jan  1 00:10:20 {node} kernel: [5308538.6] mlx5_core 0000:9a:00.0: mlx5_port_module_event:1147:(pid 0): "
           "Port module event[error]: module 4, Cable error, High Temperature")
 
@@ -97,30 +99,25 @@ one, in another attempt before this one and within the history's window - gets t
 evidence (`culprit_nodes[].history`: which workload, when) and one step more confidence. Findings of another fault,
 of another GPU of the node, of another node, after this attempt began or outside the window do not count.
 """, cases=[
-    RuleCase(title="one rank's GPU failed the same way three days before", evidence={
-        "n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]},
+    RuleCase(title="one rank's GPU failed the same way three days before", evidence=_ONE_RANKS_GPU,
         context=_history(("n2", "CUDA unknown error", "2024-12-29T08:00:00Z", [])),
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], confidence="high")),
     RuleCase(title="the same GPU, named in two forms", evidence={"n1/syslog": [_XID79.format(node="n1")]},
         context=_history(("n1", "XID-79", "2024-12-20T08:00:00Z", ["00000000:91:00.0"])),
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"])),
-    RuleCase(title="near miss: another fault on that node", evidence={
-        "n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]},
+    RuleCase(title="near miss: another fault on that node", evidence=_ONE_RANKS_GPU,
         context=_history(("n2", "XID-48", "2024-12-29T08:00:00Z", [])),
         expect=Expect(fired=False, sub_domain="gpu", culprits=["n2"], confidence="medium")),
     RuleCase(title="near miss: another GPU of the node", evidence={"n1/syslog": [_XID79.format(node="n1")]},
         context=_history(("n1", "XID-79", "2024-12-20T08:00:00Z", ["0000:3b:00"])),
         expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
-    RuleCase(title="near miss: outside the window", evidence={
-        "n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]},
+    RuleCase(title="near miss: outside the window", evidence=_ONE_RANKS_GPU,
         context=_history(("n2", "CUDA unknown error", "2024-11-20T08:00:00Z", [])),
         expect=Expect(fired=False, culprits=["n2"], confidence="medium")),
-    RuleCase(title="near miss: a finding from after this attempt began", evidence={
-        "n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]},
+    RuleCase(title="near miss: a finding from after this attempt began", evidence=_ONE_RANKS_GPU,
         context=_history(("n2", "CUDA unknown error", "2025-01-01T00:05:00Z", [])),
         expect=Expect(fired=False, culprits=["n2"], confidence="medium")),
-    RuleCase(title="near miss: another node's past", evidence={
-        "n2/applog": [_CUDA_UNKNOWN.format(rank=6)], "n1/applog": [_WATCHDOG]},
+    RuleCase(title="near miss: another node's past", evidence=_ONE_RANKS_GPU,
         context=_history(("n1", "CUDA unknown error", "2024-12-29T08:00:00Z", [])),
         expect=Expect(fired=False, culprits=["n2"], confidence="medium")),
 ])
