@@ -243,7 +243,8 @@ class Workspace:
         return self.context.end_time
 
     def canonical_node(self, name: str | None) -> str | None:
-        """The allocated node a host name refers to (exact, or by short name); None if it is not allocated."""
+        """The allocated node a host name refers to (exact, by an address the node printed as its own - the
+        `ip_to_node` fact - or by short name); None if it is not allocated."""
         if not name:
             return None
         if self._allocation is None:
@@ -252,7 +253,9 @@ class Workspace:
                 shorts.setdefault(node.split(".")[0], node)
             self._allocation = (set(self.context.nodes), shorts)
         exact, shorts = self._allocation
-        return name if name in exact else shorts.get(name.split(".")[0])
+        if name in exact:
+            return name
+        return self.facts.get("ip_to_node", {}).get(name) or shorts.get(name.split(".")[0])
 
     def undated(self, symptom: WorkSymptom) -> bool:
         """True when the symptom's time is only the job-end fallback (no line carried or inherited a time)."""

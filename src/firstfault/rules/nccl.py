@@ -27,8 +27,7 @@ _OWN_LINK_EVENTS = ("IB link down", "IB port error")
 
 
 def _resolve(ws: Workspace, peer: str) -> str | None:
-    node = ws.facts.get("ip_to_node", {}).get(peer) or ws.facts.get("host_to_node", {}).get(peer)
-    return node or ws.canonical_node(peer)
+    return ws.facts.get("host_to_node", {}).get(peer) or ws.canonical_node(peer)
 
 
 def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
@@ -118,9 +117,10 @@ def _routable(address: str) -> bool:
 
 
 @collector("IpToNodeMap", doc="""
-Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), and the host names
-its processes print (a pod's, under Kubernetes), to the node that printed them, so that peers named by IP or host
-name in network errors can be resolved to nodes. An address printed by more than one node (127.0.0.1,
+Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), the address a Ray
+node announces when it starts, and the host names NCCL's processes print (a pod's, under Kubernetes), to the node
+that printed them, so that peers named by IP or host name in network errors (and nodes a controller names by
+address) can be resolved to nodes. An address printed by more than one node (127.0.0.1,
 a container bridge's 172.17.0.1) identifies no node and is left out; so are loopback and link-local ones.
 """, cases=[
     RuleCase(title="peer named by two nodes", evidence={
@@ -163,7 +163,7 @@ def ip_to_node_map(ws: Workspace) -> None:
     _the_one_unaddressed_node(ws)
     shared = sorted(ip for ip, nodes in addresses.items() if len(nodes) > 1)
     if ws.facts["ip_to_node"] or shared:
-        ws.note("collect", f"{len(ws.facts['ip_to_node'])} node addresses from NCCL interface lines"
+        ws.note("collect", f"{len(ws.facts['ip_to_node'])} node addresses from the nodes' own address lines"
                 + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
     if ws.facts["host_to_node"]:
         ws.note("collect", f"{len(ws.facts['host_to_node'])} process host names (pods) mapped to their nodes")

@@ -318,6 +318,39 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
 
 
+@refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
+Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
+it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
+raylet was overloaded or the network to the head was slow (Ray's own explanation), and the logs do not say which.
+The node failure is demoted and the node is not blamed.
+""", cases=[
+    RuleCase(title="the named node's raylet was alive", evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2",
+                     "[2025-01-01 00:10:01,000 C 21 21] (raylet) node_manager.cc:999: [Timeout] Exiting because this "
+                     "node manager has mistakenly been marked as dead by the GCS: GCS didn't receive heartbeats from "
+                     "this node for 30000 ms."]},
+        context={"nodes": ["h", "w"]},
+        expect=Expect(fired=True, culprits=[], demoted=["Ray node failure"])),
+    RuleCase(title="the named node went silent", evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
+        context={"nodes": ["h", "w"]},
+        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler")),
+])
+def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
+    alive = {s.node for s in ws.select(prefix="Raylet alive when marked dead") if s.node}
+    for report in ws.active(prefix="Ray node failure"):
+        lost = set(blamed_nodes(ws, report))
+        if lost and lost <= alive:
+            ws.demote(report, f"the raylet of {', '.join(sorted(lost))} was running when it was marked dead "
+                              "(missed health checks: an overloaded machine or a slow network)")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
           after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
