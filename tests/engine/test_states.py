@@ -10,6 +10,7 @@ from firstfault.engine.model import TerminalState, normalise_state
     ("Complete", TerminalState.COMPLETED),        # a Kubernetes Job's condition type
     ("Succeeded", TerminalState.COMPLETED),       # Kubeflow / Argo phase
     ("STOPPED", TerminalState.CANCELLED),         # Ray job stopped by its user
+    ("Canceled", TerminalState.CANCELLED),        # Azure ML run status
     ("CANCELLED by 1234", TerminalState.CANCELLED),
     ("OOMKilled", TerminalState.OUT_OF_MEMORY),
     ("Finished", TerminalState.UNKNOWN),          # Kueue's Finished says nothing of how: its reason does

@@ -66,12 +66,12 @@ class TerminalState(StrEnum):
 
 
 # Slurm's states, and the other schedulers' words for the same ends: a Kubernetes Job's condition `Complete`, the
-# Kubeflow and Argo phase `Succeeded`, Ray's job status `STOPPED` (stopped by its user).
+# Kubeflow and Argo phase `Succeeded`, Ray's job status `STOPPED` (stopped by its user), Azure ML's `Canceled`.
 _SCHEDULER_STATES = {
     "COMPLETED": TerminalState.COMPLETED, "SUCCEEDED": TerminalState.COMPLETED, "COMPLETE": TerminalState.COMPLETED,
     "STOPPED": TerminalState.CANCELLED,
     "FAILED": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
-    "CANCELLED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
+    "CANCELLED": TerminalState.CANCELLED, "CANCELED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
     "BOOT_FAIL": TerminalState.NODE_FAIL, "OUT_OF_MEMORY": TerminalState.OUT_OF_MEMORY,
     "OOMKILLED": TerminalState.OUT_OF_MEMORY, "PREEMPTED": TerminalState.PREEMPTED,
 }
