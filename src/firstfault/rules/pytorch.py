@@ -10,8 +10,11 @@ their message and errno instead.
 
 from __future__ import annotations
 
+import importlib.resources
 import re
+import tomllib
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
@@ -70,6 +73,23 @@ _POINTS_ELSEWHERE = re.compile(
     r"(?:has |have )?(?:failed|exited|crashed|died)")
 
 
+# OSError and its aliases carry an errno. Most errnos are read by the rules of what they mean (ENOSPC, EIO, ESTALE,
+# EMFILE ... by the storage and host rules; ECONNRESET, EPIPE ... are a dead peer), but the ones that say the program
+# asked for something that cannot be (a bad address or descriptor, an invalid argument, a path that is missing, exists
+# or is of the wrong kind) are the program's own fault, as Python's own subclasses for them (FileNotFoundError,
+# FileExistsError, IsADirectoryError ...) are.
+_ERRNO_WRAPPERS = frozenset({"OSError", "IOError", "EnvironmentError"})
+_PROGRAM_ERRNOS = {2: "No such file or directory", 9: "Bad file descriptor", 14: "Bad address", 17: "File exists",
+                   18: "Invalid cross-device link", 20: "Not a directory", 21: "Is a directory", 22: "Invalid argument",
+                   36: "File name too long", 39: "Directory not empty"}
+_ERRNO = re.compile(r"\[Errno (\d{1,3})\] ([^:\n']+)")
+
+
+def _program_errno(text: str) -> bool:
+    match = _ERRNO.search(text)
+    return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
+
+
 def _reports_elsewhere(title: str, line: str) -> RuleCase:
     """A case of an exception that reports a failure elsewhere: it is dropped and nothing is left to blame."""
     return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
@@ -83,7 +103,8 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
-module), so that line keeps its specific meaning.
+module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
+address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS) is kept as the program's.
 """, cases=[
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
@@ -121,6 +142,11 @@ module), so that line keeps its specific meaning.
     RuleCase(title="a container state's reason in kubectl describe", evidence={"n1/scheduler": [
         "      Reason:       StartError"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    RuleCase(title="an OSError whose errno says the program's call was wrong", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z OSError: [Errno 14] Bad address"]},
+        expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
+    _reports_elsewhere("an OSError whose errno is a dead peer's",
+        "2025-01-01T00:10:00Z OSError: [Errno 104] Connection reset by peer"),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
@@ -135,7 +161,11 @@ def python_exception_family(ws: Workspace) -> None:
                                                                                       EventType.NODE_INTERESTING)}
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES) or _NAMES_A_FAILURE.search(name):
+        if (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
+            ws.drop(event, f"{name}: another rule explains this line")
+        elif name in _ERRNO_WRAPPERS and _program_errno(event.evidence.text):
+            continue
+        elif name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES) or _NAMES_A_FAILURE.search(name):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
@@ -143,8 +173,69 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
             ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
-        elif (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
-            ws.drop(event, f"{name}: another rule explains this line")
+
+
+CUDA_ERROR_CODE_RULE = "CudaErrorCode"
+
+
+@lru_cache(maxsize=1)
+def cuda_error_meanings() -> dict[str, str]:
+    """The catalog symptom each CUDA error means, keyed by its number, runtime name and driver name."""
+    blob = (importlib.resources.files("firstfault.rules") / "data" / "cuda_errors.toml").read_bytes()
+    meanings = {}
+    for row in tomllib.loads(blob.decode())["code"]:
+        for key in (str(row["code"]), row["runtime"], row.get("driver")):
+            if key:
+                meanings[key] = row["symptom"]
+    return meanings
+
+
+def _cuda_error_key(event: Event) -> str:
+    for attribute in ("runtime", "driver", "code", "returned"):
+        if value := event.attributes.get(attribute):
+            return str(value)
+    return ""
+
+
+@filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, doc="""
+A CUDA error given by its number or enum name (CudaErrorCode) becomes the catalog symptom the code means
+(rules/data/cuda_errors.toml, from the CUDA Runtime and Driver API enums): 700 or cudaErrorIllegalAddress is an
+illegal memory access, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
+another extractor already reads by its message keeps that reading; a code left out of the table stays context.
+""", cases=[
+    RuleCase(title="a C++ code's checkCudaErrors line", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [3] CUDA error at solver.cu:211 code=1(cudaErrorInvalidValue) \"cudaMemcpy(d, h, n, "
+        "cudaMemcpyHostToDevice)\""]},
+        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA call rejected by its arguments")),
+    RuleCase(title="a driver API name", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z jax: Failed to retrieve branch_index value on stream 0x1: CUDA_ERROR_ILLEGAL_INSTRUCTION: "
+        "an illegal instruction was encountered"]},
+        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA illegal memory access")),
+    RuleCase(title="a line read by its message", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z RuntimeError: CUDA error: an illegal memory access was encountered "
+        "(cudaErrorIllegalAddress)"]},
+        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA illegal memory access")),
+    RuleCase(title="a code whose meaning depends on the site", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z Return value 46 from 'cudaStreamCreate(&kernel_stream)'.  Exiting."]},
+        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+])
+def cuda_error_code_meaning(ws: Workspace) -> None:
+    coded = [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.rule == CUDA_ERROR_CODE_RULE]
+    if not coded:
+        return
+    explained = {(e.evidence.provenance.origin, e.evidence.provenance.line)
+                 for e in ws.events if e.rule != CUDA_ERROR_CODE_RULE and e.type == EventType.NODE_BAD}
+    meanings = cuda_error_meanings()
+    for event in coded:
+        key = _cuda_error_key(event)
+        symptom = meanings.get(key)
+        if symptom is None:
+            continue
+        if (event.evidence.provenance.origin, event.evidence.provenance.line) not in explained:
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=symptom, evidence=event.evidence,
+                             time=event.time, last_time=event.last_time, count=event.count,
+                             attributes={**event.attributes, "cuda_error": key}))
+        ws.drop(event, f"CUDA error {key} read as {symptom}")
 
 
 # The rule that sets aside a GPU fault raised on several nodes (rules/history.py reads its demotions).
