@@ -332,7 +332,8 @@ misconfiguration does to its peers: the failure is demoted as downstream of it, 
 ])
 def connect_to_a_bridge_address(ws: Workspace) -> None:
     advertised = {address for s in ws.active(prefix="NCCL on a non-routable interface")
-                  for address in s.value_set("address") | s.value_set("loopback") | s.value_set("link_local")}
+                  for address in s.value_set("address") | s.value_set("default_bridge") | s.value_set("loopback")
+                  | s.value_set("link_local")}
     if not advertised:
         return
     for failure in ws.active(prefix="NCCL socket connect failure"):
