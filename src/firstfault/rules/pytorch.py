@@ -90,6 +90,12 @@ def _program_errno(text: str) -> bool:
     return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
 
 
+def _lines_read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> set[tuple[str, int | None]]:
+    """The (origin, line) of every event of `types` that an extractor other than `rule` made: lines with a reading."""
+    return {(e.evidence.provenance.origin, e.evidence.provenance.line)
+            for e in ws.events if e.rule != rule and e.type in types}
+
+
 def _reports_elsewhere(title: str, line: str) -> RuleCase:
     """A case of an exception that reports a failure elsewhere: it is dropped and nothing is left to blame."""
     return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
@@ -156,9 +162,7 @@ def python_exception_family(ws: Workspace) -> None:
     generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
     if not generic:
         return
-    explained = {(e.evidence.provenance.origin, e.evidence.provenance.line)
-                 for e in ws.events if e.rule != GENERIC_EXCEPTION_RULE and e.type in (EventType.NODE_BAD,
-                                                                                      EventType.NODE_INTERESTING)}
+    explained = _lines_read_by_others(ws, GENERIC_EXCEPTION_RULE, (EventType.NODE_BAD, EventType.NODE_INTERESTING))
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
         if (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
@@ -223,8 +227,7 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
     coded = [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.rule == CUDA_ERROR_CODE_RULE]
     if not coded:
         return
-    explained = {(e.evidence.provenance.origin, e.evidence.provenance.line)
-                 for e in ws.events if e.rule != CUDA_ERROR_CODE_RULE and e.type == EventType.NODE_BAD}
+    explained = _lines_read_by_others(ws, CUDA_ERROR_CODE_RULE, (EventType.NODE_BAD,))
     meanings = cuda_error_meanings()
     for event in coded:
         key = _cuda_error_key(event)
