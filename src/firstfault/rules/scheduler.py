@@ -43,7 +43,8 @@ A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the 
 struck. When training progress
 stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit (or, without progress lines, the workload's
 own first report of a stall or failure came that long before it), the workload had hung: the time limit is demoted
-and the hang - explained by that report, or by nothing in the evidence - is what remains.
+and the hang - explained by that report, or by nothing in the evidence - is what remains. A stack dump that shows
+ranks waiting in a collective says the same whatever its time: it is taken of a job that stopped making progress.
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
@@ -63,8 +64,19 @@ and the hang - explained by that report, or by nothing in the evidence - is what
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
+    RuleCase(title="undated progress; a py-spy dump shows ranks waiting in a broadcast", evidence={"n1/applog": [
+        " iteration      151/  100000 | consumed samples: 2416 | lm loss: 6.69E+00 |",
+        "Thread 835995 (active): \"MainThread\"",
+        "    broadcast (torch/distributed/distributed_c10d.py:1191)",
+        "    _aggregate_total_loss (deepspeed/runtime/pipe/engine.py:540)",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
 ])
 def hung_before_time_limit(ws: Workspace) -> None:
+    if any(ws.active(prefix="Rank waiting in a collective")):
+        for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
+            ws.demote(limit, "a stack dump shows ranks waiting in a collective: the job had hung")
+        return
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
     # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
     # it was no longer working
