@@ -160,6 +160,9 @@ def hung_in_nvidia_driver(ws: Workspace) -> None:
 # retry count: tens of seconds to minutes) and TCP timeouts run out within this.
 DEAD_NODE_ECHO_S = 600.0
 _NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU hard lockup")
+# Records a node writes when it ends the workload's processes on it (the kernel's OOM killer, the kubelet evicting
+# for a full disk): the node lives on, but its ranks are gone, and their peers' RDMA operations to them fail.
+_WORKLOAD_KILLERS = ("Host OOM kill", "Node disk pressure")
 
 
 def _stopped_at(s: WorkSymptom) -> bool:
@@ -194,6 +197,8 @@ own kernel record stays the root candidate. An error naming another node, or one
 the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused: the
 node stopped before that boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo,
 and so is the scheduler's declared failure of that node in those minutes (it stopped answering because it was reset).
+A node that killed the workload's processes on it (its kernel's OOM killer, its kubelet evicting them for a full
+disk) is lost to its peers the same way from that moment, and their errors that begin from then on are its echo too.
 """, cases=[
     RuleCase(title="peers lose a node that panicked", evidence={
         "b/syslog": ["Jan  1 00:10:00 b kernel: Kernel panic - not syncing: Fatal machine check on current CPU"],
@@ -234,6 +239,18 @@ and so is the scheduler's declared failure of that node in those minutes (it sto
         "a/scheduler": ["2025-01-01T00:13:45Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
         context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], demoted=["Kubernetes node failure"])),
+    RuleCase(title="the OOM killer ends a node's ranks; its peers' RDMA operations to them fail", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kernel: Out of memory: Killed process 4242 (python) total-vm:9000000kB, "
+                     "anon-rss:8000000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20000kB oom_score_adj:0"],
+        "a/applog": ["2025-01-01T00:10:02Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host_oom", demoted=["IB Error-12"])),
+    RuleCase(title="RDMA errors that began before the OOM kill are not its echo", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kernel: Out of memory: Killed process 4242 (python) total-vm:9000000kB, "
+                     "anon-rss:8000000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20000kB oom_score_adj:0"],
+        "a/applog": ["2025-01-01T00:04:02Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network")),
 ])
 def dead_node_explains_peer_errors(ws: Workspace) -> None:
     skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
@@ -251,13 +268,19 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
             else:
                 echoes[s.node] = (s.first_time - skew, s.first_time + echo)
                 how[s.node] = f"its kernel stopped it at {s.first_time:%H:%M:%S}"
+    lost = dict(echoes)  # the nodes whose peers lost them: stopped by their kernel, or their ranks killed
+    for s in ws.active(role="root"):
+        if s.node and s.node not in lost and s.first_time and not ws.undated(s) and s.name in _WORKLOAD_KILLERS:
+            lost[s.node] = (s.first_time - skew, s.first_time + echo)
+            how[s.node] = f"{s.name} ended the workload's processes on it at {s.first_time:%H:%M:%S}"
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         if s.node in stopped:
             continue
         # an error without a time of its own cannot be placed before the node stopped: the death explains it too
         began = None if ws.undated(s) else s.first_time
-        dead = [n for n, (lo, hi) in sorted(echoes.items()) if named <= {n} and (began is None or lo <= began <= hi)]
+        dead = [n for n, (lo, hi) in sorted(lost.items()) if n != s.node and named <= {n}
+                and (lo <= began <= hi if began is not None else n in stopped)]
         if dead:
             ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
     for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
