@@ -44,6 +44,7 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
+    "blind-24": 1,   # b24-008: the node whose kubelet reclaimed disk, the evicted pod using 34 MiB of it
     "blind-29": 1,   # b29-012: a Slurm NODE_FAIL names its node (issue 13: node-level failures name the node)
     "blind-33": 1,   # b33-007: CUDA's unknown error on one rank only is a GPU suspect (issue 13)
 }

@@ -268,10 +268,10 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
             else:
                 echoes[s.node] = (s.first_time - skew, s.first_time + echo)
                 how[s.node] = f"its kernel stopped it at {s.first_time:%H:%M:%S}"
-    lost = dict(echoes)  # the nodes whose peers lost them: stopped by their kernel, or their ranks killed
+    gone = dict(echoes)  # the nodes whose peers lost them: stopped by their kernel, or their ranks killed
     for s in ws.active(role="root"):
-        if s.node and s.node not in lost and s.first_time and not ws.undated(s) and s.name in _WORKLOAD_KILLERS:
-            lost[s.node] = (s.first_time - skew, s.first_time + echo)
+        if s.node and s.node not in gone and s.first_time and not ws.undated(s) and s.name in _WORKLOAD_KILLERS:
+            gone[s.node] = (s.first_time - skew, s.first_time + echo)
             how[s.node] = f"{s.name} ended the workload's processes on it at {s.first_time:%H:%M:%S}"
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
@@ -279,7 +279,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
             continue
         # an error without a time of its own cannot be placed before the node stopped: the death explains it too
         began = None if ws.undated(s) else s.first_time
-        dead = [n for n, (lo, hi) in sorted(lost.items()) if n != s.node and named <= {n}
+        dead = [n for n, (lo, hi) in sorted(gone.items()) if n != s.node and named <= {n}
                 and (lo <= began <= hi if began is not None else n in stopped)]
         if dead:
             ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
