@@ -21,6 +21,9 @@ AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make 
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
 FLAPPING_DOWNS = 3
+# Work a port posted while it was down fails only when its transport retries run out: NCCL_IB_TIMEOUT (18 or 20 by
+# NCCL version: 4.096 us x 2^timeout, 1.1-4.3 s per attempt) times 1 + NCCL_IB_RETRY_CNT (7) - up to ~35 s.
+IB_RETRY_BUDGET_S = 35.0
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
@@ -65,7 +68,9 @@ An IB port error or link-down on a node that is followed, within {FLAP_RECOVERY_
 occurrence, by the port coming back (port active / Link ACTIVE) is a recovered flap: context, not a cause.
 Repeated errors with no recovery stay (a dead link), and so does a link that went down {FLAPPING_DOWNS} times or more
 (a flapping link, which node health checks fail however often it comes back), and a flap during which the node's
-own RDMA completions failed (retries exhausted before the port came back: the flap broke the job's traffic).
+own RDMA completions failed (the flap broke the job's traffic): before the port came back, or after it within the
+transport's retry budget ({IB_RETRY_BUDGET_S:.0f} s from the first error), when work posted during the outage ran
+out of retries.
 """, cases=[
     RuleCase(title="flap", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : mlx5_5:1 Got non-fatal async event: port error(10)",
@@ -79,6 +84,18 @@ own RDMA completions failed (retries exhausted before the port came back: the fl
         "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
         "2025-01-01T00:10:40Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port active"]},
         expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+    RuleCase(title="work posted during the outage runs out of retries just after the port came back", evidence={
+        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",
+                      "Jan  1 00:10:03 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link up"],
+        "n1/applog": ["2025-01-01T00:10:07Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> "
+                      "with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+    RuleCase(title="an RDMA error long after the port came back is not the flap's", evidence={
+        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",
+                      "Jan  1 00:10:03 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link up"],
+        "n1/applog": ["2025-01-01T00:14:07Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> "
+                      "with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        expect=Expect(fired=True, demoted=["IB link down"])),
     RuleCase(title="a link that keeps flapping", evidence={"n1/syslog": [
         line for sec in range(0, 50, 10) for line in (
             f"Jan  1 00:10:{sec:02d} n1 systemd-networkd[5398]: ib6: lost carrier",
@@ -100,11 +117,14 @@ def recovered_link_flap(ws: Workspace) -> None:
 
 
 def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
-    """The node's own RDMA completions failed while its port was down (between the first error and its return)."""
+    """The node's own RDMA completions failed because its port was down: between the first error and its return, or
+    later within the transport's retry budget, when work posted during the outage exhausts its retries."""
     began = down.first_time
-    return began is not None and any(
-        s.definition.blame == "peer" and s.first_time is not None and began <= s.first_time <= back
-        for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
+    if began is None:
+        return False
+    until = max(back, began + timedelta(seconds=IB_RETRY_BUDGET_S))
+    return any(s.definition.blame == "peer" and s.first_time is not None and began <= s.first_time <= until
+               for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
 
 
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
