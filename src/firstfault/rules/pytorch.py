@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.resources
 import re
 import tomllib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -90,10 +91,26 @@ def _program_errno(text: str) -> bool:
     return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
 
 
-def _lines_read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> set[tuple[str, int | None]]:
-    """The (origin, line) of every event of `types` that an extractor other than `rule` made: lines with a reading."""
-    return {(e.evidence.provenance.origin, e.evidence.provenance.line)
-            for e in ws.events if e.rule != rule and e.type in types}
+def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> Callable[[Event], bool]:
+    """Whether an extractor other than `rule` made an event of `types` from an event's line: a line with a reading.
+    Matching lines close in time are coalesced into one event that keeps its first line only, so a line of the same
+    file that a coalesced event's extractor matches was read by it too."""
+    lines: set[tuple[str, int | None]] = set()
+    coalesced: dict[str, set[str]] = {}  # origin -> extractors whose events there stand for several lines
+    for e in ws.events:
+        if e.rule != rule and e.type in types:
+            origin = e.evidence.provenance.origin
+            lines.add((origin, e.evidence.provenance.line))
+            if e.count > 1:
+                coalesced.setdefault(origin, set()).add(e.rule)
+    extractors = {x.name: x for x in ws.catalog.extractors}
+
+    def read(event: Event) -> bool:
+        origin = event.evidence.provenance.origin
+        return (origin, event.evidence.provenance.line) in lines or any(
+            name in extractors and extractors[name].regex.search(event.evidence.text) is not None
+            for name in sorted(coalesced.get(origin, ())))
+    return read
 
 
 def _reports_elsewhere(title: str, line: str) -> RuleCase:
@@ -120,6 +137,13 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     RuleCase(title="a line another rule explains", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
         expect=Expect(fired=True, sub_domain="configuration")),
+    RuleCase(title="a line another rule read, coalesced with the same reading of an earlier line", evidence={
+        "n1/applog": [
+            "2025-01-01T00:10:00Z distributed.worker - WARNING - NCCL failure :remote process exited or there was a "
+            "network error",
+            "2025-01-01T00:10:02Z PlatformError: Training failed with error: XGBoostError: NCCL failure :remote "
+            "process exited or there was a network error"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     _reports_elsewhere("a spawned child that died by a signal",
         "2025-01-01T00:10:00Z torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
         "SIGABRT"),
@@ -162,10 +186,10 @@ def python_exception_family(ws: Workspace) -> None:
     generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
     if not generic:
         return
-    explained = _lines_read_by_others(ws, GENERIC_EXCEPTION_RULE, (EventType.NODE_BAD, EventType.NODE_INTERESTING))
+    explained = _read_by_others(ws, GENERIC_EXCEPTION_RULE, (EventType.NODE_BAD, EventType.NODE_INTERESTING))
     for event in generic:
         name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
-        if (event.evidence.provenance.origin, event.evidence.provenance.line) in explained:
+        if explained(event):
             ws.drop(event, f"{name}: another rule explains this line")
         elif name in _ERRNO_WRAPPERS and _program_errno(event.evidence.text):
             continue
@@ -227,14 +251,14 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
     coded = [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.rule == CUDA_ERROR_CODE_RULE]
     if not coded:
         return
-    explained = _lines_read_by_others(ws, CUDA_ERROR_CODE_RULE, (EventType.NODE_BAD,))
+    explained = _read_by_others(ws, CUDA_ERROR_CODE_RULE, (EventType.NODE_BAD,))
     meanings = cuda_error_meanings()
     for event in coded:
         key = _cuda_error_key(event)
         symptom = meanings.get(key)
         if symptom is None:
             continue
-        if (event.evidence.provenance.origin, event.evidence.provenance.line) not in explained:
+        if not explained(event):
             ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=symptom, evidence=event.evidence,
                              time=event.time, last_time=event.last_time, count=event.count,
                              attributes={**event.attributes, "cuda_error": key}))
