@@ -411,7 +411,8 @@ def _ended_a_process(s: WorkSymptom) -> bool:
 
 
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
-When the scheduler recorded the workload as COMPLETED: if the workload also reports success (torchelastic
+When the scheduler recorded the workload as COMPLETED, or no scheduler recorded a state and the workload exited 0
+(a bare mpirun or torchrun, whose exit code is the launcher's): if the workload also reports success (torchelastic
 WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every remaining bad symptom was
 survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
 demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
@@ -424,6 +425,20 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
         "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
+    RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start", evidence={
+        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
+        "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
+                      "finished (WorkerState.SUCCEEDED)."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "0", "start_time": "2025-01-01T00:10:00Z",
+                 "end_time": "2025-01-01T01:51:00Z"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    RuleCase(title="no scheduler and no exit code: a failure stays a failure", evidence={
+        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
+        "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
+                      "finished (WorkerState.SUCCEEDED)."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "", "start_time": "2025-01-01T00:10:00Z",
+                 "end_time": "2025-01-01T01:51:00Z"},
+        expect=Expect(fired=False, sub_domain="network", culprits=["n1"])),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -442,7 +457,9 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
 ])
 def completed_workload(ws: Workspace) -> None:
-    if normalise_state(ws.context.scheduler_state) != TerminalState.COMPLETED:
+    recorded = normalise_state(ws.context.scheduler_state)
+    exited_zero = recorded == TerminalState.UNKNOWN and ws.context.exit_code.strip() in ("0", "0:0")
+    if recorded != TerminalState.COMPLETED and not exited_zero:
         return
     succeeded = bool(ws.select(prefix="Workload completed"))
     roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
