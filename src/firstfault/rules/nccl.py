@@ -261,6 +261,57 @@ def _odd_one_out(names: dict[str, set[str]]) -> str | None:
     return None
 
 
+_ODD_NETWORK_SYMPTOM = "NCCL network differs between nodes"
+
+
+@filter_rule("NetworkDiffersBetweenNodes", phase=Phase.FILTER, doc="""
+NCCL picks its network module on each node ('Using network IBext_v7', 'IB', 'AWS Libfabric'); every rank of a
+communicator must use the same one. When every node but one chose the same module and the odd node another, and the
+run has no other root candidate than the scheduler's ending of it (a hang to a time limit, NCCL's own downstream
+errors), the odd node's software differs from the others' (a plugin missing from its image): a root candidate that
+names it. A node that fell back to sockets lost its RDMA devices instead (RdmaDeviceMissingOnSomeNodes).
+""", cases=[
+    RuleCase(title="one node without the plugin the others load; the job hangs to its time limit", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Using network IBext_v7"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Using network IBext_v7"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using "
+                     "internal network plugin.",
+                     "2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Using network IB",
+                     "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON c CANCELLED AT 2025-01-01T01:59:00 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b", "c"], "scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=["c"], root_symptom=_ODD_NETWORK_SYMPTOM)),
+    RuleCase(title="the odd module beside another fault: the fault is the answer", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Using network IBext_v7"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Using network IBext_v7"],
+        "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Using network IB"],
+        "b/syslog": ["Jan  1 00:30:00 b kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                     "the bus."]},
+        context={"nodes": ["a", "b", "c"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="the same module everywhere", evidence={
+        node + "/applog": [f"2025-01-01T00:00:01Z {node}:1:1 [0] NCCL INFO Using network IB"] for node in "abc"},
+        context={"nodes": ["a", "b", "c"], "scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def network_differs_between_nodes(ws: Workspace) -> None:
+    networks: dict[str, dict[str, Event]] = {}  # node -> network module -> the first line that shows it
+    for event in ws.events_of(f"{EventType.CONTEXT}.nccl_network"):
+        name = str(event.attributes.get("network", ""))
+        if event.node and name:
+            networks.setdefault(event.node, {}).setdefault(name, event)
+    odd = _odd_one_out({node: set(names) for node, names in networks.items()})
+    if odd is None or "Socket" in networks[odd]:
+        return
+    for event in ws.events_of(EventType.NODE_BAD):
+        definition = ws.catalog.symptom(event.symptom or "")
+        if definition.role == "root" and definition.sub_domain != SubDomain.SCHEDULER:
+            return
+    first = min(networks[odd].values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_NETWORK_SYMPTOM, evidence=first.evidence,
+                     time=first.time, attributes={"network": min(networks[odd])}))
+
+
 _NO_INTERFACE_SYMPTOM = "NCCL: no usable network interface"
 _UNOPENED_DEVICE = ("Unable to open device", "ibv_open_device failed")
 
