@@ -458,7 +458,7 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
 ])
 def completed_workload(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
-    exited_zero = recorded == TerminalState.UNKNOWN and ws.context.exit_code.strip() in ("0", "0:0")
+    exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
     succeeded = bool(ws.select(prefix="Workload completed"))
