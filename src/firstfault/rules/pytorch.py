@@ -295,6 +295,31 @@ def cuda_device_error_on_one_node(ws: Workspace) -> None:
 
 
 
+@refiner("CudaInitErrorAfterProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
+CUDA's initialization error (cudaErrorInitializationError, 3) means a process could not start CUDA. Raised on a node
+that had been training, CUDA had started there: a process forked after CUDA was initialised (a DataLoader worker, a
+multiprocessing child with the fork start method) cannot use CUDA and gets this error, which the CUDA runtime
+documents for fork. It is the program's use of CUDA across fork, not a GPU that failed to start: demoted, and no
+node is blamed for it.
+""", cases=[
+    RuleCase(title="initialization error hours into training", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z epoch 5 batch 3584/4096 loss_avg 0.2111 lr 5.00e-04",
+        "2025-01-01T01:38:40Z   what():  CUDA error: initialization error"]},
+        expect=Expect(fired=True, culprits=[], demoted=["GPU could not be initialised"])),
+    RuleCase(title="initialization error at start-up", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z   what():  CUDA error: initialization error"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def cuda_init_error_after_progress(ws: Workspace) -> None:
+    for s in ws.active(prefix="GPU could not be initialised"):
+        began = None if ws.undated(s) else s.first_time
+        progress = [p.first_time for p in ws.select(node=s.node, prefix="Training progress")
+                    if p.first_time and not ws.undated(p)]
+        if began is not None and progress and min(progress) < began:
+            ws.demote(s, f"training had made progress on this node since {min(progress):%H:%M:%S}: CUDA had started "
+                      "there, and a process forked after that cannot use it")
+
+
 _CONTAINED = "CUDA contained hardware error"
 
 
