@@ -36,6 +36,10 @@ from firstfault.engine.scanner import read_blocks
 from firstfault.engine.timestamps import TimestampParser
 
 _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(?:out|err)>:")
+# Ray forwards every worker's and actor's output to the driver's with a prefix naming where it ran:
+# '(WorkerDict pid=876764, ip=10.52.12.17) ...', '(pid=4242, ip=10.0.0.3)', '(raylet, ip=10.0.0.4)'.
+_RAY_RELAY_PREFIX = re.compile(
+    r"^\s*(?:\S+\s+){0,2}\((?:[\w.:-]+(?:, | ))?(?:pid=\d+, )?ip=(\d{1,3}(?:\.\d{1,3}){3})\)")
 _TIME_LOOKBACK_LINES = 64
 _PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
 _EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
@@ -346,8 +350,11 @@ class LineReader:
             return built[0]
 
         rank = _rank_prefix(text)
+        relayed_from = _relay_prefix(text)
         for index in ids:
             emit = emits[index]
+            if relayed_from and emit.event_type.startswith(EventType.CONTEXT):
+                continue  # a fact about the node that printed the line first (its address, host name), not this one
             groups = match_groups(emit.extractor, text)
             if groups is None:  # hyperscan and re disagree only on pathological input; re decides
                 continue
@@ -358,6 +365,10 @@ class LineReader:
             attributes: dict[str, Any] = {**emit.attributes, **captures} if emit.attributes else captures
             if rank and "rank" not in attributes:
                 attributes["rank"] = rank
+            if relayed_from:
+                # kept apart from this node's own lines: rules/pytorch.py (RelayedOutput) moves it to its node
+                attributes = {**attributes, "relayed_from": relayed_from}
+                discriminator = (*discriminator, relayed_from)
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
 
@@ -369,6 +380,14 @@ def _rank_prefix(text: str) -> str | None:
         return None
     found = _RANK_PREFIX.match(text, 0, 256)  # a prefix: a long line costs no more than a short one
     return found and (found.group(1) or found.group(2))
+
+
+def _relay_prefix(text: str) -> str | None:
+    """The address a relay prefix (Ray's '(Actor pid=N, ip=A)') says the line was printed at, if any."""
+    if text.find("ip=", 0, 256) < 0:
+        return None
+    found = _RAY_RELAY_PREFIX.match(text, 0, 256)
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True, slots=True)

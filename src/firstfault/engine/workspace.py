@@ -171,6 +171,13 @@ class Workspace:
         self.note("consume", f"{event.type} {event.symptom or ''}: {reason}".strip(), node=event.node,
                   symptom=event.symptom)
 
+    def move(self, event: Event, node: str, reason: str) -> None:
+        """Put `event` (an event of this stream) on `node`: a line one node's output relayed from another's."""
+        if id(event) not in self._position:
+            raise ValueError(f"not an event of this workspace: {event.type} {event.symptom or ''}")
+        event.node = node
+        self.note("move", f"{event.type} {event.symptom or ''}: {reason}".strip(), node=node, symptom=event.symptom)
+
     def events_of(self, type_prefix: str) -> list[Event]:
         """The events whose type starts with `type_prefix`, in stream order."""
         of_types = [events.items() for t, events in self._by_type.items() if t.startswith(type_prefix)]

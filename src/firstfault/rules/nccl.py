@@ -116,6 +116,53 @@ def _routable(address: str) -> bool:
     return not (ip.is_loopback or ip.is_unspecified or ip.is_link_local)
 
 
+@filter_rule("RelayedOutput", phase=Phase.FILTER_EARLY, doc="""
+Ray forwards the output of its workers and actors to the driver's, each line prefixed with the address it was
+printed at ('(WorkerDict pid=876764, ip=10.52.12.17) RuntimeError: CUDA error: ...'). Such a line in one node's
+output happened on the node that owns that address (the nodes' own address lines: Ray's 'Local node IP', NCCL's
+interface lines): its event is moved there, so that a GPU error is blamed on the GPU's node, not on the driver's.
+The facts such a line states (an address, a host name) are the other node's and are not read for the node whose
+output relayed it. The driver re-raising that error (RayTaskError) prints its message again without a prefix: that
+line is the same error and goes with it.
+""", cases=[
+    RuleCase(title="an actor's CUDA error relayed to the driver's output", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.1",
+                     "2025-01-01T00:10:00Z (WorkerDict pid=4242, ip=10.0.0.2) RuntimeError: CUDA error: uncorrectable "
+                     "NVLink error detected during the execution",
+                     "2025-01-01T00:10:02Z ray.exceptions.RayTaskError(RuntimeError): ray::WorkerDict.update_actor() "
+                     "(pid=4242, ip=10.0.0.2, actor_id=9a8b7c6d5e4f3a2b1c0d9e8f01000000)",
+                     "2025-01-01T00:10:02Z RuntimeError: CUDA error: uncorrectable NVLink error detected during the "
+                     "execution"],
+        "b/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.2"]},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"])),
+    RuleCase(title="an address no node of the workload claims", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.1",
+                     "2025-01-01T00:10:00Z (WorkerDict pid=4242, ip=10.0.0.9) RuntimeError: CUDA error: uncorrectable "
+                     "NVLink error detected during the execution"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="nvlink", culprits=["a"])),
+])
+def relayed_output(ws: Workspace) -> None:
+    relayed = [e for e in ws.events if e.attributes.get("relayed_from") and not e.type.startswith(EventType.CONTEXT)]
+    if not relayed:
+        return
+    owners = _claims(ws.events_of(f"{EventType.CONTEXT}.ip_map"), "address", _routable)  # facts: events until materialised
+    moved: dict[tuple[str, str | None], tuple[str, str]] = {}  # (origin, symptom) -> (the relayed message, its node)
+    for event in relayed:
+        address = str(event.attributes["relayed_from"])
+        nodes = owners.get(address, set())
+        if len(nodes) == 1 and event.node not in nodes:
+            origin, node = event.evidence.provenance.origin, min(nodes)
+            ws.move(event, node, f"printed at {address}, {node}'s address, and relayed to {event.node}'s output")
+            message = event.evidence.text.partition(f"ip={address})")[2].strip()
+            if message:
+                moved[(origin, event.symptom)] = (message, node)
+    # the driver re-raises a remote task's exception (RayTaskError) with the same message, unprefixed
+    for event in ws.events_of(EventType.NODE_BAD):
+        found = moved.get((event.evidence.provenance.origin, event.symptom))
+        if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
+            ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
+
+
 @collector("IpToNodeMap", doc="""
 Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), the address a Ray
 node announces when it starts, and the host names NCCL's processes print (a pod's, under Kubernetes), to the node
@@ -156,8 +203,8 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
 ])
 def ip_to_node_map(ws: Workspace) -> None:
-    addresses = _claims(ws, "ip_map", "address", _routable)
-    hosts = _claims(ws, "host_alias", "host", lambda host: ws.canonical_node(host) is None)
+    addresses = _claims(ws.facts_of("ip_map"), "address", _routable)
+    hosts = _claims(ws.facts_of("host_alias"), "host", lambda host: ws.canonical_node(host) is None)
     ws.facts["ip_to_node"] = {ip: next(iter(nodes)) for ip, nodes in addresses.items() if len(nodes) == 1}
     ws.facts["host_to_node"] = {host: next(iter(nodes)) for host, nodes in hosts.items() if len(nodes) == 1}
     _the_one_unaddressed_node(ws)
@@ -189,10 +236,10 @@ def _the_one_unaddressed_node(ws: Workspace) -> None:
                 node=node)
 
 
-def _claims(ws: Workspace, fact: str, key: str, usable: Callable[[str], bool]) -> dict[str, set[str]]:
+def _claims(facts: list[Event], key: str, usable: Callable[[str], bool]) -> dict[str, set[str]]:
     """Which nodes printed each value of a fact (an address, a host name): one node identifies it, several none."""
     claims: dict[str, set[str]] = {}
-    for event in ws.facts_of(fact):
+    for event in facts:
         if not event.node:
             continue
         for value in set(event.values.get(key, [])) | {str(event.attributes.get(key, ""))}:

@@ -334,7 +334,7 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
 raylet was overloaded or the network to the head was slow (Ray's own explanation), and the logs do not say which.
-The node failure is demoted and the node is not blamed.
+The node failure is demoted, the node is not blamed, and the report no longer makes the end a NODE_FAIL.
 """, cases=[
     RuleCase(title="the named node's raylet was alive", evidence={
         "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
@@ -361,6 +361,7 @@ def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
         if lost and lost <= alive:
             ws.demote(report, f"the raylet of {', '.join(sorted(lost))} was running when it was marked dead "
                               "(missed health checks: an overloaded machine or a slow network)")
+            report.attributes.pop("terminal_state", None)  # a node that was running did not fail: no NODE_FAIL
 
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
