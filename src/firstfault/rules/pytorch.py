@@ -239,6 +239,11 @@ another extractor already reads by its message keeps that reading; a code left o
         "2025-01-01T00:10:00Z jax: Failed to retrieve branch_index value on stream 0x1: CUDA_ERROR_ILLEGAL_INSTRUCTION: "
         "an illegal instruction was encountered"]},
         expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA illegal memory access")),
+    RuleCase(title="a multinode allocation the container's device access does not permit", evidence={"n1/applog": [
+        # https://github.com/NVIDIA/nvbandwidth/issues/39 (nvbandwidth's CU_ASSERT; the issue cut the line short)
+        "2025-01-01T00:10:00Z [CUDA_ERROR_NOT_PERMITTED] operation not permitted in expression cuMemCreate(&handle, "
+        "roundedUpAllocationSize, &prop, 0 ) on tensorflow-benchmarks-worker-0, rank = 0 in MultinodeMemoryAllocationUn"]},
+        expect=Expect(fired=True, sub_domain="configuration", root_symptom="CUDA feature not supported here")),
     RuleCase(title="a line read by its message", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z RuntimeError: CUDA error: an illegal memory access was encountered "
         "(cudaErrorIllegalAddress)"]},
