@@ -32,9 +32,11 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.multiprocessing.spawn: a child process exited with a non-zero code or a signal (its own error, if it
     # raised one, is printed by the child and wrapped as ProcessRaisedException)
     "ProcessExitedException",
-    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); Ray Train's run-level error
-    # after a worker failed ("Please inspect the previous error messages")
-    "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+    # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); a remote task's exception wrapped
+    # for its caller (RayTaskError; ray.get's RayGetError before Ray 0.7); Ray Train's run-level error after a
+    # worker failed ("Please inspect the previous error messages")
+    "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "RayTaskError",
+    "RayGetError",
     "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
     # TensorFlow's status errors (tf.errors) that carry no verdict of their own: an unknown or internal status,
     # an aborted, cancelled, unavailable or timed-out operation - Horovod and collective ops raise them when
