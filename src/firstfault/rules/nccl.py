@@ -273,7 +273,7 @@ failed connections are what that looks like: the first of them is cited for it, 
                      "10.37.8.73<46417> failed : No route to host"],
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.37.8.73<0>"],
         "c/applog": ["2025-01-01T00:00:01Z c:1:1 [0] NCCL INFO Bootstrap : Using eth1:10.37.12.74<0>"]},
-        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="network")),
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, root_symptom="NCCL socket connect failure")),
 ])
 def odd_interface_unreachable(ws: Workspace) -> None:
     interfaces: dict[str, dict[str, Event]] = {}  # node -> interface name -> the first line that shows it
