@@ -34,8 +34,8 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
-# The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds.
-TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded")
+# The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
+TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
 
 
 @refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
