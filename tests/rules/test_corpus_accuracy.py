@@ -40,9 +40,9 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-10", "blind-11", "blind-12", "blind-13", "blind-14", "blind-15", "blind-16",
                 "blind-17", "blind-18", "blind-19", "blind-20", "blind-21", "blind-23", "blind-24", "blind-25", "blind-26",
                 "blind-28", "blind-29", "blind-30", "blind-32", "blind-33", "blind-34", "blind-36", "blind-37",
-                "blind-38", "blind-40", "blind-41", "blind-43", "blind-44", "blind-45", "blind-47", "blind-49",
+                "blind-38", "blind-40", "blind-41", "blind-42", "blind-43", "blind-44", "blind-45", "blind-47", "blind-49",
                 "blind-50", "blind-51", "blind-52", "blind-57", "blind-58", "blind-59", "blind-60", "blind-61",
-                "blind-62", "blind-65", "blind-66", "blind-67", "blind-68")
+                "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
