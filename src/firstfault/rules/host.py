@@ -63,6 +63,14 @@ def aer_corrected_storm(ws: Workspace) -> None:
             ws.promote(s, f"{total} corrected AER errors: a storm on this node's PCIe link")
 
 
+def _flap_then_rdma_error(at: str) -> dict[str, list[str]]:
+    """Rule-case lines: n1's link goes down at 00:10:00 and comes back at 00:10:03; its RDMA send fails at `at`."""
+    return {"n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",
+                          "Jan  1 00:10:03 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link up"],
+            "n1/applog": [f"2025-01-01T{at}Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> "
+                          "with status=12 opcode=0 len=0 vendor err 129 (Send)"]}
+
+
 @refiner("RecoveredLinkFlap", phase=Phase.CLEAN, doc=f"""
 An IB port error or link-down on a node that is followed, within {FLAP_RECOVERY_S:.0f} s of its last
 occurrence, by the port coming back (port active / Link ACTIVE) is a recovered flap: context, not a cause.
@@ -84,18 +92,10 @@ out of retries.
         "2025-01-01T00:10:03Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
         "2025-01-01T00:10:40Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port active"]},
         expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
-    RuleCase(title="work posted during the outage runs out of retries just after the port came back", evidence={
-        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",
-                      "Jan  1 00:10:03 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link up"],
-        "n1/applog": ["2025-01-01T00:10:07Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> "
-                      "with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
-        expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
-    RuleCase(title="an RDMA error long after the port came back is not the flap's", evidence={
-        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",
-                      "Jan  1 00:10:03 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link up"],
-        "n1/applog": ["2025-01-01T00:14:07Z n1:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<45100> "
-                      "with status=12 opcode=0 len=0 vendor err 129 (Send)"]},
-        expect=Expect(fired=True, demoted=["IB link down"])),
+    RuleCase(title="work posted during the outage runs out of retries just after the port came back",
+             evidence=_flap_then_rdma_error("00:10:07"), expect=Expect(fired=False, culprits=["n1"], sub_domain="network")),
+    RuleCase(title="an RDMA error long after the port came back is not the flap's",
+             evidence=_flap_then_rdma_error("00:14:07"), expect=Expect(fired=True, demoted=["IB link down"])),
     RuleCase(title="a link that keeps flapping", evidence={"n1/syslog": [
         line for sec in range(0, 50, 10) for line in (
             f"Jan  1 00:10:{sec:02d} n1 systemd-networkd[5398]: ib6: lost carrier",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 from firstfault.engine.model import (
     EventType,
@@ -411,6 +412,17 @@ def _ended_a_process(s: WorkSymptom) -> bool:
             or s.name.startswith(_KERNEL_KILL_RECORDS))
 
 
+def _unscheduled_success_after_link_down(exit_code: str) -> dict[str, Any]:
+    """Rule-case evidence and context: no scheduler; n1's link went down before the start, then torchelastic reported
+    success; the workload exited with `exit_code`."""
+    return {"evidence": {
+        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
+        "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
+                      "finished (WorkerState.SUCCEEDED)."]},
+        "context": {"scheduler": "none", "scheduler_state": "", "exit_code": exit_code,
+                    "start_time": "2025-01-01T00:10:00Z", "end_time": "2025-01-01T01:51:00Z"}}
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED, or no scheduler recorded a state and the workload exited 0
 (a bare mpirun or torchrun, whose exit code is the launcher's): if the workload also reports success (torchelastic
@@ -426,20 +438,11 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
         "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
-    RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start", evidence={
-        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
-        "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
-                      "finished (WorkerState.SUCCEEDED)."]},
-        context={"scheduler": "none", "scheduler_state": "", "exit_code": "0", "start_time": "2025-01-01T00:10:00Z",
-                 "end_time": "2025-01-01T01:51:00Z"},
-        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
-    RuleCase(title="no scheduler and no exit code: a failure stays a failure", evidence={
-        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
-        "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
-                      "finished (WorkerState.SUCCEEDED)."]},
-        context={"scheduler": "none", "scheduler_state": "", "exit_code": "", "start_time": "2025-01-01T00:10:00Z",
-                 "end_time": "2025-01-01T01:51:00Z"},
-        expect=Expect(fired=False, sub_domain="network", culprits=["n1"])),
+    RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start",
+             **_unscheduled_success_after_link_down("0"),
+             expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    RuleCase(title="no scheduler and no exit code: a failure stays a failure", **_unscheduled_success_after_link_down(""),
+             expect=Expect(fired=False, sub_domain="network", culprits=["n1"])),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
