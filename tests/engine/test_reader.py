@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstfault.engine.catalog import load_catalog
-from firstfault.engine.reader import _RANK_PREFIX, _emits, _rank_prefix
+from firstfault.engine.engine import Engine
+from firstfault.engine.reader import _RANK_PREFIX, _emits, _rank_prefix, _relay_prefix
+from firstfault.engine.rules_api import Expect, RuleCase
+from firstfault.tools.verify import run_rule_case
 
 _prefixes = st.sampled_from(["", " ", "  ", "host ", "[rank3]:", "[rank12]: ", "x [rank0]:", "[1,3]<stdout>:",
                              "[0,12]<stderr>: ", "[rank]:", "[1,3]<stdin>:", "a b [rank1]:", "]:", ">:"])
@@ -29,3 +33,27 @@ def test_each_extractor_emits_what_its_definition_says() -> None:
             if groups is not None:
                 symptom = extractor.render_symptom(groups.groupdict()) if emit.templated else emit.symptom
                 assert symptom == extractor.render_symptom(groups.groupdict())
+
+
+@pytest.mark.parametrize(("line", "address"), [
+    ("(WorkerDict pid=876764, ip=10.52.12.17) RuntimeError: CUDA error: unknown error", "10.52.12.17"),
+    ("2026-03-14T07:42:20.050Z (pid=4242, ip=10.0.0.3) Traceback (most recent call last):", "10.0.0.3"),
+    ("(raylet, ip=10.52.12.18) [2026-03-14 03:02:47,118 E 61873 61873] file_system_monitor.cc:116", "10.52.12.18"),
+    ("INFO worker.py:1841 -- Connecting to existing Ray cluster at address: 10.0.0.1:6379", None),
+    ("curl -s 'http://metadata/?ip=10.0.0.7'", None),
+])
+def test_the_relay_prefix_names_where_ray_printed_the_line(line: str, address: str | None) -> None:
+    assert _relay_prefix(line) == address
+
+
+def test_a_relayed_line_states_no_fact_about_the_node_that_relayed_it(engine: Engine) -> None:
+    """The driver's output relays a worker's NCCL interface line: the address is not the driver node's, so a peer
+    error naming it does not resolve to the driver node."""
+    case = RuleCase(title="relayed interface line", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     "2025-01-01T00:00:02Z (WorkerDict pid=4242, ip=10.0.0.2) b:7:7 [0] NCCL INFO Bootstrap : Using "
+                     "eth0:10.0.0.2<0>"]},
+        context={"nodes": ["a", "b"]}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    collected = [t.detail for t in result.trace if t.rule == "IpToNodeMap"]
+    assert collected and collected[0].startswith("1 node addresses"), collected
