@@ -18,6 +18,7 @@ from datetime import timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.host import DEAD_NODE_ECHO_S
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 # A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the
@@ -593,3 +594,42 @@ def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
     for s in missing:
         if s.node not in using:
             ws.promote(s, f"NCCL found no RDMA device here while {', '.join(sorted(using))} use NET/IB")
+
+
+@refiner("FailedNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("DeadNodeExplainsPeerErrors",), doc=f"""
+RDMA errors that name one node as the peer they lost, and begin when that node's own failure does or in the
+{DEAD_NODE_ECHO_S / 60:.0f} minutes after (a disk that failed under its ranks, a GPU fault, its program's crash), are what
+its peers saw of that failure: they are demoted, and the node's own failure stays the root candidate. Errors naming
+another node, or none, or beginning before, are kept.
+""", cases=[
+    RuleCase(title="a node's disk fails under its ranks; its peers' RDMA operations to it fail", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:20Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: [2119217.2] XFS (dm-4): I/O Error Detected. Shutting down filesystem"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], demoted=["IB Error-12"])),
+    RuleCase(title="peer errors that began before the node's failure", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:05:20Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: [2119217.2] XFS (dm-4): I/O Error Detected. Shutting down filesystem"]},
+        expect=Expect(fired=False, sub_domain="network")),
+])
+def failed_node_explains_peer_errors(ws: Workspace) -> None:
+    skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
+    failed: dict[str, WorkSymptom] = {}  # each node's earliest failure of its own (not the network's, not a scheduler's)
+    for s in ws.active(role="root"):
+        own_failure = s.sub_domain not in (SubDomain.NETWORK, SubDomain.SCHEDULER)
+        if s.node and s.first_time and not ws.undated(s) and own_failure and (
+                s.node not in failed or s.first_time < (failed[s.node].first_time or s.first_time)):
+            failed[s.node] = s
+    for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
+        named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
+        own = failed.get(min(named)) if len(named) == 1 else None
+        began = None if ws.undated(s) else s.first_time
+        if own is None or own.node == s.node or began is None or own.first_time is None:
+            continue
+        if own.first_time - skew <= began <= own.first_time + echo:
+            ws.demote(s, f"{own.node} failed first ({own.name} at {own.first_time:%H:%M:%S}): its peers lost it")

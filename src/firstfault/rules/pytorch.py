@@ -29,6 +29,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
+    # torch.distributed.checkpoint: the ranks' own save or load errors gathered on the coordinator ('CheckpointException
+    # ranks:dict_keys([8, 9])'); each rank prints its own
+    "CheckpointException",
     # torch.multiprocessing.spawn: a child process exited with a non-zero code or a signal (its own error, if it
     # raised one, is printed by the child and wrapped as ProcessRaisedException)
     "ProcessExitedException",
