@@ -366,7 +366,7 @@ class LineReader:
             if rank and "rank" not in attributes:
                 attributes["rank"] = rank
             if relayed_from:
-                # kept apart from this node's own lines: rules/pytorch.py (RelayedOutput) moves it to its node
+                # kept apart from this node's own lines: rules/nccl.py (RelayedOutput) moves it to its node
                 attributes = {**attributes, "relayed_from": relayed_from}
                 discriminator = (*discriminator, relayed_from)
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
