@@ -230,29 +230,32 @@ def _cuda_error_key(event: Event) -> str:
     return ""
 
 
+def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
+    """A case of one applog line (stamped 00:10) that the rule reads as `symptom`."""
+    return RuleCase(title=title, evidence={"n1/applog": [f"2025-01-01T00:10:00Z {line}"]},
+                    expect=Expect(fired=True, sub_domain=sub_domain, root_symptom=symptom))
+
+
 @filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, doc="""
 A CUDA error given by its number or enum name (CudaErrorCode) becomes the catalog symptom the code means
 (rules/data/cuda_errors.toml, from the CUDA Runtime and Driver API enums): 700 or cudaErrorIllegalAddress is an
 illegal memory access, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
 another extractor already reads by its message keeps that reading; a code left out of the table stays context.
 """, cases=[
-    RuleCase(title="a C++ code's checkCudaErrors line", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z [3] CUDA error at solver.cu:211 code=1(cudaErrorInvalidValue) \"cudaMemcpy(d, h, n, "
-        "cudaMemcpyHostToDevice)\""]},
-        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA call rejected by its arguments")),
-    RuleCase(title="a driver API name", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z jax: Failed to retrieve branch_index value on stream 0x1: CUDA_ERROR_ILLEGAL_INSTRUCTION: "
-        "an illegal instruction was encountered"]},
-        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA illegal memory access")),
-    RuleCase(title="a multinode allocation the container's device access does not permit", evidence={"n1/applog": [
-        # https://github.com/NVIDIA/nvbandwidth/issues/39 (nvbandwidth's CU_ASSERT; the issue cut the line short)
-        "2025-01-01T00:10:00Z [CUDA_ERROR_NOT_PERMITTED] operation not permitted in expression cuMemCreate(&handle, "
-        "roundedUpAllocationSize, &prop, 0 ) on tensorflow-benchmarks-worker-0, rank = 0 in MultinodeMemoryAllocationUn"]},
-        expect=Expect(fired=True, sub_domain="configuration", root_symptom="CUDA feature not supported here")),
-    RuleCase(title="a line read by its message", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z RuntimeError: CUDA error: an illegal memory access was encountered "
-        "(cudaErrorIllegalAddress)"]},
-        expect=Expect(fired=True, sub_domain="application", root_symptom="CUDA illegal memory access")),
+    _read_as("a C++ code's checkCudaErrors line",
+             "[3] CUDA error at solver.cu:211 code=1(cudaErrorInvalidValue) \"cudaMemcpy(d, h, n, "
+             "cudaMemcpyHostToDevice)\"", "application", "CUDA call rejected by its arguments"),
+    _read_as("a driver API name",
+             "jax: Failed to retrieve branch_index value on stream 0x1: CUDA_ERROR_ILLEGAL_INSTRUCTION: an illegal "
+             "instruction was encountered", "application", "CUDA illegal memory access"),
+    # https://github.com/NVIDIA/nvbandwidth/issues/39 (nvbandwidth's CU_ASSERT; the issue cut the line short)
+    _read_as("a multinode allocation the container's device access does not permit",
+             "[CUDA_ERROR_NOT_PERMITTED] operation not permitted in expression cuMemCreate(&handle, "
+             "roundedUpAllocationSize, &prop, 0 ) on tensorflow-benchmarks-worker-0, rank = 0 in "
+             "MultinodeMemoryAllocationUn", "configuration", "CUDA feature not supported here"),
+    _read_as("a line read by its message",
+             "RuntimeError: CUDA error: an illegal memory access was encountered (cudaErrorIllegalAddress)",
+             "application", "CUDA illegal memory access"),
     RuleCase(title="a code whose meaning depends on the site", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z Return value 46 from 'cudaStreamCreate(&kernel_stream)'.  Exiting."]},
         expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
