@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--nodes", type=int, default=16)
     s.add_argument("--mib-per-node", type=float, default=1.0)
     s.add_argument("--batch-mib", type=float, default=4.0, help="batch size (of text)")
+    s.add_argument("--bundle-mib", type=float, default=0.0,
+                   help="send consecutive batches as `bundle` requests of up to this many MiB (default 0: one "
+                        "request per batch)")
     s.add_argument("--before", type=Path, help="serve from this src/ directory of another checkout (sent no "
                                                 "first_offset, its results not checked against analyze's)")
     s.add_argument("--format", choices=["raw_text", "raw_loki_streams"], default="raw_text",

@@ -4,7 +4,8 @@ CLI series) sent to `firstfault serve` over loopback with the v2 API, by concurr
 One session = POST /v2/sessions (the scenario's context), the evidence of every node and source as
 `raw_text` (or, with `--format raw_loki_streams`, Loki streams, each line stamped with its own time) batches of
 at most --batch-mib (cut at line boundaries, `first_line` and `first_offset` carried on),
-POST .../attribute, DELETE. Every diagnosis is checked against the planted fault, and the first session's result
+POST .../attribute, DELETE (with `--bundle-mib`, consecutive batches go in `bundle` requests of up to that many MiB).
+Every diagnosis is checked against the planted fault, and the first session's result
 against `firstfault analyze --json` of the same files (the same JSON document, key order included: analyze
 indents it, the service does not). Reported per concurrency level: sessions/s, MiB/s of evidence over HTTP,
 p50/p99 of whole sessions and of each request kind.
@@ -61,6 +62,19 @@ def _batches(path: Path, node: str, source: str, batch_bytes: int, offsets: bool
         first_line += chunk.count("\n")
         pos = end
     return bodies
+
+
+def _bundled(bodies: list[bytes], limit: int) -> list[bytes]:
+    """The batch bodies regrouped, in order, into `bundle` bodies of at most `limit` bytes (a larger batch alone)."""
+    groups: list[list[bytes]] = []
+    size = limit
+    for body in bodies:
+        if size + len(body) > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(body)
+        size += len(body) + 1
+    return [b'{"format":"bundle","batches":[' + b",".join(group) + b"]}" for group in groups]
 
 
 def _loki_batches(path: Path, node: str, source: str, batch_bytes: int, reference: datetime) -> list[bytes]:
@@ -211,6 +225,9 @@ def run_service(args: argparse.Namespace) -> int:
             path = node_dir / f"{source}.log"
             bodies += (_batches(path, node_dir.name, source, batch, not args.before) if args.format == "raw_text" else
                        _loki_batches(path, node_dir.name, source, batch, datetime.fromisoformat(start)))
+    batches = len(bodies)
+    if args.bundle_mib:
+        bodies = _bundled(bodies, int(args.bundle_mib * MIB))
     # Loki's stamps stand for the lines' own, and evidence cites no byte offsets: only raw text is analyze's input,
     # and only servers that read first_offset (an older one, --before, is sent none) cite analyze's offsets.
     expected = _analyze(directory) if args.format == "raw_text" and not args.before else None
@@ -237,7 +254,7 @@ def run_service(args: argparse.Namespace) -> int:
             for process, _ in servers:
                 process.terminate()
                 process.wait(30)
-    text = _table(rows, spec, manifest["bytes"], len(bodies), args)
+    text = _table(rows, spec, manifest["bytes"], batches, args)
     results = args.out / "results"
     results.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -289,9 +306,14 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _bundles(args: argparse.Namespace) -> str:
+    return f" (sent in bundles of <= {args.bundle_mib} MiB)" if args.bundle_mib else ""
+
+
 def _table(rows: list[dict[str, Any]], spec: Spec, nbytes: int, batches: int, args: argparse.Namespace) -> str:
     lines = [f"{spec.nodes} nodes x {spec.mib_per_node} MiB = {nbytes / MIB:.1f} MiB per session in "
-             f"{batches} {args.format} batches of <= {args.batch_mib} MiB; {args.sessions} sessions per run, "
+             f"{batches} {args.format} batches of <= {args.batch_mib} MiB"
+             f"{_bundles(args)}; {args.sessions} sessions per run, "
              f"{args.repeat} runs per row (median [min-max]); {os.cpu_count()} cores shared by servers, Redis and "
              f"clients; HTTP parser: {args.http_parser or 'the server default'}. Server CPU: the servers' user + system "
              "time per session, and the MiB each CPU second ingests.",

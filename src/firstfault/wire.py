@@ -2,7 +2,8 @@
 conversion into engine calls.
 
 Four formats, told apart by `format`: normalised observations, a raw text block of one node and source, Loki
-streams and a Prometheus `query_range` result. `prepare()` turns any of them into a `PreparedBatch` (lines
+streams and a Prometheus `query_range` result; and a fifth, `bundle`, that carries several batches of the four in
+one request. `prepare()` turns any of them into a `PreparedBatch` (lines
 cleaned, cut and timed; samples made observations) without touching a session, so the caller can check the
 session's caps first; `PreparedBatch.apply()` then feeds the engine.
 """
@@ -191,7 +192,21 @@ class PromBatch(BaseModel):
         return self.result + (self.data.result if self.data is not None else [])
 
 
-ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, Field(discriminator="format")]
+SingleBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, Field(discriminator="format")]
+
+
+class BundleBatch(BaseModel):
+    """Several batches in one request, applied in order and all or nothing, as one batch of the session: a
+    collector that has a whole workload's files at hand saves a request per file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["bundle"]
+    batches: list[SingleBatch] = Field(min_length=1, max_length=4096)
+
+
+ObservationBatch = Annotated[ObservationsBatch | RawTextBatch | LokiBatch | PromBatch | BundleBatch,
+                             Field(discriminator="format")]
 
 
 def _prom_time(stamp: float) -> datetime:
@@ -238,10 +253,11 @@ class PreparedBatch:
     observations: list[Observation] = field(default_factory=list)
     nbytes: int = 0
     truncated_lines: int = 0
+    parts: list[PreparedBatch] = field(default_factory=list)  # a bundle's members, applied first, in order
 
     def apply(self, session: Session) -> int:
         """Feed the batch to `session`; returns the observations (lines and samples) it held."""
-        count = 0
+        count = sum(part.apply(session) for part in self.parts)
         for block in self.blocks:
             count += session.ingest_block(block.node, block.source, block.data, block.origin,
                                           first_line=block.first_line, offset=block.offset,
@@ -305,7 +321,12 @@ def cut_line(raw: bytes, max_line_bytes: int) -> str:
     return raw[:max_line_bytes].decode("utf-8", "ignore") + marker
 
 
-def prepare(batch: ObservationsBatch | RawTextBatch | LokiBatch | PromBatch, max_line_bytes: int) -> PreparedBatch:
+def prepare(batch: ObservationsBatch | RawTextBatch | LokiBatch | PromBatch | BundleBatch,
+            max_line_bytes: int) -> PreparedBatch:
+    if isinstance(batch, BundleBatch):
+        parts = [prepare(member, max_line_bytes) for member in batch.batches]
+        return PreparedBatch(format=batch.format, parts=parts, nbytes=sum(part.nbytes for part in parts),
+                             truncated_lines=sum(part.truncated_lines for part in parts))
     if isinstance(batch, RawTextBatch):
         return _prepare_raw_text(batch, max_line_bytes)
     if isinstance(batch, PromBatch):

@@ -1,4 +1,4 @@
-"""The four observation formats of the ingest endpoint."""
+"""The observation formats of the ingest endpoint."""
 
 from __future__ import annotations
 
@@ -126,6 +126,44 @@ def test_formats_can_be_mixed_in_one_session(client: httpx.Client, new_session: 
         else:
             assert post(client, sid, raw_text_batch(node, source, text)).status_code == 202
     assert verdict(client.post(f"/v2/sessions/{sid}/attribute").json()["result"]) == EXPECTED
+
+
+@pytest.mark.parametrize("loki", [False, True], ids=["raw text", "raw text and loki"])
+def test_a_bundle_gives_the_result_of_its_batches_sent_one_by_one(client: httpx.Client,
+                                                                  new_session: Callable[..., str], loki: bool) -> None:
+    members = []
+    for node, source, text in sample_files():
+        if source == "syslog" and loki:
+            streams = [{"stream": {"hostname": node}, "values": [[str(ns), line] for ns, line in stamped(text)]}]
+            members.append({"format": "raw_loki_streams", "source": "syslog", "streams": streams})
+        else:
+            members.append(raw_text_batch(node, source, text))
+    one_by_one = new_session(sample_context())
+    for member in members:
+        assert post(client, one_by_one, member).status_code == 202
+    bundled = new_session(sample_context())
+    ack = post(client, bundled, {"format": "bundle", "batches": members})
+    assert ack.status_code == 202, ack.text
+    expected = client.post(f"/v2/sessions/{one_by_one}/attribute").json()
+    answer = client.post(f"/v2/sessions/{bundled}/attribute").json()
+    assert answer["result"] == expected["result"] and verdict(answer["result"]) == EXPECTED
+    assert answer["computed_from"]["observations"] == expected["computed_from"]["observations"] == ack.json()["accepted"]
+    assert answer["computed_from"]["batches"] == 1 and ack.json()["batch"] == 1  # the bundle is one batch
+
+
+@pytest.mark.parametrize(("batches", "where"), [
+    ([{"format": "raw_text", "node": "node-01", "source": "applog", "text": "ok"},
+      {"format": "raw_text", "node": "node-02", "source": "journal", "text": "x"}], "batches.1"),
+    ([{"format": "raw_text", "source": "applog", "text": "ok"}, {"format": "bundle", "batches": []}], "batches.1"),
+    ([], "batches"),
+])
+def test_a_bundle_with_a_bad_member_is_refused_whole_naming_it(client: httpx.Client, new_session: Callable[..., str],
+                                                             batches: list[dict], where: str) -> None:
+    sid = new_session(sample_context())
+    response = post(client, sid, {"format": "bundle", "batches": batches})
+    assert response.status_code == 422 and response.json()["error_code"] == "invalid_request"
+    assert where in response.json()["message"], response.text
+    assert client.get(f"/v2/sessions/{sid}").json()["observations"] == 0  # nothing of it was taken
 
 
 @pytest.mark.parametrize(("stamps", "error"), [

@@ -21,11 +21,12 @@ from firstfault.service.schemas import (
     SessionCreated,
     SessionState,
 )
-from firstfault.wire import ContextBody, ObservationBatch, RawTextBatch
+from firstfault.wire import BundleBatch, ContextBody, ObservationBatch, RawTextBatch
 
 CONTEXT: TypeAdapter[ContextBody] = TypeAdapter(ContextBody)
 BATCH: TypeAdapter[ObservationBatch] = TypeAdapter(ObservationBatch)
 RAW_TEXT: TypeAdapter[RawTextBatch] = TypeAdapter(RawTextBatch)
+BUNDLE: TypeAdapter[BundleBatch] = TypeAdapter(BundleBatch)
 SessionId = Annotated[str, Path(max_length=128, description="The id returned when the session was created")]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=256,
                                               description="Retries carrying the same key are ingested once")]
@@ -37,7 +38,13 @@ async def _strict_batch(request: Request) -> ObservationBatch:
     doc = await request.json()
     if isinstance(doc, dict) and doc.get("format") == "raw_text":
         return strict_document(RAW_TEXT, doc, ("body", "raw_text"))
+    if isinstance(doc, dict) and doc.get("format") == "bundle" and _all_raw_text(doc.get("batches")):
+        return strict_document(BUNDLE, doc, ("body", "bundle"))
     return await strict_body(request, BATCH)
+
+
+def _all_raw_text(members: object) -> bool:
+    return isinstance(members, list) and all(isinstance(m, dict) and m.get("format") == "raw_text" for m in members)
 
 
 def router(service: AttributionService, auth: list[DependsParam]) -> APIRouter:
