@@ -33,13 +33,15 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("(pid=4121, ip=10.0.0.2) 2026-05-14 10:04:40,123 INFO worker.py:1 x", "2026-05-14T10:04:40.123000"),
     ("[2024-04-20T09:09:36.512] slurmctld", "2024-04-20T09:09:36.512000"),
     ("2024-06-16_20:34:34 x", "2024-06-16T20:34:34"),
+    ("[rank0]:[titan] 2026-05-12 17:07:23,237 - root - INFO - step: 3000  loss:  3.63069", "2026-05-12T17:07:23.237000"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
     assert parsed is not None and parsed.replace(tzinfo=None).isoformat() == expected
 
 
-@pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", ""])
+@pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", "",
+                                  "[titan] step 5 at 2026-05-12 17:07:23"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

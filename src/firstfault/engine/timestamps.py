@@ -28,6 +28,7 @@ _NON_TIME_PREFIX = re.compile(
       | \([\w.-]*\s?pid=\d+(?:,\s?ip=[\d.]+)?\)\s  # Ray worker output: (ActorName pid=N) / (pid=N, ip=A)
       | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
       | \d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}\s(?=\S)  # minute-resolution platform stamp (often local time)
+      | \[[A-Za-z][\w.-]{0,31}\]\s      # a logger's name tag: torchtitan's [titan] (its stamp follows)
     )""",
     re.VERBOSE,
 )
