@@ -37,20 +37,32 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
+# What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel.
+WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled")
 
 
-@refiner("HungBeforeTimeLimit", phase=Phase.REFINE_LATE, doc=f"""
-A time limit (Slurm's, or a Kubernetes Job's deadline) is the cause only if the workload was still working when it
-struck. When training progress
-stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before the limit (or, without progress lines, the workload's
-own first report of a stall or failure came that long before it), the workload had hung: the time limit is demoted
-and the hang - explained by that report, or by nothing in the evidence - is what remains. A stack dump that shows
-ranks waiting in a collective says the same whatever its time: it is taken of a job that stopped making progress.
+@refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
+A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
+still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
+it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
+workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
+failure - explained by that report, or by nothing in the evidence - is what remains. A stack dump that shows ranks
+waiting in a collective says the same whatever its time: it is taken of a job that stopped making progress.
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="hang, then the user cancels", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
+        context={"scheduler_state": "CANCELLED"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
+    RuleCase(title="working until the user cancels", evidence={"n1/applog": [
+        f"2025-01-01T01:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 58)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
+        context={"scheduler_state": "CANCELLED"},
+        expect=Expect(fired=False, sub_domain="scheduler", terminal_state="CANCELLED")),
     RuleCase(title="working until the limit", evidence={"n1/applog": [
         f"2025-01-01T01:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 58)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
@@ -73,9 +85,9 @@ ranks waiting in a collective says the same whatever its time: it is taken of a 
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
 ])
-def hung_before_time_limit(ws: Workspace) -> None:
+def hung_before_limit_or_cancel(ws: Workspace) -> None:
     if any(ws.active(prefix="Rank waiting in a collective")):
-        for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
+        for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
             ws.demote(limit, "a stack dump shows ranks waiting in a collective: the job had hung")
         return
     ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
@@ -89,8 +101,8 @@ def hung_before_time_limit(ws: Workspace) -> None:
         working_until, what = min(failing), "the workload reported a stall or failure"
     else:
         return
-    for limit in (s for name in TIME_LIMITS for s in ws.active(prefix=name)):
-        # a time limit ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
+    for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
+        # a time limit or a cancel ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
         stamped = [e.time for e in limit.evidence if e.time is not None and not e.time_inferred]
         when = min(stamped) if stamped else ws.context.end_time
@@ -98,7 +110,8 @@ def hung_before_time_limit(ws: Workspace) -> None:
             continue
         idle = (when - working_until).total_seconds()
         if idle > HUNG_BEFORE_LIMIT_S:
-            ws.demote(limit, f"{what} {idle / 60:.0f} min before the time limit: the job had hung")
+            ws.demote(limit, f"{what} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
+                             "failed already")
 
 
 # How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
@@ -281,13 +294,14 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
             ws.promote(s, "this node's kubelet was reclaiming disk when the workload's pods were evicted for a full disk")
 
 
-@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, doc=f"""
+@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
 was shut down on purpose; a powered-down node Slurm could not resume never came up at all. A Kubernetes or Slurm node
 failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
-not a fault of the node: it is demoted and the node is not blamed.
+not a fault of the node: it is demoted and the node is not blamed. The operating system's shutdown then stands as
+what took the node from the workload (scheduler, no node blamed).
 """, cases=[
     RuleCase(title="a spot node reclaimed", evidence={
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
@@ -307,7 +321,8 @@ not a fault of the node: it is demoted and the node is not blamed.
         "a/scheduler": ["[2025-07-04T15:27:31.902] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
                  "start_time": "2025-07-04T11:00:00Z", "end_time": "2025-07-04T15:31:00Z"},
-        expect=Expect(fired=True, culprits=[], terminal_state="NODE_FAIL", demoted=["Slurm node failure"])),
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -329,6 +344,8 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
                                                         began[n] - window <= declared <= began[n] + window))
         if shut and len(shut) == len(lost):
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
+            for shutdown in (s for node in shut for s in ws.select(prefix="Orderly OS shutdown", node=node)):
+                ws.promote(shutdown, f"the shutdown of {shutdown.node} took it from the workload")
 
 
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
@@ -366,7 +383,7 @@ def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
 
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
-          after=("HungBeforeTimeLimit", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
+          after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it.
