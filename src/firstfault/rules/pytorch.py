@@ -174,7 +174,7 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
         "Jan  1 00:10:00 n1 kubelet[1893]: E0101 00:10:00.514090    1893 pod_workers.go:1298] \"Error syncing pod, "
         "skipping\" err=\"failed to \\\"StartContainer\\\" with RunContainerError: \\\"context deadline exceeded\\\"\""]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
-    RuleCase(title="a container state's reason in kubectl describe", evidence={"n1/scheduler": [
+    RuleCase(title="a container state's reason in a controller's log of a pod", evidence={"n1/applog": [
         "      Reason:       StartError"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="an OSError whose errno says the program's call was wrong", evidence={"n1/applog": [
