@@ -237,6 +237,18 @@ class Event(Record, frozen=False):
     values: dict[str, list[str]] = field(default_factory=dict)
     rule: str
 
+    def value_set(self, key: str) -> set[str]:
+        """Every value `key` took on the event's lines (its kept evidence's and the others')."""
+        return attribute_values(self.values, self.attributes, key)
+
+
+def attribute_values(values: dict[str, list[str]], attributes: dict[str, Any], key: str) -> set[str]:
+    """The values an attribute took over a coalesced event's lines: those collected, and the kept evidence's own."""
+    found = set(values.get(key, []))
+    if attributes.get(key) not in (None, ""):
+        found.add(str(attributes[key]))
+    return found
+
 
 Status = Literal["bad", "interesting"]
 Role = Literal["root", "symptom", "context"]

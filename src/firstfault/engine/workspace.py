@@ -20,6 +20,7 @@ from firstfault.engine.model import (
     SubDomain,
     TerminalState,
     TraceEntry,
+    attribute_values,
 )
 from firstfault.engine.params import Params
 
@@ -75,10 +76,7 @@ class WorkSymptom:
         return (t is None, t.timestamp() if t else 0.0, self.node or "", self.name)
 
     def value_set(self, key: str) -> set[str]:
-        found = set(self.values.get(key, []))
-        if key in self.attributes and self.attributes[key] not in (None, ""):
-            found.add(str(self.attributes[key]))
-        return found
+        return attribute_values(self.values, self.attributes, key)
 
     def gpu_ids(self) -> set[str]:
         """The GPUs the symptom names: PCI bus ids (kernel lines, DCGM's pci_bus_id), else DCGM UUIDs, else NVML

@@ -461,6 +461,71 @@ def training_stall(ws: Workspace) -> None:
                          "stalled_min": round(minutes)}))
 
 
+# Collectives whose input must have the same number of elements on every rank (all-to-all's may differ by design).
+_EQUAL_SIZE_OPS = frozenset({"ALLREDUCE", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER", "_REDUCE_SCATTER_BASE",
+                             "BROADCAST", "REDUCE"})
+
+
+def _watchdog_timeout(seq: int, op: str, numel: int, rank: int, group: bool = True) -> str:
+    """A rule-case line: the exit of one rank's ProcessGroupNCCL watchdog on a timeout (naming group 3, or none)."""
+    pg = f"[PG ID 2 PG GUID 3 Rank {rank}] Process group watchdog thread terminated with exception: " if group else ""
+    return (f"2025-01-01T00:40:00Z [rank{rank}]:[E0101 00:40:00.000000000 ProcessGroupNCCL.cpp:2143] {pg}[Rank {rank}] "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, "
+            f"NumelOut={numel * 2}, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.")
+
+
+@filter_rule("WatchdogSizesDisagree", phase=Phase.FILTER, doc="""
+ProcessGroupNCCL's watchdog names the collective it timed out on: its sequence number, type and input size, and the
+watchdog thread's exit names the process group (sequence numbers count per group). When ranks time out on the same
+collective of the same group with different input sizes, and the collective needs the same size on every rank
+(all-reduce, all-gather, reduce-scatter, broadcast, reduce), the ranks called it with different tensors: they had
+diverged (a data-dependent shape, a rank that took another code path). A `Collective mismatch (desync)` root is
+placed at the first of them; the timeouts are its symptoms. All-to-all sizes may differ, and timeouts whose group is
+not named are not compared.
+""", cases=[
+    RuleCase(title="two ranks, one all-gather, two sizes", evidence={
+        "n1/applog": [_watchdog_timeout(65054, "_ALLGATHER_BASE", 452480, 0)],
+        "n2/applog": [_watchdog_timeout(65054, "_ALLGATHER_BASE", 468640, 1)]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom="Collective mismatch (desync)")),
+    RuleCase(title="the same size everywhere", evidence={
+        "n1/applog": [_watchdog_timeout(9, "ALLREDUCE", 1024, 0)],
+        "n2/applog": [_watchdog_timeout(9, "ALLREDUCE", 1024, 1)]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="sizes differ, but the group is not named (each group counts its own sequence numbers)", evidence={
+        "n1/applog": [_watchdog_timeout(1, "BROADCAST", 452480, 0, group=False)],
+        "n2/applog": [_watchdog_timeout(1, "BROADCAST", 468640, 1, group=False)]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="an all-to-all with uneven splits", evidence={
+        "n1/applog": [_watchdog_timeout(12, "ALLTOALL_BASE", 4096, 0)],
+        "n2/applog": [_watchdog_timeout(12, "ALLTOALL_BASE", 8192, 1)]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def watchdog_sizes_disagree(ws: Workspace) -> None:
+    sizes: dict[tuple[str, str, str], set[str]] = {}
+    first: dict[tuple[str, str, str], Event] = {}
+    for event in (e for e in ws.events if e.symptom == "NCCL watchdog timeout"):
+        groups, seqs, ops = event.value_set("pg"), event.value_set("seq"), event.value_set("op")
+        if len(groups) != 1 or len(seqs) != 1 or len(ops) != 1 or next(iter(ops)) not in _EQUAL_SIZE_OPS:
+            continue  # no group named, or several collectives on one node: which size goes with which is not kept
+        key = (next(iter(groups)), next(iter(seqs)), next(iter(ops)))
+        sizes.setdefault(key, set()).update(event.value_set("numel_in"))
+        if key not in first or _order(event) < _order(first[key]):
+            first[key] = event
+    for key, found in sorted(sizes.items()):
+        if len(found) > 1:
+            _group, seq, op = key
+            event = first[key]
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Collective mismatch (desync)",
+                             evidence=event.evidence, time=event.time, attributes={
+                                 "meaning": f"ranks timed out on collective {seq} ({op}) with different input sizes "
+                                            f"({', '.join(sorted(found, key=int))} elements): they had diverged"}))
+            return
+
+
+def _order(event: Event) -> tuple[bool, float, str]:
+    return event.time is None, event.time.timestamp() if event.time else 0.0, event.node or ""
+
+
 # Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
 # and the host's Xid 13 / Xid 31 for the same event). Where they recur tells the two apart.
 KERNEL_FAULT_REPORTS = ("CUDA illegal memory access", "XID-13", "XID-31")
