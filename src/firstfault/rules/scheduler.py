@@ -9,7 +9,7 @@ call a job COMPLETED while a step failed, and a completed job's scary lines are 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from firstfault.engine.model import (
@@ -35,10 +35,35 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
+# Undated progress is placed from iteration counts: the stall must then also be this share of the time since the start.
+UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
 # What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel.
 WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled")
+
+
+def _megatron_iteration(iteration: int, ms: float) -> str:
+    """A rule-case line: Megatron's training_log() line, without a time of its own."""
+    return (f" iteration {iteration:8d}/   10000 | consumed samples: {iteration * 512:12d} | elapsed time per iteration "
+            f"(ms): {ms:.1f} | learning rate: 1.500E-04 | lm loss: 2.1E+00 |")
+
+
+def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
+    """When undated Megatron iteration lines say training had got to: from the workload's start, the last iteration
+    seen times the longest time per iteration seen. A run resumed from a checkpoint only makes that later than it
+    was (it counts iterations done before the start); a slow start-up makes it earlier, which the margin absorbs. None
+    without a start time, or when the iterations seen may not include the last (more than a symptom keeps)."""
+    start = ws.context.start_time
+    progress = [s for s in ws.select(prefix="Training progress") if s.value_set("iteration") and s.value_set("iter_ms")]
+    if start is None or not progress or any(len(s.values.get("iteration", [])) >= ws.params.max_values_per_attribute
+                                            for s in progress):
+        return None
+    iteration = max(int(v) for s in progress for v in s.value_set("iteration"))
+    per_iteration_ms = max(float(v) for s in progress for v in s.value_set("iter_ms"))
+    reached = start + timedelta(milliseconds=iteration * per_iteration_ms)
+    return reached, (f"training reached iteration {iteration} at up to {per_iteration_ms:.0f} ms per iteration (about "
+                     f"{reached:%Y-%m-%dT%H:%M}Z from the start)")
 
 
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
@@ -46,13 +71,24 @@ A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel 
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
 it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
-failure - explained by that report, or by nothing in the evidence - is what remains. A stack dump that shows ranks
-waiting in a collective says the same whatever its time: it is taken of a job that stopped making progress.
+failure - explained by that report, or by nothing in the evidence - is what remains. Megatron's iteration lines without
+a time of their own still say how far training got: the last iteration times the longest time per iteration, from the
+workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
+A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
+stopped making progress.
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="undated Megatron iterations: 100 of 6 s each, then nothing until the limit", evidence={"n1/applog": [
+        _megatron_iteration(i, 6000.0) for i in range(10, 101, 10)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="undated Megatron iterations that account for the time up to the limit", evidence={"n1/applog": [
+        _megatron_iteration(i, 6000.0) for i in range(100, 1101, 100)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
     RuleCase(title="hang, then the user cancels", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
@@ -95,10 +131,14 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     # it was no longer working
     failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
                and s.sub_domain != SubDomain.SCHEDULER]
+    margin = 0.0
     if ends:
         working_until, what = max(ends), "training progress stopped"
     elif failing:
         working_until, what = min(failing), "the workload reported a stall or failure"
+    elif (reached := _iterations_reached(ws)) is not None:
+        working_until, what = reached
+        margin = UNDATED_PROGRESS_MARGIN
     else:
         return
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
@@ -109,7 +149,8 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         if when is None:
             continue
         idle = (when - working_until).total_seconds()
-        if idle > HUNG_BEFORE_LIMIT_S:
+        started = ws.context.start_time
+        if idle > max(HUNG_BEFORE_LIMIT_S, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{what} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
 
@@ -158,7 +199,9 @@ When a node dies, its peers' RDMA operations to it fail (retry exceeded, flushes
 peer errors whose named peer is a node the scheduler then declared failed (Slurm DOWN, Kubernetes NotReady, a
 Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes before that declaration, are the
 node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
-(a fault in the lost node's own log, earlier, still comes first).
+(a fault in the lost node's own log, earlier, still comes first). When the peer they name is an address that no
+evidence maps to a node and the scheduler declared exactly one node failed, that node is taken as the peer. NCCL's
+WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such.
 """, cases=[
     RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
@@ -170,6 +213,12 @@ node failure's symptoms, not a fabric fault. They are demoted, and the node fail
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"], terminal_state="NODE_FAIL",
                       demoted=["IB Error-12"])),
+    RuleCase(title="peers lose an address no line maps; Slurm then marks one node down", evidence={
+        "a/applog": ["2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129"],
+        "a/scheduler": ["[2025-01-01T00:18:00.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="the errors name another node", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
                      "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
@@ -189,8 +238,11 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             continue
         for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
+            if not peers and len(lost) == 1 and s.definition.blame == "peer" and s.value_set("peer"):
+                peers = lost  # it names an address no evidence maps to a node, and only one node was lost
+            # a time only inherited from an earlier line is a lower bound: the error came then or later
             began = s.first_time
-            if peers and peers <= lost and s.node not in lost and began is not None and not ws.undated(s) \
+            if peers and peers <= lost and s.node not in lost and began is not None \
                     and declared - window <= began <= declared + timedelta(seconds=ws.params.clock_skew_s):
                 ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it "
                           f"{(declared - began).total_seconds() / 60:.0f} min later")
