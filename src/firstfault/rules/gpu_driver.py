@@ -386,6 +386,36 @@ def fabric_not_ready_after_sxid(ws: Workspace) -> None:
                        "reported these SXids")
 
 
+@refiner("DiagnosticFailedOnTestConditions", phase=Phase.CLEAN, doc="""
+A DCGM diagnostic's failure of a GPU is that GPU's fault unless the same report says the test's conditions failed it:
+copy engines already busy before nvbandwidth, or thermal violations of no length. When one of those warnings names
+the failed GPU on the same node (or names no GPU), the failure is demoted and the warning is what remains: a test to
+run again, not a GPU to drain.
+""", cases=[
+    RuleCase(title="nvbandwidth on busy copy engines", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z | nvbandwidth               | Fail - GPU: 2                                  |",
+        "2025-01-01T00:10:00Z | Warning                   | GPU 2 The memory copy utilization for the GPU: 2 is "
+        "greater than 10%. This may affect the results of the nvbandwidth test. |"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      demoted=["GPU failed a DCGM diagnostic"])),
+    RuleCase(title="a real thermal failure beside a zero-length one", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z | Targeted Power            | Fail - GPU: 0                                  |",
+        "2025-01-01T00:10:00Z | Warning                   | GPU 0 Thermal violations totaling 13.3 seconds started at "
+        "9.7 seconds into the test |",
+        "2025-01-01T00:10:00Z | Warning                   | GPU 5 Thermal violations totaling 0.0 seconds started at "
+        "30.0 seconds into the test |"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def diagnostic_failed_on_test_conditions(ws: Workspace) -> None:
+    for failure in ws.active(prefix="GPU failed a DCGM diagnostic"):
+        for condition in ws.select(node=failure.node, prefix="DCGM diagnostic failed on its test conditions"):
+            gpus = condition.value_set("gpu")
+            if not gpus or gpus & failure.value_set("gpu"):
+                ws.demote(failure, f"the report says its test conditions failed GPU {', '.join(sorted(gpus)) or '?'} "
+                                   f"({condition.evidence[0].text.strip()[:120]})")
+                break
+
+
 @refiner("LostGpuTakesItsLinks", phase=Phase.CLEAN, doc="""
 A GPU that fell off the bus (Xid 79) takes its NVLinks down with it: the NVSwitch ports wired to it then report link
 faults (SXid 20034 'LTSSM Fault Up', link down). NVLink and NVSwitch errors on the same node that begin with the loss or
