@@ -42,12 +42,12 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-28", "blind-29", "blind-30", "blind-32", "blind-33", "blind-34", "blind-36", "blind-37",
                 "blind-38", "blind-40", "blind-41", "blind-42", "blind-43", "blind-44", "blind-45", "blind-47", "blind-49",
                 "blind-50", "blind-51", "blind-52", "blind-57", "blind-58", "blind-59", "blind-60", "blind-61",
-                "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68")
+                "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68", "blind-75", "blind-78",
+                "blind-81")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
     "blind-24": 1,   # b24-008: the node whose kubelet reclaimed disk, the evicted pod using 34 MiB of it
-    "blind-29": 1,   # b29-012: a Slurm NODE_FAIL names its node (issue 13: node-level failures name the node)
     "blind-33": 1,   # b33-007: CUDA's unknown error on one rank only is a GPU suspect (issue 13)
     "blind-36": 2,   # b36-017: the device plugin's own Xid 999 verdict; b36-004: NVLS set-up failing on two of four
 }

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import SubDomain
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
-from firstfault.engine.workspace import Workspace, WorkSymptom
+from firstfault.engine.model import EventType, SubDomain
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
+from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
 
 MCE_UC_BIT = 61
@@ -308,3 +308,75 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         declared = report.first_time
         if lost and all(n in echoes and declared and echoes[n][0] <= declared <= echoes[n][1] for n in lost):
             ws.demote(report, f"{', '.join(sorted(lost))} was stopped by its kernel: the scheduler declared it lost")
+
+
+# Reports of a node the scheduler declared failed, and the records of a node shut down on purpose.
+NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure")
+_ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
+# A node declared failed that boots again within this long came back from that failure (not from a later repair).
+REBOOT_AFTER_FAILURE_S = 1800.0
+
+
+@filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
+A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady) whose own log then shows the
+kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted'),
+with no orderly shutdown or graceful node shutdown logged before, went down by itself: it reset (a hang the watchdog or BMC ended, a crash that left nothing in
+its logs, a power event). A `Node reset during the workload` root is placed on it at the declaration: a host fault
+of that node, of which the node failure and its peers' errors are the consequences. Not when the scheduler declared
+several nodes failed (a cause they share: power, a cluster-wide event), nor when the node logged a panic or fatal
+machine check as it came back (that record is the root).
+""", cases=[
+    RuleCase(title="declared down, then the node boots", evidence={
+        "a/scheduler": ["[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"],
+        "b/syslog": ["Jan  1 00:39:39 b kernel: [    0.000000] Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org) "
+                     "(gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], terminal_state="NODE_FAIL",
+                      root_symptom="Node reset during the workload")),
+    RuleCase(title="Slurm finds the node rebooted", evidence={
+        "a/scheduler": ["[2025-01-01T00:38:10.104] validate_node_specs: Node b unexpectedly rebooted boot_time=1735691890 "
+                        "last response=1735691800"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="Node reset during the workload")),
+    RuleCase(title="shut down on purpose, then booted", evidence={
+        "a/scheduler": ["[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"],
+        "b/syslog": ["Jan  1 00:36:00 b systemd-logind[912]: System is rebooting.",
+                     "Jan  1 00:39:39 b kernel: [    0.000000] Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org) "
+                     "(gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="no boot after the failure", evidence={
+        "a/scheduler": ["[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
+])
+def node_reset_itself(ws: Workspace) -> None:
+    declared: dict[str, datetime] = {}  # each node the scheduler declared failed, and when it first did
+    said_reset: set[str] = set()  # ... and those it said rebooted unexpectedly (Slurm)
+    for event in ws.events:
+        if event.symptom in NODE_FAILURE_REPORTS and event.type == EventType.NODE_BAD and event.time is not None:
+            for node in filter(None, (ws.canonical_node(name) for name in event.value_set("blamed_node"))):
+                declared[node] = min(event.time, declared.get(node, event.time))
+                if event.value_set("reset"):
+                    said_reset.add(node)
+    if len(declared) != 1:
+        return  # several nodes failed at once: a cause they share (power, a cluster-wide event), not one node
+    ((node, when),) = declared.items()
+    if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
+        return
+    since, until = when - timedelta(seconds=ws.params.clock_skew_s), when + timedelta(seconds=REBOOT_AFTER_FAILURE_S)
+    boot = next((b for b in ws.events_of(f"{EventType.CONTEXT}.boot") if ws.canonical_node(b.node) == node
+                 and b.time is not None and not b.evidence.time_inferred and since <= b.time <= until), None)
+    if boot is None and node not in said_reset:
+        return
+    came_back = boot.time if boot is not None and boot.time else when
+    if any(e.symptom in _NODE_STOPPERS and ws.canonical_node(e.node) == node and e.time and e.time >= came_back
+           for e in ws.events):
+        return  # the records the node logged as it came back say why it stopped: they are the root
+    report = min((e for e in ws.events if e.symptom in NODE_FAILURE_REPORTS and e.time == when), key=lambda e: e.node or "")
+    how = (f"booting again at {came_back:%H:%M:%S} ({boot.evidence.text.strip()[:80]})" if boot is not None
+           else "reported by Slurm as unexpectedly rebooted")
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom="Node reset during the workload",
+                     evidence=report.evidence, time=when, attributes={
+                         "meaning": f"declared failed at {when:%H:%M:%S} and {how}, with no orderly shutdown logged: "
+                                    "it reset"}))
