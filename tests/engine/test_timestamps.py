@@ -34,6 +34,7 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("[2024-04-20T09:09:36.512] slurmctld", "2024-04-20T09:09:36.512000"),
     ("2024-06-16_20:34:34 x", "2024-06-16T20:34:34"),
     ("[rank0]:[titan] 2026-05-12 17:07:23,237 - root - INFO - step: 3000  loss:  3.63069", "2026-05-12T17:07:23.237000"),
+    ("25/03/01 09:41:12 ERROR Executor: Exception in task 3.0 in stage 2.0 (TID 7)", "2025-03-01T09:41:12"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
@@ -41,7 +42,8 @@ def test_formats(line: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", "",
-                                  "[titan] step 5 at 2026-05-12 17:07:23"])
+                                  "[titan] step 5 at 2026-05-12 17:07:23",
+                                  "12/03/01 09:41:12 a log4j stamp years from the window is not read"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 
