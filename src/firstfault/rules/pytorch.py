@@ -54,14 +54,19 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "AcceleratorError", "CudaError", "XlaRuntimeError", "JaxRuntimeError",
     # PaddlePaddle's wrapper of an external library's failure (CUDA, NCCL, cuDNN), read by its message
     "ExternalError",
+    # cuDF's Java wrappers of a CUDA error (Spark RAPIDS), read by its message; Spark's job-level wrapper of the
+    # failure of a task or of the context ('Job aborted due to stage failure: ... most recent failure: <the task's>')
+    "CudaException", "CudaFatalException", "SparkException",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
-# says that it failed, not why, and so does one named for a transport that gave up (a KV cache's KVTransferError, a
-# library's ...TimeoutError or ...ConnectionError: the peer or the path is where the cause is); and a message that
+# says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
+# closed (a KV cache's KVTransferError, a library's ...TimeoutError or ...ConnectionError, Dask's CommClosedError,
+# Spark's RpcTimeoutException: the peer or the path is where the cause is); and a message that
 # sends the reader to another error (an earlier one, another rank's) is a report of that error. None is the
 # program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
-                    "ConnectionError", "DisconnectedError", "CommunicationError", "NetworkError")
+                    "TimeoutException", "ConnectionError", "DisconnectedError", "ClosedError", "CommunicationError",
+                    "NetworkError")
 # ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
 # TensorFlow's FailedPreconditionError is the program's own (an op run in a state it cannot run in).
 _NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|Exception)$")
@@ -96,6 +101,10 @@ def _program_errno(text: str) -> bool:
     return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
 
 
+# Extractors whose events another rule consumes and replaces with its reading (the CUDA error code's meaning).
+_REREAD_EXTRACTORS = frozenset({"CudaErrorCode"})
+
+
 def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> Callable[[Event], bool]:
     """Whether an extractor other than `rule` made an event of `types` from an event's line: a line with a reading.
     Matching lines close in time are coalesced into one event that keeps its first line only, so a line of the same
@@ -110,11 +119,16 @@ def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> Callabl
                 coalesced.setdefault(origin, set()).add(e.rule)
     extractors = {x.name: x for x in ws.catalog.extractors}
 
+    # extractors whose events a filter rule replaced with its own reading (CudaErrorCodeMeaning): only their matching
+    # of the line says that they read it
+    replaced = [x for x in ws.catalog.extractors if x.name in _REREAD_EXTRACTORS and x.name != rule]
+
     def read(event: Event) -> bool:
         origin = event.evidence.provenance.origin
+        text = event.evidence.text
         return (origin, event.evidence.provenance.line) in lines or any(
-            name in extractors and extractors[name].regex.search(event.evidence.text) is not None
-            for name in sorted(coalesced.get(origin, ())))
+            name in extractors and extractors[name].regex.search(text) is not None
+            for name in sorted(coalesced.get(origin, ()))) or any(x.regex.search(text) for x in replaced)
     return read
 
 
