@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import EventType, SubDomain
+from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
@@ -351,17 +351,18 @@ machine check as it came back (that record is the root).
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
 def node_reset_itself(ws: Workspace) -> None:
-    declared: dict[str, datetime] = {}  # each node the scheduler declared failed, and when it first did
+    declared: dict[str, tuple[datetime, Event]] = {}  # each node the scheduler declared failed: its first report
     said_reset: set[str] = set()  # ... and those it said rebooted unexpectedly (Slurm)
     for event in ws.events:
         if event.symptom in NODE_FAILURE_REPORTS and event.type == EventType.NODE_BAD and event.time is not None:
             for node in filter(None, (ws.canonical_node(name) for name in event.value_set("blamed_node"))):
-                declared[node] = min(event.time, declared.get(node, event.time))
+                if node not in declared or event.time < declared[node][0]:
+                    declared[node] = (event.time, event)
                 if event.value_set("reset"):
                     said_reset.add(node)
     if len(declared) != 1:
         return  # several nodes failed at once: a cause they share (power, a cluster-wide event), not one node
-    ((node, when),) = declared.items()
+    ((node, (when, report)),) = declared.items()
     if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
         return
     since, until = when - timedelta(seconds=ws.params.clock_skew_s), when + timedelta(seconds=REBOOT_AFTER_FAILURE_S)
@@ -373,7 +374,6 @@ def node_reset_itself(ws: Workspace) -> None:
     if any(e.symptom in _NODE_STOPPERS and ws.canonical_node(e.node) == node and e.time and e.time >= came_back
            for e in ws.events):
         return  # the records the node logged as it came back say why it stopped: they are the root
-    report = min((e for e in ws.events if e.symptom in NODE_FAILURE_REPORTS and e.time == when), key=lambda e: e.node or "")
     how = (f"booting again at {came_back:%H:%M:%S} ({boot.evidence.text.strip()[:80]})" if boot is not None
            else "reported by Slurm as unexpectedly rebooted")
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom="Node reset during the workload",
