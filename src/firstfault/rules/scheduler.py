@@ -24,7 +24,7 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import blamed_nodes
+from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -398,6 +398,67 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
             for shutdown in (s for node in shut for s in ws.select(prefix="Orderly OS shutdown", node=node)):
                 ws.promote(shutdown, f"the shutdown of {shutdown.node} took it from the workload")
+
+
+def _shutdown_times(ws: Workspace) -> dict[str, datetime]:
+    """When each node's operating system began an orderly power-off or reboot (dated lines only)."""
+    began: dict[str, datetime] = {}
+    for s in ws.select(prefix="Orderly OS shutdown"):
+        if s.node and s.first_time and not ws.undated(s):
+            began[s.node] = min(began.get(s.node, s.first_time), s.first_time)
+    return began
+
+
+@refiner("ShutdownLeftPeersWaiting", phase=Phase.REFINE_LATE, after=("OrderlyShutdownIsNotANodeFailure",), doc=f"""
+Without a scheduler's word on a lost node, the peers of a node whose operating system powered off in order (a
+reclaimed spot VM, an operator's reboot) only see its ranks vanish: their collectives and stores time out minutes
+later, and those reports name no node. When no root candidate remains, exactly one node of the workload began an
+orderly shutdown while it ran, that node reported no failure before it, the other nodes' first failure followed within
+{NODE_FAILURE_DETECTION_S / 60:.0f} minutes and training did not go on after it, the shutdown is what took the node from
+the workload: it stands as the answer (scheduler, no node blamed).
+""", cases=[
+    RuleCase(title="a spot VM powered off; its peer's watchdog fires ten minutes later", evidence={
+        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
+        "a/applog": ["2025-01-01T00:30:05Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+                     "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]},
+        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+    RuleCase(title="the peer failed first", evidence={
+        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
+        "a/applog": ["2025-01-01T00:10:05Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+                     "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]},
+        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
+        expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="a root candidate of its own stays the answer", evidence={
+        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
+        "a/syslog": ["Jan  1 00:25:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                     "the bus."]},
+        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def shutdown_left_peers_waiting(ws: Workspace) -> None:
+    if ws.active(role="root"):
+        return
+    start, end = ws.context.start_time, ws.end_time
+    began = {node: t for node, t in _shutdown_times(ws).items()
+             if (start is None or t >= start) and (end is None or t <= end)}
+    if len(began) != 1:
+        return
+    (node, shut), = began.items()
+    own_first = min((t for s in ws.active(node=node) if (t := s.first_time) and not ws.undated(s)), default=None)
+    others_first = min((t for s in ws.active() if s.node != node and (t := s.first_time) and not ws.undated(s)),
+                       default=None)
+    if (own_first is not None and own_first < shut) or others_first is None or \
+            not shut <= others_first <= shut + timedelta(seconds=NODE_FAILURE_DETECTION_S):
+        return
+    progress = [t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)]
+    if progress and max(progress) > shut + timedelta(seconds=SURVIVED_AFTER_S):
+        return
+    for s in ws.select(prefix="Orderly OS shutdown", node=node):
+        ws.promote(s, f"{node} was shut down in order {(others_first - shut).total_seconds() / 60:.0f} min before "
+                      "its peers' first failure, which names no node")
 
 
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
