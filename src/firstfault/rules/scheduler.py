@@ -461,6 +461,39 @@ def shutdown_left_peers_waiting(ws: Workspace) -> None:
                       "its peers' first failure, which names no node")
 
 
+# What ranks report when the processes they wait for were stopped: a collective or the store outlived its timeout.
+_SUSPENSION_TIMEOUTS = ("NCCL watchdog timeout", "NCCL heartbeat monitor timeout", "Rendezvous or store timeout")
+
+
+@refiner("SuspendedCollectivesTimedOut", phase=Phase.REFINE_LATE, doc="""
+A job Slurm suspended in place and resumed keeps the collectives its ranks had in flight; on resume their
+watchdogs find them older than the timeout and abort every rank. When the job's record says it was suspended and
+the only failures are collective or store timeouts (no root candidate of its own), the suspension is the answer
+(scheduler, no node blamed).
+""", cases=[
+    RuleCase(title="watchdogs fire on resume", evidence={
+        "a/scheduler": ["   SuspendTime=2025-01-01T00:50:00 SecsPreSuspend=1800 LastSchedEval=2025-01-01T00:00:00"],
+        "a/applog": ["2025-01-01T00:50:01Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+                     "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=1800000) ran for 2843855 milliseconds before timing out."]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+    RuleCase(title="a fault of its own outranks the suspension", evidence={
+        "a/scheduler": ["   SuspendTime=2025-01-01T00:50:00 SecsPreSuspend=1800 LastSchedEval=2025-01-01T00:00:00"],
+        "a/syslog": ["Jan  1 00:49:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                     "the bus."]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0"},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def suspended_collectives_timed_out(ws: Workspace) -> None:
+    suspended = ws.select(prefix="Job suspended by the scheduler")
+    if not suspended or ws.active(role="root"):
+        return
+    timeouts = sorted((s for s in ws.active() if s.name.startswith(_SUSPENSION_TIMEOUTS)), key=WorkSymptom.sort_key)
+    if timeouts:
+        ws.promote(suspended[0], f"the job was suspended and resumed; {timeouts[0].name} is what a pause leaves")
+
+
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
