@@ -540,6 +540,71 @@ def _order(event: Event) -> tuple[bool, float, str]:
     return event.time is None, event.time.timestamp() if event.time else 0.0, event.node or ""
 
 
+BUSY_MARGIN_S = 120.0  # progress this long into a collective's wait is work that went on while peers waited
+_TRAINING_BAR = re.compile(r"\bloss\b", re.IGNORECASE)
+
+
+def _watchdog_line(ts: str, rank: int) -> str:
+    """A rule-case line: a rank's watchdog giving up on a broadcast after 30 minutes."""
+    return (f"{ts} [E ProcessGroupNCCL.cpp:587] [Rank {rank}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=128, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1809156 milliseconds before timing out.")
+
+
+@filter_rule("RankWorkedThroughTheWait", phase=Phase.FILTER, after=("WatchdogSizesDisagree",), doc=f"""
+ProcessGroupNCCL's watchdog says how long the collective it gave up on had waited ('ran for N milliseconds'), so
+the wait began N ms before the timeout line. Ranks stuck in a hang or behind a broken link stop making progress when
+it begins. When a tqdm bar that reports no loss (not the training loop's own) printed a line with a stamp of its own
+at least {BUSY_MARGIN_S / 60:.0f} minutes (or a quarter of the wait, if longer) into that wait and no later than the
+timeout, some rank was working while its peers waited: it was busy outside the collective (an evaluation, sampling or
+indexing loop only it runs) for longer than the timeout. Training-progress lines are not read this way: a step can
+log while a collective it did not wait for is still pending. A `Rank busy outside a collective` root (application, no node
+blamed) is placed at that progress line.
+""", cases=[
+    RuleCase(title="rank 0 indexes a file while the others wait", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z  35%|████      | 73811/208140 [30:01<54:44, 41.0it/s]"],
+        "b/applog": [_watchdog_line("2025-01-01T00:10:10Z", 9)]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom="Rank busy outside a collective")),
+    RuleCase(title="progress stopped when the wait began: a hang", evidence={
+        "a/applog": ["2025-01-01T00:00:00Z  35%|████      | 73811/208140 [30:01<54:44, 41.0it/s]"],
+        "b/applog": [_watchdog_line("2025-01-01T00:30:10Z", 9)]},
+        expect=Expect(fired=False)),
+    RuleCase(title="the training loop's own bar", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z Epoch 2:  35%|████      | 766/2188 [30:01<54:44, 2.06it/s, loss=0.0305]"],
+        "b/applog": [_watchdog_line("2025-01-01T00:10:10Z", 9)]},
+        expect=Expect(fired=False)),
+    RuleCase(title="a bar that carries no stamp of its own", evidence={
+        "a/applog": ["2025-01-01T00:09:00Z starting", " 70%|███████   | 700/1000 [26:57<11:33,  2.31s/it]"],
+        "b/applog": [_watchdog_line("2025-01-01T00:10:10Z", 9)]},
+        expect=Expect(fired=False)),
+])
+def rank_worked_through_the_wait(ws: Workspace) -> None:
+    waits = []
+    for event in (e for e in ws.events if e.symptom == "NCCL watchdog timeout" and _dated(e) is not None):
+        waited = next(iter(event.value_set("ran_ms") or event.value_set("timeout_ms")), None)
+        if waited is not None and event.time is not None:
+            waits.append((event.time, float(waited) / 1000.0))
+    if not waits:
+        return
+    timed_out, waited_s = min(waits)
+    began = timed_out - timedelta(seconds=waited_s)
+    busy_from = began + timedelta(seconds=max(BUSY_MARGIN_S, waited_s / 4))
+    until = timed_out + timedelta(seconds=ws.params.clock_skew_s)
+    for event in sorted((e for e in ws.events if e.symptom == "Progress bar"), key=_order):
+        if _TRAINING_BAR.search(event.evidence.text):
+            continue  # the training loop's own bar: if it advanced, the group was not all waiting
+        at = next((t for t in (_dated(event), None if event.evidence.time_inferred else event.time)
+                   if t is not None and busy_from <= t <= until), None)
+        if at is None:
+            continue
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Rank busy outside a collective",
+                         evidence=event.evidence, time=at, attributes={
+                             "meaning": f"progress on {event.node or '-'} at {at:%H:%M:%S}, "
+                                        f"{(at - began).total_seconds() / 60:.0f} min into a {waited_s / 60:.0f}-min "
+                                        "collective wait that then timed out: a rank was working while its peers "
+                                        "waited"}))
+        return
+
+
 # Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
 # and the host's Xid 13 / Xid 31 for the same event). Where they recur tells the two apart.
 KERNEL_FAULT_REPORTS = ("CUDA illegal memory access", "XID-13", "XID-31")

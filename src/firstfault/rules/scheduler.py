@@ -251,7 +251,7 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
 # The kubelet's eviction message: how far free space fell below its threshold, and what each evicted container used.
 _EVICTION_SHORTFALL = re.compile(r"Threshold quantity: (?P<threshold>[0-9.]+[KMGTPE]?i?), available: "
                                  r"(?P<available>[0-9.]+[KMGTPE]?i?)")
-_CONTAINER_USE = re.compile(r"Container \S+ was using (?P<used>[0-9.]+[KMGTPE]?i?)")
+_CONTAINER_USE = re.compile(r"Container (?:\S+ )?was using (?P<used>[0-9.]+[KMGTPE]?i?)")
 _QUANTITY = re.compile(r"(?P<number>[0-9.]+)(?P<suffix>[KMGTPE]?i?)")
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -311,6 +311,11 @@ own writes filled the disk and the node is not blamed.
     RuleCase(title="no threshold given, the pod wrote gigabytes", evidence={
         "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
                         "ephemeral-storage. Container train was using 7499Mi, which exceeds its request of 0."],
+        **_RECLAIMING},
+        expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="a message that leaves the container unnamed (fms-hf-tuning PR 106)", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted  pod/w-1  The node was low on resource: "
+                        "ephemeral-storage. Container was using 1498072868Ki, which exceeds its request of 0."],
         **_RECLAIMING},
         expect=Expect(fired=True, culprits=[], sub_domain="storage")),
     RuleCase(title="no threshold given, the pod wrote little", evidence={
@@ -532,13 +537,23 @@ def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
           after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
-or hung, and the scheduler only ended it.
+or hung, and the scheduler only ended it. A cancel is also demoted when the program itself reported failing (an
+error in its own output, even one that names no cause) more than five minutes before it and training did not go
+on after that: someone ended a run that had already failed.
 """, cases=[
     RuleCase(title="port error then time limit", evidence={
         "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got async event : port error"],
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="network", culprits=["a"], terminal_state="TIMEOUT")),
+    RuleCase(title="a cancel long after the ranks failed", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
+        "b/scheduler": ["[2025-01-01T00:56:00.000] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=1 uid 1000"]},
+        context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    RuleCase(title="a cancel right after an error", evidence={
+        "a/applog": ["2025-01-01T00:55:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
+        "b/scheduler": ["[2025-01-01T00:56:00.000] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=1 uid 1000"]},
+        context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=False, sub_domain="scheduler")),
     RuleCase(title="time limit alone", evidence={
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
@@ -552,6 +567,32 @@ def scheduler_action_yields(ws: Workspace) -> None:
             first = min(earlier, key=WorkSymptom.sort_key)
             ws.demote(action, f"the job had already failed ({first.name} on {first.node or '-'}); "
                       "the scheduler only ended it")
+        elif action.name.startswith("Job cancelled") and (failed := _failed_long_before(ws, action)) is not None:
+            minutes = (action.first_time - failed.first_time).total_seconds() / 60 if action.first_time and \
+                failed.first_time else 0.0
+            ws.demote(action, f"the program had reported its failure ({failed.name} on {failed.node or '-'}) "
+                      f"{minutes:.0f} min before the cancel, which only ended it")
+
+
+CANCELLED_AFTER_FAILURE_S = 300.0  # a cancel this long after the program reported failing is a reaction to it
+
+
+def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> WorkSymptom | None:
+    """The program's own first failure report (its output, dated), at least CANCELLED_AFTER_FAILURE_S before a
+    cancel, with no training progress after it: the run had failed and someone ended what was left."""
+    if cancel.first_time is None or ws.undated(cancel):
+        return None
+    progress = [t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)]
+    reports = sorted((s for s in ws.active() if s.sub_domain != SubDomain.SCHEDULER and s.first_time
+                      and not ws.undated(s) and s.evidence and all(e.source == SourceKind.APPLOG for e in s.evidence)),
+                     key=WorkSymptom.sort_key)
+    for s in reports:
+        assert s.first_time is not None
+        if s.first_time > cancel.first_time - timedelta(seconds=CANCELLED_AFTER_FAILURE_S):
+            return None
+        if not any(t > s.first_time + timedelta(seconds=SURVIVED_AFTER_S) for t in progress):
+            return s
+    return None
 
 
 def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
