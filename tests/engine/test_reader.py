@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,3 +59,16 @@ def test_a_relayed_line_states_no_fact_about_the_node_that_relayed_it(engine: En
     result = run_rule_case(engine.compiled, case)
     collected = [t.detail for t in result.trace if t.rule == "IpToNodeMap"]
     assert collected and collected[0].startswith("1 node addresses"), collected
+
+
+def test_slurmstepd_cancel_notice_is_dated_by_the_time_it_states(engine: Engine) -> None:
+    """The job output's cancel notice has no stamp of its own; the time it states ('CANCELLED AT ...') is its time,
+    not the earlier line's it would otherwise inherit as a lower bound."""
+    case = RuleCase(title="unstamped cancel notice", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error",
+                     "slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T00:56:00 ***"]},
+        context={"scheduler_state": "CANCELLED"}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    cancels = [s for s in result.symptoms if s.symptom.startswith("Job cancelled") and s.node == "a"]
+    assert cancels and cancels[0].evidence[0].time == datetime(2025, 1, 1, 0, 56, tzinfo=UTC)
+    assert not cancels[0].evidence[0].time_inferred

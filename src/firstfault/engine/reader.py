@@ -41,6 +41,9 @@ _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(
 _RAY_RELAY_PREFIX = re.compile(
     r"^\s*(?:\S+\s+){0,2}\((?:[\w.:-]+(?:, | ))?(?:pid=\d+, )?ip=(\d{1,3}(?:\.\d{1,3}){3})\)")
 _TIME_LOOKBACK_LINES = 64
+# slurmstepd writes its cancel notice into the job's output without a stamp of its own but states when it happened:
+# '*** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:56:00 ***'. That stated time is the line's own (in the node's clock).
+_STATED_TIME = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 _PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
 _EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
                     "xid": EventType.XID_BURST}
@@ -259,6 +262,8 @@ class LineReader:
                         stream_clock.saw(time, stamp.zoned)
                     if utc_offset and not stamp.zoned:
                         time -= utc_offset
+            if time is None and not undated and (stated := self._stated_time(text)) is not None:
+                time = stated - utc_offset if utc_offset else stated
             inherited = time is None and not undated
             if inherited:
                 found = self._last_time_of(data, start, stop=prev_end, utc_offset=utc_offset)
@@ -271,6 +276,13 @@ class LineReader:
             self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited, acc)
             prev_end, prev_time = end, time
         return last_time
+
+    def _stated_time(self, text: str) -> datetime | None:
+        """The time an unstamped line states as its own (slurmstepd's 'CANCELLED AT <time>'), if it states one."""
+        if "CANCELLED AT " not in text:
+            return None
+        found = _STATED_TIME.search(text)
+        return None if found is None else self.timestamps.parse(found.group(1))
 
     def _transport_time(self, given: datetime | None, origin: str, line_no: int) -> datetime | None:
         """The time a transport gave a line, when it lies in the engine's window; outside it, None (the line's own
