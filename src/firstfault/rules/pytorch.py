@@ -297,9 +297,8 @@ ONE_NODE_FAULT_RULE = "CudaDeviceErrorOnOneNode"
 
 
 @refiner(ONE_NODE_FAULT_RULE, phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
-cudaErrorUnknown (999), a CUDA that cannot initialise or find a GPU, and cuBLAS/cuDNN kernels that failed to execute
-are the driver's or device's own failure when one node raises them while the others, running the same code, only
-wait on it: a GPU suspect on that node. Raised on several nodes
+cudaErrorUnknown (999) and a CUDA that cannot initialise or find a GPU are the driver's or device's own failure, so
+raised on one node while the others only wait on it, they are a GPU suspect on that node. Raised on several nodes
 they follow something shared (a fabric event, a driver update, the image, the workload itself): not one GPU's
 fault, so they are demoted there.
 """, cases=[
@@ -313,7 +312,7 @@ fault, so they are demoted there.
         expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=["CUDA unknown error"])),
 ])
 def cuda_device_error_on_one_node(ws: Workspace) -> None:
-    for name in ("CUDA unknown error", "GPU could not be initialised", "CUDA library kernel failed"):
+    for name in ("CUDA unknown error", "GPU could not be initialised"):
         raised = ws.active(prefix=name)
         nodes = sorted({s.node or "" for s in raised})
         if len(nodes) < 2:
