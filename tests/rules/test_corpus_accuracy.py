@@ -43,7 +43,7 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-38", "blind-40", "blind-41", "blind-42", "blind-43", "blind-44", "blind-45", "blind-47", "blind-49",
                 "blind-50", "blind-51", "blind-52", "blind-57", "blind-58", "blind-59", "blind-60", "blind-61",
                 "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68", "blind-75", "blind-78",
-                "blind-81")
+                "blind-81", "blind-88", "blind-90", "blind-93", "blind-95")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
