@@ -322,6 +322,29 @@ def cuda_device_error_on_one_node(ws: Workspace) -> None:
 
 
 
+@refiner("ComputeModeRefusedTheProcess", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
+CUDA's 'busy or unavailable' on a node whose GPUs were set to an exclusive or prohibited compute mode is that mode
+refusing a second process, not a GPU fault: the GPU error is demoted and the compute-mode setting becomes the root
+(configuration, no node blamed).
+""", cases=[
+    RuleCase(title="a prolog put the GPUs in exclusive-process mode", evidence={"n1/syslog": [
+        "Jan  1 00:00:05 n1 slurm-prolog[4]: Set compute mode to EXCLUSIVE_PROCESS for GPU 00000000:07:00.0."],
+        "n1/applog": ["2025-01-01T00:01:00Z n1: Test CUDA failure common.cu:1023 'CUDA-capable device(s) is/are busy or "
+                      "unavailable'"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["CUDA device busy or unavailable"])),
+    RuleCase(title="a busy GPU in the default mode", evidence={"n1/applog": [
+        "2025-01-01T00:01:00Z n1: Test CUDA failure common.cu:1023 'CUDA-capable device(s) is/are busy or unavailable'"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def compute_mode_refused_the_process(ws: Workspace) -> None:
+    for busy in ws.active(prefix="CUDA device busy or unavailable"):
+        modes = ws.select(node=busy.node, prefix="GPU compute mode refused a process")
+        if modes:
+            ws.demote(busy, f"the GPUs of {busy.node} were set to {next(iter(modes[0].value_set('mode')), 'a restricted')} "
+                      "compute mode: the mode refused the process")
+            ws.promote(modes[0], "this node's GPUs admit one process each; CUDA refused another")
+
+
 @refiner("CudaInitErrorAfterProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 CUDA's initialization error (cudaErrorInitializationError, 3) means a process could not start CUDA. Raised on a node
 that had been training, CUDA had started there: a process forked after CUDA was initialised (a DataLoader worker, a
