@@ -414,6 +414,14 @@ def _shutdown_times(ws: Workspace) -> dict[str, datetime]:
     return began
 
 
+def _powered_off_b_then_timeout_on_a(timed_out: str) -> dict[str, list[str]]:
+    """Rule-case evidence: node b powered off at 00:20 by its power button; a's watchdog gave up at `timed_out`."""
+    return {"b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
+            "a/applog": [f"2025-01-01T{timed_out}Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+                         "collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                         "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]}
+
+
 @refiner("ShutdownLeftPeersWaiting", phase=Phase.REFINE_LATE, after=("OrderlyShutdownIsNotANodeFailure",), doc=f"""
 Without a scheduler's word on a lost node, the peers of a node whose operating system powered off in order (a
 reclaimed spot VM, an operator's reboot) only see its ranks vanish: their collectives and stores time out minutes
@@ -422,20 +430,13 @@ orderly shutdown while it ran, that node reported no failure before it, the othe
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes and training did not go on after it, the shutdown is what took the node from
 the workload: it stands as the answer (scheduler, no node blamed).
 """, cases=[
-    RuleCase(title="a spot VM powered off; its peer's watchdog fires ten minutes later", evidence={
-        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
-        "a/applog": ["2025-01-01T00:30:05Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
-                     "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-                     "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]},
-        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
-    RuleCase(title="the peer failed first", evidence={
-        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
-        "a/applog": ["2025-01-01T00:10:05Z [rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
-                     "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-                     "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]},
-        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
-        expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="a spot VM powered off; its peer's watchdog fires ten minutes later",
+             evidence=_powered_off_b_then_timeout_on_a("00:30:05"),
+             context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
+             expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+    RuleCase(title="the peer failed first", evidence=_powered_off_b_then_timeout_on_a("00:10:05"),
+             context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
+             expect=Expect(fired=False, culprits=[])),
     RuleCase(title="a root candidate of its own stays the answer", evidence={
         "b/syslog": ["Jan  1 00:20:00 b systemd-logind[912]: Power key pressed."],
         "a/syslog": ["Jan  1 00:25:00 a kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
