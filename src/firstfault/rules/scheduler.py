@@ -568,9 +568,8 @@ def scheduler_action_yields(ws: Workspace) -> None:
             first = min(earlier, key=WorkSymptom.sort_key)
             ws.demote(action, f"the job had already failed ({first.name} on {first.node or '-'}); "
                       "the scheduler only ended it")
-        elif action.name.startswith("Job cancelled") and (failed := _failed_long_before(ws, action)) is not None:
-            minutes = (action.first_time - failed.first_time).total_seconds() / 60 if action.first_time and \
-                failed.first_time else 0.0
+        elif action.name.startswith("Job cancelled") and (found := _failed_long_before(ws, action)) is not None:
+            failed, minutes = found
             ws.demote(action, f"the program had reported its failure ({failed.name} on {failed.node or '-'}) "
                       f"{minutes:.0f} min before the cancel, which only ended it")
 
@@ -578,28 +577,33 @@ def scheduler_action_yields(ws: Workspace) -> None:
 CANCELLED_AFTER_FAILURE_S = 300.0  # a cancel this long after the program reported failing is a reaction to it
 
 
-def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> WorkSymptom | None:
-    """The program's own first failure report (its output, dated), at least CANCELLED_AFTER_FAILURE_S before a
-    cancel, with no training progress after it: the run had failed and someone ended what was left."""
-    if cancel.first_time is None or ws.undated(cancel):
+def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> tuple[WorkSymptom, float] | None:
+    """The program's own first failure report (its output, dated) and how many minutes it came before a cancel: at
+    least CANCELLED_AFTER_FAILURE_S, with no training progress after it - the run had failed and someone ended what
+    was left."""
+    cancelled = cancel.first_time
+    if cancelled is None or ws.undated(cancel):
         return None
     progress = [t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)]
-    reports = sorted((s for s in ws.active() if s.sub_domain != SubDomain.SCHEDULER and s.first_time
-                      and not ws.undated(s) and s.evidence and all(e.source == SourceKind.APPLOG for e in s.evidence)),
-                     key=WorkSymptom.sort_key)
-    for s in reports:
-        assert s.first_time is not None
-        if s.first_time > cancel.first_time - timedelta(seconds=CANCELLED_AFTER_FAILURE_S):
+    reports = sorted(((t, s) for s in ws.active() if s.sub_domain != SubDomain.SCHEDULER and (t := s.first_time)
+                      and not ws.undated(s) and _own_output(s)), key=lambda pair: pair[1].sort_key())
+    for reported, s in reports:
+        if reported > cancelled - timedelta(seconds=CANCELLED_AFTER_FAILURE_S):
             return None
-        if not any(t > s.first_time + timedelta(seconds=SURVIVED_AFTER_S) for t in progress):
-            return s
+        if not any(t > reported + timedelta(seconds=SURVIVED_AFTER_S) for t in progress):
+            return s, (cancelled - reported).total_seconds() / 60
     return None
+
+
+def _own_output(s: WorkSymptom) -> bool:
+    """Every line of the symptom is the workload's own output (applog: its stdout and stderr)."""
+    return bool(s.evidence) and all(e.source == SourceKind.APPLOG for e in s.evidence)
 
 
 def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
     """The symptom happened while the workload ran (not in the collection margin around it). A line of the
     workload's own output (applog: its stdout and stderr) was written while it ran, stamped or not."""
-    if s.evidence and all(e.source == SourceKind.APPLOG for e in s.evidence):
+    if _own_output(s):
         return True
     start, end = ws.context.start_time, ws.context.end_time
     if ws.undated(s) or s.first_time is None or start is None or end is None:
