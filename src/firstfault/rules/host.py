@@ -179,14 +179,15 @@ def hung_in_nvidia_driver(ws: Workspace) -> None:
 # How long after a node's kernel stopped it its peers may still report losing it: RDMA retries (NCCL_IB_TIMEOUT and
 # retry count: tens of seconds to minutes) and TCP timeouts run out within this.
 DEAD_NODE_ECHO_S = 600.0
-_NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU hard lockup")
+_NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU hard lockup", "BMC reported a hardware fault")
 # Records a node writes when it ends the workload's processes on it (the kernel's OOM killer, the kubelet evicting
 # for a full disk): the node lives on, but its ranks are gone, and their peers' RDMA operations to them fail.
 _WORKLOAD_KILLERS = ("Host OOM kill", "Node disk pressure")
 
 
 def _stopped_at(s: WorkSymptom) -> bool:
-    """A kernel record that stopped its node: a panic (not a survivable oops), a fatal machine check, a hard lockup."""
+    """A record of what stopped its node: a kernel panic (not a survivable oops), a fatal machine check, a hard lockup,
+    a failed power supply, CPU or memory its BMC logged."""
     return s.name != "Kernel panic or oops" or bool(s.value_set("reason"))
 
 
@@ -210,7 +211,8 @@ def _left_from_previous_boot(ws: Workspace, s: WorkSymptom) -> bool:
 
 
 @refiner("DeadNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
-A node whose kernel panicked, took a fatal machine check or a hard lockup stops answering at once: its peers' network
+A node whose kernel panicked, took a fatal machine check or a hard lockup, or whose BMC logged a failed power supply,
+CPU or memory, stops answering at once: its peers' network
 errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
 or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's
 own kernel record stays the root candidate. An error naming another node, or one from before, is kept. A machine check
@@ -231,6 +233,12 @@ disk) is lost to its peers the same way from that moment, and their errors that 
         "a/applog": ["2025-01-01T00:10:32Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
                      "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    RuleCase(title="peers lose a node whose power supplies failed", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b ipmievd[2113]: Power Supply sensor PS1 Status Failure detected Asserted"],
+        "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 "
+                     "vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                                                     demoted=["IB Error-12"])),
     # the reset left the machine check in the banks; the rebooted kernel logged it (Linux's MCE start-up poll)
     RuleCase(title="peers lost a node whose machine check was logged after its reboot", evidence={
         "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [    2.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
@@ -287,7 +295,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
                 how[s.node] = f"the machine check its kernel logged after rebooting ({s.first_time:%H:%M:%S}) stopped it"
             else:
                 echoes[s.node] = (s.first_time - skew, s.first_time + echo)
-                how[s.node] = f"its kernel stopped it at {s.first_time:%H:%M:%S}"
+                how[s.node] = f"{s.name} stopped it at {s.first_time:%H:%M:%S}"
     gone = dict(echoes)  # the nodes whose peers lost them: stopped by their kernel, or their ranks killed
     for s in ws.active(role="root"):
         if s.node and s.node not in gone and s.first_time and not ws.undated(s) and s.name in _WORKLOAD_KILLERS:
@@ -307,7 +315,8 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
         if lost and all(n in echoes and declared and echoes[n][0] <= declared <= echoes[n][1] for n in lost):
-            ws.demote(report, f"{', '.join(sorted(lost))} was stopped by its kernel: the scheduler declared it lost")
+            first = sorted(lost)[0]
+            ws.demote(report, f"{first}: {how[first]}; the scheduler declared it lost")
 
 
 # Reports of a node the scheduler declared failed, and the records of a node shut down on purpose.

@@ -409,6 +409,51 @@ def contained_errors_across_nodes(ws: Workspace) -> None:
             ws.drop(event, f"CUDA_ERROR_CONTAINED on {len(reports)} nodes at once: their shared NVLink path")
 
 
+_NO_START = "GPU could not be initialised"
+
+
+@filter_rule("InitFailedOnEveryNode", phase=Phase.FILTER, doc="""
+A CUDA that could not start or found no GPU on every node of the workload (two or more), before any node made
+training progress, is their shared setup, not a GPU of each: each node's reports become one `CUDA could not start on
+any node` event (same evidence, configuration, no node blamed). On some nodes only, or after progress (a process
+forked after CUDA started), other rules read them.
+""", cases=[
+    RuleCase(title="every node at start", evidence={
+        "n1/applog": ["2025-01-01T00:00:10Z CUDA backend failed to initialize: operation gpuDeviceGetAttribute( &major, "
+                      "GPU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) failed: CUDA_ERROR_NOT_INITIALIZED"],
+        "n2/applog": ["2025-01-01T00:00:11Z CUDA backend failed to initialize: operation gpuDeviceGetAttribute( &major, "
+                      "GPU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) failed: CUDA_ERROR_NOT_INITIALIZED"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="CUDA could not start on any node")),
+    RuleCase(title="one node of three", evidence={
+        "n1/applog": ["2025-01-01T00:00:10Z   what():  CUDA error: initialization error"],
+        "n2/applog": ["2025-01-01T00:00:10Z NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"],
+        "n3/applog": ["2025-01-01T00:00:10Z NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"]},
+        context={"nodes": ["n1", "n2", "n3"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def init_failed_on_every_node(ws: Workspace) -> None:
+    reports: dict[str, list[Event]] = {}
+    for event in ws.events:
+        if event.symptom == _NO_START and event.type == EventType.NODE_BAD and event.node:
+            reports.setdefault(event.node, []).append(event)
+    nodes = set(ws.context.nodes)
+    if len(nodes) < 2 or set(reports) != nodes:
+        return
+    began = min((e.time for events in reports.values() for e in events if e.time is not None), default=None)
+    progress = [e.time for e in ws.events if e.symptom == "Training progress" and e.time is not None]
+    if began is not None and progress and min(progress) < began:
+        return
+    for node, events in sorted(reports.items()):
+        first = min(events, key=lambda e: (e.time is None, e.time or datetime.min))
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom="CUDA could not start on any node",
+                         evidence=first.evidence, time=first.time, last_time=first.last_time,
+                         count=sum(e.count for e in events)))
+        for event in events:
+            ws.drop(event, f"CUDA could not start on any of the {len(nodes)} nodes: their shared setup")
+
+
 SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's
 
 
