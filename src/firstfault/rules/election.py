@@ -335,6 +335,12 @@ def before_the_start(ws: Workspace) -> None:
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
 
 
+def last_progress(ws: Workspace) -> datetime | None:
+    """When the workload last reported training progress, from the lines that carry their own time."""
+    return max((t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)),
+               default=None)
+
+
 @refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc=f"""
 A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
 minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
@@ -352,10 +358,9 @@ workload; it is demoted as survived.
         expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
 ])
 def survived_by_progress(ws: Workspace) -> None:
-    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
-    if not ends:
+    progress_end = last_progress(ws)
+    if progress_end is None:
         return
-    progress_end = max(ends)
     margin = timedelta(seconds=SURVIVED_AFTER_S)
     for s in ws.active(role="root"):
         last = s.last_time or s.first_time

@@ -24,7 +24,7 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes
+from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes, last_progress
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -126,14 +126,14 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
             ws.demote(limit, "a stack dump shows ranks waiting in a collective: the job had hung")
         return
-    ends = [s.last_time for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
+    progress_end = last_progress(ws)
     # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
     # it was no longer working
     failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
                and s.sub_domain != SubDomain.SCHEDULER]
     margin = 0.0
-    if ends:
-        working_until, what = max(ends), "training progress stopped"
+    if progress_end is not None:
+        working_until, what = progress_end, "training progress stopped"
     elif failing:
         working_until, what = min(failing), "the workload reported a stall or failure"
     elif (reached := _iterations_reached(ws)) is not None:
@@ -459,8 +459,8 @@ def shutdown_left_peers_waiting(ws: Workspace) -> None:
     if (own_first is not None and own_first < shut) or others_first is None or \
             not shut <= others_first <= shut + timedelta(seconds=NODE_FAILURE_DETECTION_S):
         return
-    progress = [t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)]
-    if progress and max(progress) > shut + timedelta(seconds=SURVIVED_AFTER_S):
+    progress_end = last_progress(ws)
+    if progress_end is not None and progress_end > shut + timedelta(seconds=SURVIVED_AFTER_S):
         return
     for s in ws.select(prefix="Orderly OS shutdown", node=node):
         ws.promote(s, f"{node} was shut down in order {(others_first - shut).total_seconds() / 60:.0f} min before "
@@ -584,13 +584,13 @@ def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> tuple[WorkSymptom
     cancelled = cancel.first_time
     if cancelled is None or ws.undated(cancel):
         return None
-    progress = [t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)]
+    progress_end = last_progress(ws)
     reports = sorted(((t, s) for s in ws.active() if s.sub_domain != SubDomain.SCHEDULER and (t := s.first_time)
                       and not ws.undated(s) and _own_output(s)), key=lambda pair: pair[1].sort_key())
     for reported, s in reports:
         if reported > cancelled - timedelta(seconds=CANCELLED_AFTER_FAILURE_S):
             return None
-        if not any(t > reported + timedelta(seconds=SURVIVED_AFTER_S) for t in progress):
+        if progress_end is None or progress_end <= reported + timedelta(seconds=SURVIVED_AFTER_S):
             return s, (cancelled - reported).total_seconds() / 60
     return None
 
