@@ -83,6 +83,10 @@ _POINTS_ELSEWHERE = re.compile(
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)")
 
+# A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
+# connection): the process it called is gone or not listening, which is where the cause is.
+_PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused")
+
 
 # OSError and its aliases carry an errno. Most errnos are read by the rules of what they mean (ENOSPC, EIO, ESTALE,
 # EMFILE ... by the storage and host rules; ECONNRESET, EPIPE ... are a dead peer), but the ones that say the program
@@ -143,7 +147,8 @@ types that report a failure elsewhere or wrap a message other rules read (NOT_TH
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
 ...ConnectionError), an exception whose message points to another error (an earlier one,
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
-field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), and an exception whose
+field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
+not be reached (gRPC's 'failed to connect to all addresses', a refused connection), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
 address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS) is kept as the program's.
@@ -194,6 +199,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     RuleCase(title="an OSError whose errno says the program's call was wrong", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z OSError: [Errno 14] Bad address"]},
         expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
+    # gRPC core's wording when no resolved address accepted the connection (a Ray worker calling a head that is gone)
+    _reports_elsewhere("a call to a peer that is not listening",
+        "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:10.64.3.17:8265: Failed to connect to remote host: Connection refused"),
     _reports_elsewhere("an OSError whose errno is a dead peer's",
         "2025-01-01T00:10:00Z OSError: [Errno 104] Connection reset by peer"),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
@@ -216,6 +225,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
+        elif _PEER_UNREACHABLE.search(event.evidence.text):
+            ws.drop(event, f"{name}: its message says a peer could not be reached")
         elif _GO_SOURCE.search(event.evidence.text):
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
@@ -250,11 +261,22 @@ def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
                     expect=Expect(fired=True, sub_domain=sub_domain, root_symptom=symptom))
 
 
+# A CUDA call the program did not make: NCCL's own ('NCCL WARN Cuda failure', its allocator, proxy and transports) and
+# the driver's virtual-memory calls a library makes to map memory between GPUs or nodes (cuMemCreate, cuMemMap,
+# cuMemSetAccess, cuMemExportToShareableHandle ...). Their arguments are the library's; refused, they say that this
+# driver, container or fabric does not support the mapping, not that the program passed a bad value.
+_LIBRARY_OWN_CALL = re.compile(r"NCCL WARN Cuda failure|\bcuMem(?:Create|Map|SetAccess|AddressReserve|ExportToShareableHandle|"
+                               r"ImportFromShareableHandle|Unmap|Release)\s*\(")
+_REJECTED_ARGUMENTS = "CUDA call rejected by its arguments"
+
+
 @filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, doc="""
 A CUDA error given by its number or enum name (CudaErrorCode) becomes the catalog symptom the code means
 (rules/data/cuda_errors.toml, from the CUDA Runtime and Driver API enums): 700 or cudaErrorIllegalAddress is an
 illegal memory access, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
-another extractor already reads by its message keeps that reading; a code left out of the table stays context.
+another extractor already reads by its message keeps that reading; a code left out of the table stays context. An
+argument refused in a call the program did not make (NCCL's own, a driver virtual-memory call a library makes) is not
+read as the program's: it is `CUDA call refused inside a library`, a failure whose cause the line does not say.
 """, cases=[
     _read_as("a C++ code's checkCudaErrors line",
              "[3] CUDA error at solver.cu:211 code=1(cudaErrorInvalidValue) \"cudaMemcpy(d, h, n, "
@@ -270,6 +292,10 @@ another extractor already reads by its message keeps that reading; a code left o
     _read_as("a line read by its message",
              "RuntimeError: CUDA error: an illegal memory access was encountered (cudaErrorIllegalAddress)",
              "application", "CUDA illegal memory access"),
+    # https://github.com/NVIDIA/nccl/issues/1283 (NCCL's allocator under a Ray actor; no cause found)
+    RuleCase(title="NCCL's own call refused an argument", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:2657296:2658232 [0] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a code whose meaning depends on the site", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z Return value 46 from 'cudaStreamCreate(&kernel_stream)'.  Exiting."]},
         expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
@@ -285,6 +311,8 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
         symptom = meanings.get(key)
         if symptom is None:
             continue
+        if symptom == _REJECTED_ARGUMENTS and _LIBRARY_OWN_CALL.search(event.evidence.text):
+            symptom = "CUDA call refused inside a library"
         if not explained(event):
             ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=symptom, evidence=event.evidence,
                              time=event.time, last_time=event.last_time, count=event.count,
@@ -407,6 +435,35 @@ def contained_errors_across_nodes(ws: Workspace) -> None:
                          count=sum(e.count for e in events)))
         for event in events:
             ws.drop(event, f"CUDA_ERROR_CONTAINED on {len(reports)} nodes at once: their shared NVLink path")
+
+
+_CONTAINER_SETUP = "GPU container setup failed on the node"
+
+
+@filter_rule("ContainerHookCudaUnknownError", phase=Phase.FILTER, doc="""
+nvidia-container-cli initialises CUDA on the node before it starts a GPU container; 'cuda error: unknown error' there
+is the driver's cuInit returning CUDA_ERROR_UNKNOWN (999), a failure of the node's GPU or driver rather than of the
+container set-up: the event is read as `CUDA unknown error` on that node (which CudaDeviceErrorOnOneNode keeps only
+when one node raised it).
+""", cases=[
+    # https://github.com/NVIDIA/libnvidia-container/issues/204 (a node whose GPU was failing)
+    RuleCase(title="the runtime hook on a node with a failing GPU", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kubelet[2841]: E0101 00:10:00.000000 2841 pod_workers.go:1298] Error: failed to create "
+        "containerd task: OCI runtime create failed: nvidia-container-cli: initialization error: cuda error: unknown "
+        "error: unknown"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], root_symptom="CUDA unknown error")),
+    RuleCase(title="a node in MIG mode", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: detection error: cuda error: invalid device ordinal: "
+        "unknown"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
+])
+def container_hook_cuda_unknown_error(ws: Workspace) -> None:
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        if event.symptom == _CONTAINER_SETUP and str(event.attributes.get("reason", "")).startswith(
+                "cuda error: unknown error"):
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="CUDA unknown error",
+                             evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
+            ws.drop(event, "cuInit returned CUDA_ERROR_UNKNOWN on this node: its GPU or driver, not the container set-up")
 
 
 _NO_START = "GPU could not be initialised"

@@ -70,3 +70,30 @@ def _stuck_while(ws: Workspace, stall: WorkSymptom, began: datetime, answered: d
     for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task"):
         if stuck.first_time and stuck.first_time >= began and (answered is None or stuck.first_time <= answered):
             ws.demote(stuck, f"stuck while the file server was not answering (since {began:%H:%M:%S})")
+
+
+@refiner("NetworkBlockDeviceIsNotLocal", phase=Phase.REFINE_EARLY, doc="""
+A node that lost the connection to a network block device's target (iSCSI, a SAN path, a distributed block store)
+and then logged block-layer or filesystem errors: those errors are on the remote device, not on a failing local
+disk, so `Local disk failure` on that node, from the connection loss on, is demoted and the node is not blamed for
+it. Disk errors before any connection loss, or on another node, keep their reading.
+""", cases=[
+    RuleCase(title="ext4 aborts on an iSCSI volume whose connection dropped", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 iscsid: Kernel reported iSCSI connection 2:0 error (1011 - ISCSI_ERR_CONN_FAILED: iSCSI "
+        "connection failed) state (3)",
+        "Jan  1 00:10:20 n1 kernel: I/O error, dev sdf, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 prio "
+        "class 2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["Local disk failure"])),
+    RuleCase(title="a local disk failing with no storage connection lost", evidence={"n1/syslog": [
+        "Jan  1 00:10:20 n1 kernel: I/O error, dev nvme0n1, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 "
+        "prio class 2"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n1"])),
+])
+def network_block_device_is_not_local(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for disk in ws.active(prefix="Local disk failure"):
+        lost = [s.first_time for s in ws.select(node=disk.node, prefix="Network block storage connection lost")
+                if s.first_time is not None]
+        if lost and (disk.first_time is None or min(lost) <= disk.first_time + skew):
+            ws.demote(disk, f"{disk.node} lost its network block storage connection at {min(lost):%H:%M:%S}: the "
+                      "device is remote")
