@@ -437,6 +437,37 @@ def contained_errors_across_nodes(ws: Workspace) -> None:
             ws.drop(event, f"CUDA_ERROR_CONTAINED on {len(reports)} nodes at once: their shared NVLink path")
 
 
+_FEWER_GPUS = "Node reported fewer GPUs than configured"
+
+
+@filter_rule("MissingGpuExplainsOrdinal", phase=Phase.FILTER, doc="""
+A process refused a GPU index ('invalid device ordinal') on a node that the scheduler found reporting fewer GPUs than
+configured (Slurm's 'gres/gpu count reported lower than configured'): the index is out of range because a GPU of that
+node dropped off, not because of how the launch mapped ranks to devices. The refusal is read as `Node reported fewer
+GPUs than configured` on that node (its own time and line), and the node is blamed.
+""", cases=[
+    RuleCase(title="the rank of the missing GPU, then slurmctld's registration check", evidence={
+        "n2/applog": ["2025-01-01T00:01:00Z RuntimeError: CUDA error: invalid device ordinal"],
+        "n1/scheduler": ["[2025-01-01T00:02:30.004] error: Setting node n2 state to INVAL with reason:gres/gpu count "
+                         "reported lower than configured (3 < 4)"]},
+        context={"nodes": ["n1", "n2"], "end_time": "2025-01-01T00:01:30Z"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom=_FEWER_GPUS)),
+    RuleCase(title="an index beyond the GPUs of a healthy node", evidence={
+        "n2/applog": ["2025-01-01T00:01:00Z RuntimeError: CUDA error: invalid device ordinal"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def missing_gpu_explains_ordinal(ws: Workspace) -> None:
+    short = {ws.canonical_node(str(e.attributes.get("blamed_node"))) for e in ws.events_of(EventType.NODE_BAD)
+             if e.symptom == _FEWER_GPUS}
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        if event.symptom == "GPU index outside the visible devices" and event.node in short:
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=_FEWER_GPUS, evidence=event.evidence,
+                             time=event.time, last_time=event.last_time, count=event.count,
+                             attributes={"blamed_node": event.node}))
+            ws.drop(event, f"{event.node} reported fewer GPUs than configured: the index is the missing GPU's")
+
+
 _CONTAINER_SETUP = "GPU container setup failed on the node"
 
 
