@@ -81,7 +81,7 @@ _POINTS_ELSEWHERE = re.compile(
     r"stack ?trace|traceback)s?(?: \w+)? \(?(?:above|before|earlier)\)?|caused by an? (?:exception|error|failure) "
     r"(?:on|in|of) (?:one of the|another|"
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
-    r"(?:has |have )?(?:failed|exited|crashed|died)")
+    r"(?:has |have )?(?:failed|exited|crashed|died)|other ranks (?:that )?did(?:n't| not) finish")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
 # connection): the process it called is gone or not listening, which is where the cause is.
@@ -186,6 +186,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     _reports_elsewhere("a message that points to an earlier error",
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
         "previous error messages for a cause."),
+    # https://github.com/sgl-project/sglang/issues/5602 (a TP rank whose peers never finished loading the weights)
+    _reports_elsewhere("a message about the other ranks",
+        "2025-05-01T10:00:00Z ValueError: TP rank 1 could finish the model loading, but there are other ranks that didn't "
+        "finish loading. It is likely due to unexpected failures (e.g. OOM) or a slow node."),
     _reports_elsewhere("a message that sends the reader to the stack trace above",
         "2025-11-03T17:03:58Z vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
         "trace (above) for the root cause."),
