@@ -43,12 +43,14 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-38", "blind-40", "blind-41", "blind-42", "blind-43", "blind-44", "blind-45", "blind-47", "blind-49",
                 "blind-50", "blind-51", "blind-52", "blind-57", "blind-58", "blind-59", "blind-60", "blind-61",
                 "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68", "blind-75", "blind-78",
-                "blind-81", "blind-88", "blind-90", "blind-93", "blind-95")
+                "blind-81", "blind-88", "blind-90", "blind-93", "blind-95", "blind-103", "blind-108", "blind-109",
+                "blind-110", "blind-111", "blind-112", "blind-113", "blind-114", "blind-115")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
     "blind-24": 1,   # b24-008: the node whose kubelet reclaimed disk, the evicted pod using 34 MiB of it
     "blind-33": 1,   # b33-007: CUDA's unknown error on one rank only is a GPU suspect (issue 13)
+    "blind-108": 1,  # b108-013: 'busy or unavailable' on one node with nothing else is a GPU suspect; the label names none
     "blind-36": 2,   # b36-017: the device plugin's own Xid 999 verdict; b36-004: NVLS set-up failing on two of four
 }
 
