@@ -294,10 +294,18 @@ def after_the_end(ws: Workspace) -> None:
 @refiner("BeforeTheStart", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 A fault that a node's system log recorded before the workload started (earlier than its start by more than
 clock_skew_s) happened under whatever ran then. It can explain this workload's failure through what it left broken
-on its node, so it stays a candidate while the run's own failures are on that node only; when a root candidate of
-the run (not a scheduler action, which only ends a run) began on another node too (a shared cause, or another node's
-fault), the earlier fault is demoted and stays as evidence.
+on its node, so it stays a candidate while the run's own failures are on that node only, or are of its own kind (a
+fabric manager that failed at boot, then CUDA refusing to start on the fabric: what it left broken). When a root
+candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
+shared cause, or another node's fault), the earlier fault is demoted and stays as evidence.
 """, cases=[
+    RuleCase(title="the fabric manager failed at boot; the run's CUDA then fails on the fabric, on every node", evidence={
+        "b/syslog": ["Dec 31 23:51:02 b nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
+                     "530.30.02 don't match with driver version 530.41.03. Please update with matching NVIDIA driver "
+                     "package."],
+        "a/applog": ["2025-01-01T00:00:50Z a: Test CUDA failure common.cu:1030 'system not yet initialized'"],
+        "b/applog": ["2025-01-01T00:00:50Z b: Test CUDA failure common.cu:1030 'system not yet initialized'"]},
+        expect=Expect(fired=False, sub_domain="nvlink", culprits=["b"])),
     RuleCase(title="the last job's Xid, then this job's own configuration error", evidence={
         "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 32, Channel ID 00000000 intr 00004000"],
         "a/applog": ["2025-01-01T00:00:50Z a:1:1 [0] NCCL WARN Bootstrap : no socket interface found"],
@@ -326,7 +334,7 @@ def before_the_start(ws: Workspace) -> None:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
         elsewhere = next((d for d in during if d.node != s.node), None)
-        if elsewhere is not None:
+        if elsewhere is not None and elsewhere.sub_domain != s.sub_domain:
             minutes = (start - t).total_seconds() / 60
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
                       f"own failure ({elsewhere.name}) began on {elsewhere.node or 'no one node'}")

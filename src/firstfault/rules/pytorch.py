@@ -274,7 +274,7 @@ _LIBRARY_OWN_CALL = re.compile(r"NCCL WARN Cuda failure|\bcuMem(?:Create|Map|Set
 _REJECTED_ARGUMENTS = "CUDA call rejected by its arguments"
 
 
-@filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, doc="""
+@filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, after=("RelayedOutput",), doc="""
 A CUDA error given by its number or enum name (CudaErrorCode) becomes the catalog symptom the code means
 (rules/data/cuda_errors.toml, from the CUDA Runtime and Driver API enums): 700 or cudaErrorIllegalAddress is an
 illegal memory access, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
@@ -352,6 +352,28 @@ def cuda_device_error_on_one_node(ws: Workspace) -> None:
         for s in raised:
             ws.demote(s, f"{name} on {len(nodes)} nodes ({', '.join(nodes)}): not one GPU's fault")
 
+
+
+@refiner("CudaAbsentExplainsUcx", phase=Phase.REFINE_EARLY, doc="""
+UCX loads its CUDA transports only where CUDA starts: on a node where CUDA could not be initialised, UCX's (and
+NIXL's) 'UCX CUDA support was not found' follows from that, not from how UCX was built or configured. The UCX report
+is demoted on that node and the CUDA failure stays the candidate.
+""", cases=[
+    RuleCase(title="CUDA failed to start, then UCX found no CUDA", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [n1:81230:0] cuda_ctx.c:52 UCX ERROR cuDeviceGetCount(&num_devices) failed: "
+        "initialization error",
+        "2025-01-01T00:10:00Z W0101 00:10:00.602481 81230 ucx_utils.cpp:627] 4 NVIDIA GPU(s) were detected, but UCX CUDA "
+        "support was not found! GPU memory is not supported."]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], demoted=["UCX without CUDA support"])),
+    RuleCase(title="CUDA started; UCX was given no CUDA transport", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z W0101 00:10:00.602481 81230 ucx_utils.cpp:627] 4 NVIDIA GPU(s) were detected, but UCX CUDA "
+        "support was not found! GPU memory is not supported."]},
+        expect=Expect(fired=False, sub_domain="configuration")),
+])
+def cuda_absent_explains_ucx(ws: Workspace) -> None:
+    for ucx in ws.active(prefix="UCX without CUDA support"):
+        if ws.select(node=ucx.node, prefix=_NO_START) or ws.select(node=ucx.node, prefix="CUDA could not start on any node"):
+            ws.demote(ucx, f"CUDA could not be initialised on {ucx.node}: UCX had no CUDA to load")
 
 
 @refiner("ComputeModeRefusedTheProcess", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""

@@ -241,11 +241,12 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             if not peers and len(lost) == 1 and s.definition.blame == "peer" and s.value_set("peer"):
                 peers = lost  # it names an address no evidence maps to a node, and only one node was lost
             # a time only inherited from an earlier line is a lower bound: the error came then or later
-            began = s.first_time
+            began, inherited = s.first_time, ws.undated(s)
             if peers and peers <= lost and s.node not in lost and began is not None \
-                    and declared - window <= began <= declared + timedelta(seconds=ws.params.clock_skew_s):
-                ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it "
-                          f"{(declared - began).total_seconds() / 60:.0f} min later")
+                    and (inherited or declared - window <= began) \
+                    and began <= declared + timedelta(seconds=ws.params.clock_skew_s):
+                when = "later" if inherited else f"{(declared - began).total_seconds() / 60:.0f} min later"
+                ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it {when}")
 
 
 # The kubelet's eviction message: how far free space fell below its threshold, and what each evicted container used.
@@ -534,8 +535,43 @@ def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
             report.attributes.pop("terminal_state", None)  # a node that was running did not fail: no NODE_FAIL
 
 
+@refiner("PreemptionKilledTheRayNodes", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
+A scheduler that preempted or evicted the workload (Kueue's 'Preempted to accommodate a workload', a preempted or
+evicted pod) killed its pods, so Ray's GCS then misses the heartbeats of the nodes they ran on and marks them dead:
+a Ray node failure within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes of the preemption is its consequence, not a node
+fault. It is demoted, the node is not blamed, and the preemption stays the root candidate.
+""", cases=[
+    RuleCase(title="Kueue preempts a RayJob; Ray then loses the worker's node", evidence={
+        "h/applog": ["2025-01-01 00:10:02,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"],
+        "h/scheduler": ["2025-01-01T00:10:00Z   Warning  Preempted  workload/rayjob-grpo-a1  Preempted to accommodate a "
+                        "workload (UID: 4f6c, JobUID: 7a9b) due to prioritization in the ClusterQueue"]},
+        context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Ray node failure"])),
+    RuleCase(title="a node lost with no preemption", evidence={
+        "h/applog": ["2025-01-01 00:10:02,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
+        context={"nodes": ["h", "w"]},
+        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler")),
+])
+def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    preempted = [s.first_time for s in ws.active(prefix="Kubernetes eviction")
+                 if s.attributes.get("terminal_state") == TerminalState.PREEMPTED.value and s.first_time is not None]
+    for report in ws.active(prefix="Ray node failure"):
+        began = report.first_time
+        if began is not None and any(abs(began - t) <= window for t in preempted):
+            ws.demote(report, "the scheduler preempted the workload: its pods were killed and Ray lost their nodes")
+            report.attributes.pop("terminal_state", None)  # the nodes did not fail: the run was preempted
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
-          after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc="""
+          after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
+                 "PreemptionKilledTheRayNodes"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it, or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it. A cancel is also demoted when the program itself reported failing (an
@@ -769,6 +805,36 @@ def _node_declared_failed(ws: Workspace) -> str | None:
         if named & root_nodes:
             return sorted(named & root_nodes)[0]  # type: ignore[type-var]
     return None
+
+
+# Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
+_UNREACHED = re.compile(r"Communication (?:connection|send|receive) failure|Socket timed out on send/recv operation|"
+                        r"Zero Bytes were transmitted or received")
+
+
+@filter_rule("LaunchOnUnreachableNode", phase=Phase.FILTER, doc="""
+A step launch that failed on a node because Slurm could not talk to that node's slurmd ('Task launch for StepId=...
+failed on node <n>: Communication connection failure', 'Socket timed out on send/recv operation'): the request was
+right and the node did not answer. It is read as `Slurm node failure` naming that node, not as a launch the job asked
+for wrongly.
+""", cases=[
+    # https://github.com/NVIDIA-NeMo/RL/pull/1022 (a background srun of ray.sub dying on an unreachable node)
+    RuleCase(title="the launch never reached the node", evidence={"a/applog": [
+        "2025-01-01T00:01:00Z srun: error: Task launch for StepId=5341187.1 failed on node b: Communication connection "
+        "failure"]}, context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"])),
+    RuleCase(title="a launch refused by the node", evidence={"a/applog": [
+        "2025-01-01T00:01:00Z srun: error: Task launch for StepId=77.0 failed on node b: Invalid job credential"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def launch_on_unreachable_node(ws: Workspace) -> None:
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        node = event.attributes.get("launch_node")
+        if event.symptom == "Task launch failure" and node and _UNREACHED.search(str(event.attributes.get("launch_error"))):
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Slurm node failure",
+                             evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count,
+                             attributes={"blamed_node": str(node)}))
+            ws.drop(event, f"Slurm could not reach {node}'s slurmd: the node did not answer")
 
 
 # What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
