@@ -427,6 +427,15 @@ def cuda_init_error_after_progress(ws: Workspace) -> None:
 _CONTAINED = "CUDA contained hardware error"
 
 
+def _bad_events_by_node(ws: Workspace, symptom: str) -> dict[str, list[Event]]:
+    """Each node's bad events of one symptom, before they become symptoms."""
+    reports: dict[str, list[Event]] = {}
+    for event in ws.events:
+        if event.symptom == symptom and event.type == EventType.NODE_BAD and event.node:
+            reports.setdefault(event.node, []).append(event)
+    return reports
+
+
 @filter_rule("ContainedErrorsAcrossNodes", phase=Phase.FILTER, doc="""
 CUDA_ERROR_CONTAINED reads 'invalid access of peer GPU memory over NVLink or a hardware error'. Raised on one node it
 is that node's GPU; raised on several nodes whose first reports fall within the clock-skew tolerance of each other,
@@ -445,10 +454,7 @@ event (same evidence, no node blamed).
         expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
 ])
 def contained_errors_across_nodes(ws: Workspace) -> None:
-    reports: dict[str, list[Event]] = {}
-    for event in ws.events:
-        if event.symptom == _CONTAINED and event.type == EventType.NODE_BAD and event.node:
-            reports.setdefault(event.node, []).append(event)
+    reports = _bad_events_by_node(ws, _CONTAINED)
     firsts = sorted(e.time for events in reports.values() for e in events
                     if e.time is not None and not e.evidence.time_inferred)
     if len(reports) < 2 or not firsts or (firsts[-1] - firsts[0]).total_seconds() > ws.params.clock_skew_s:
@@ -548,10 +554,7 @@ forked after CUDA started), other rules read them.
         expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
 ])
 def init_failed_on_every_node(ws: Workspace) -> None:
-    reports: dict[str, list[Event]] = {}
-    for event in ws.events:
-        if event.symptom == _NO_START and event.type == EventType.NODE_BAD and event.node:
-            reports.setdefault(event.node, []).append(event)
+    reports = _bad_events_by_node(ws, _NO_START)
     nodes = set(ws.context.nodes)
     if len(nodes) < 2 or set(reports) != nodes:
         return

@@ -501,6 +501,17 @@ def suspended_collectives_timed_out(ws: Workspace) -> None:
         ws.promote(suspended[0], f"the job was suspended and resumed; {timeouts[0].name} is what a pause leaves")
 
 
+def _ray_node_went_silent(title: str) -> RuleCase:
+    """A case of Ray's GCS marking node w dead with nothing else in the logs: the node is blamed."""
+    return RuleCase(title=title, evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
+        context={"nodes": ["h", "w"]},
+        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler"))
+
+
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
@@ -517,13 +528,7 @@ The node failure is demoted, the node is not blamed, and the report no longer ma
                      "this node for 30000 ms."]},
         context={"nodes": ["h", "w"]},
         expect=Expect(fired=True, culprits=[], demoted=["Ray node failure"])),
-    RuleCase(title="the named node went silent", evidence={
-        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
-                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
-                     "heartbeats from it."],
-        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
-        context={"nodes": ["h", "w"]},
-        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler")),
+    _ray_node_went_silent("the named node went silent"),
 ])
 def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
     alive = {s.node for s in ws.select(prefix="Raylet alive when marked dead") if s.node}
@@ -550,13 +555,7 @@ fault. It is demoted, the node is not blamed, and the preemption stays the root 
                         "workload (UID: 4f6c, JobUID: 7a9b) due to prioritization in the ClusterQueue"]},
         context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Ray node failure"])),
-    RuleCase(title="a node lost with no preemption", evidence={
-        "h/applog": ["2025-01-01 00:10:02,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
-                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
-                     "heartbeats from it."],
-        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
-        context={"nodes": ["h", "w"]},
-        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler")),
+    _ray_node_went_silent("a node lost with no preemption"),
 ])
 def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
