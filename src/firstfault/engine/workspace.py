@@ -169,6 +169,15 @@ class Workspace:
         self.note("consume", f"{event.type} {event.symptom or ''}: {reason}".strip(), node=event.node,
                   symptom=event.symptom)
 
+    def reread(self, event: Event, symptom: str, reason: str, attributes: dict[str, Any] | None = None) -> Event:
+        """Read `event` (an event of this stream) as a bad-node event of `symptom` on its node, with its evidence, times
+        and count (and `attributes`, none kept otherwise); `event` is dropped for `reason`."""
+        new = self.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=symptom, evidence=event.evidence,
+                                 time=event.time, last_time=event.last_time, count=event.count,
+                                 attributes=dict(attributes or {})))
+        self.drop(event, reason)
+        return new
+
     def move(self, event: Event, node: str, reason: str) -> None:
         """Put `event` (an event of this stream) on `node`: a line one node's output relayed from another's."""
         if id(event) not in self._position:

@@ -317,11 +317,10 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
             continue
         if symptom == _REJECTED_ARGUMENTS and _LIBRARY_OWN_CALL.search(event.evidence.text):
             symptom = "CUDA call refused inside a library"
-        if not explained(event):
-            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=symptom, evidence=event.evidence,
-                             time=event.time, last_time=event.last_time, count=event.count,
-                             attributes={**event.attributes, "cuda_error": key}))
-        ws.drop(event, f"CUDA error {key} read as {symptom}")
+        if explained(event):
+            ws.drop(event, f"CUDA error {key} read as {symptom}")
+        else:
+            ws.reread(event, symptom, f"CUDA error {key} read as {symptom}", {**event.attributes, "cuda_error": key})
 
 
 # The rule that sets aside a GPU fault raised on several nodes (rules/history.py reads its demotions).
@@ -494,20 +493,29 @@ def missing_gpu_explains_ordinal(ws: Workspace) -> None:
              if e.symptom == _FEWER_GPUS}
     for event in list(ws.events_of(EventType.NODE_BAD)):
         if event.symptom == "GPU index outside the visible devices" and event.node in short:
-            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=_FEWER_GPUS, evidence=event.evidence,
-                             time=event.time, last_time=event.last_time, count=event.count,
-                             attributes={"blamed_node": event.node}))
-            ws.drop(event, f"{event.node} reported fewer GPUs than configured: the index is the missing GPU's")
+            ws.reread(event, _FEWER_GPUS, f"{event.node} reported fewer GPUs than configured: the index is the missing "
+                      "GPU's", {"blamed_node": event.node})
 
 
 _CONTAINER_SETUP = "GPU container setup failed on the node"
 
 
-@filter_rule("ContainerHookCudaUnknownError", phase=Phase.FILTER, doc="""
-nvidia-container-cli initialises CUDA on the node before it starts a GPU container; 'cuda error: unknown error' there
-is the driver's cuInit returning CUDA_ERROR_UNKNOWN (999), a failure of the node's GPU or driver rather than of the
-container set-up: the event is read as `CUDA unknown error` on that node (which CudaDeviceErrorOnOneNode keeps only
-when one node raised it).
+_HOOK_REASONS = (  # (reason prefix, symptom, why)
+    ("cuda error: unknown error", "CUDA unknown error",
+     "cuInit returned CUDA_ERROR_UNKNOWN on this node: its GPU or driver, not the container set-up"),
+    ("nvcgo rpc error", "GPU container cgroup helper failed",
+     "nvcgo sets up the container's device cgroups: the container runtime, not the node's GPUs"),
+)
+
+
+@filter_rule("ContainerHookReason", phase=Phase.FILTER, doc="""
+nvidia-container-cli reports why it could not set up a GPU container on a node, and two reasons are not about the
+node's GPU set-up: 'cuda error: unknown error' is the driver's cuInit returning CUDA_ERROR_UNKNOWN (999), a failure
+of the node's GPU or driver (read as `CUDA unknown error`, which CudaDeviceErrorOnOneNode keeps only when one node
+raised it); 'nvcgo rpc error' is libnvidia-container's Go helper that programs the container's device cgroups failing
+or timing out (it times out when many containers start at once), the container runtime rather than the node's GPUs
+(read as `GPU container cgroup helper failed`, no node blamed). 'driver rpc error' stays the node's: the driver did
+not answer.
 """, cases=[
     # https://github.com/NVIDIA/libnvidia-container/issues/204 (a node whose GPU was failing)
     RuleCase(title="the runtime hook on a node with a failing GPU", evidence={"n1/syslog": [
@@ -515,18 +523,31 @@ when one node raised it).
         "containerd task: OCI runtime create failed: nvidia-container-cli: initialization error: cuda error: unknown "
         "error: unknown"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], root_symptom="CUDA unknown error")),
+    # https://github.com/NVIDIA/nvidia-container-toolkit/issues/2102 (many GPU containers started at once)
+    RuleCase(title="the cgroup helper timed out", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 containerd[1402]: time=\"2025-01-01T00:10:00Z\" level=error msg=\"StartContainer failed\" "
+        "error=\"OCI runtime create failed: nvidia-container-cli: initialization error: nvcgo rpc error: timed out: "
+        "unknown\""]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="GPU container cgroup helper failed")),
+    RuleCase(title="the driver did not answer", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: initialization error: driver rpc error: timed out: "
+        "unknown"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
     RuleCase(title="a node in MIG mode", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: detection error: cuda error: invalid device ordinal: "
         "unknown"]},
         expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
 ])
-def container_hook_cuda_unknown_error(ws: Workspace) -> None:
+def container_hook_reason(ws: Workspace) -> None:
     for event in list(ws.events_of(EventType.NODE_BAD)):
-        if event.symptom == _CONTAINER_SETUP and str(event.attributes.get("reason", "")).startswith(
-                "cuda error: unknown error"):
-            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="CUDA unknown error",
-                             evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
-            ws.drop(event, "cuInit returned CUDA_ERROR_UNKNOWN on this node: its GPU or driver, not the container set-up")
+        if event.symptom != _CONTAINER_SETUP:
+            continue
+        reason = str(event.attributes.get("reason", ""))
+        for prefix, symptom, why in _HOOK_REASONS:
+            if reason.startswith(prefix):
+                ws.reread(event, symptom, why)
+                break
 
 
 _NO_START = "GPU could not be initialised"

@@ -830,10 +830,8 @@ def launch_on_unreachable_node(ws: Workspace) -> None:
     for event in list(ws.events_of(EventType.NODE_BAD)):
         node = event.attributes.get("launch_node")
         if event.symptom == "Task launch failure" and node and _UNREACHED.search(str(event.attributes.get("launch_error"))):
-            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Slurm node failure",
-                             evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count,
-                             attributes={"blamed_node": str(node)}))
-            ws.drop(event, f"Slurm could not reach {node}'s slurmd: the node did not answer")
+            ws.reread(event, "Slurm node failure", f"Slurm could not reach {node}'s slurmd: the node did not answer",
+                      {"blamed_node": str(node)})
 
 
 # What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
