@@ -500,11 +500,14 @@ def missing_gpu_explains_ordinal(ws: Workspace) -> None:
 _CONTAINER_SETUP = "GPU container setup failed on the node"
 
 
+_DRIVER_SILENT = "GPU driver did not answer the container runtime"
 _HOOK_REASONS = (  # (reason prefix, symptom, why)
     ("cuda error: unknown error", "CUDA unknown error",
      "cuInit returned CUDA_ERROR_UNKNOWN on this node: its GPU or driver, not the container set-up"),
     ("nvcgo rpc error", "GPU container cgroup helper failed",
      "nvcgo sets up the container's device cgroups: the container runtime, not the node's GPUs"),
+    ("driver error: timed out", _DRIVER_SILENT, "the node's GPU driver did not answer in time"),
+    ("driver rpc error: timed out", _DRIVER_SILENT, "the node's GPU driver did not answer in time"),
 )
 
 
@@ -514,8 +517,10 @@ node's GPU set-up: 'cuda error: unknown error' is the driver's cuInit returning 
 of the node's GPU or driver (read as `CUDA unknown error`, which CudaDeviceErrorOnOneNode keeps only when one node
 raised it); 'nvcgo rpc error' is libnvidia-container's Go helper that programs the container's device cgroups failing
 or timing out (it times out when many containers start at once), the container runtime rather than the node's GPUs
-(read as `GPU container cgroup helper failed`, no node blamed). 'driver rpc error' stays the node's: the driver did
-not answer.
+(read as `GPU container cgroup helper failed`, no node blamed). A driver call that timed out ('driver error: timed
+out', 'driver rpc error: timed out') is the node's GPU driver not answering: hung, or slow to wake its GPUs without
+persistence mode (read as `GPU driver did not answer the container runtime`); other driver errors stay the node's
+container set-up.
 """, cases=[
     # https://github.com/NVIDIA/libnvidia-container/issues/204 (a node whose GPU was failing)
     RuleCase(title="the runtime hook on a node with a failing GPU", evidence={"n1/syslog": [
@@ -530,9 +535,15 @@ not answer.
         "unknown\""]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[],
                       root_symptom="GPU container cgroup helper failed")),
-    RuleCase(title="the driver did not answer", evidence={"n1/syslog": [
-        "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: initialization error: driver rpc error: timed out: "
-        "unknown"]},
+    # https://github.com/NVIDIA/nvidia-docker/issues/1047 (here relayed by pyxis through slurmstepd)
+    RuleCase(title="the driver did not answer", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z slurmstepd: error: pyxis:     nvidia-container-cli: initialization error: driver error: "
+        "timed out"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"],
+                      root_symptom="GPU driver did not answer the container runtime")),
+    RuleCase(title="a driver request refused", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: initialization error: driver rpc error: failed to "
+        "process request: unknown"]},
         expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
     RuleCase(title="a node in MIG mode", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: detection error: cuda error: invalid device ordinal: "
