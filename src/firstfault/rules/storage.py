@@ -7,9 +7,11 @@ blocked on either show up as hung tasks and soft lockups.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
+from firstfault.engine.model import Event, EventType
+from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
@@ -97,3 +99,45 @@ def network_block_device_is_not_local(ws: Workspace) -> None:
         if lost and (disk.first_time is None or min(lost) <= disk.first_time + skew):
             ws.demote(disk, f"{disk.node} lost its network block storage connection at {min(lost):%H:%M:%S}: the "
                       "device is remote")
+
+
+# The hung-task detector reports a task again each check period (120 s by default) while it stays blocked: reports of
+# a node's own storage stack spanning this long are I/O that did not complete for minutes, not one slow write.
+STORAGE_STACK_HUNG_S = 240.0
+# Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, device-mapper and
+# md RAID workers, the LVM tools.
+_STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|vgchange$)")
+_STORAGE_HUNG = "Hung task in the node's storage stack"
+
+
+@filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
+Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, device-mapper and md workers, the
+LVM tools) that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for
+minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
+stays context; a file server's stall on the same node takes them as its own (FileServerStallOutcome).
+""", cases=[
+    # https://github.com/Azure/local-csi-driver/issues/153 (an LVM volume on local NVMe, AKS H100 node)
+    RuleCase(title="the LVM tools and the journal blocked for six minutes", evidence={"n1/syslog": [
+        "Aug 19 02:04:26 n1 kernel: INFO: task lvm:1233013 blocked for more than 120 seconds.",
+        "Aug 19 02:06:26 n1 kernel: INFO: task jbd2/dm-8-8:105408 blocked for more than 120 seconds.",
+        "Aug 19 02:10:26 n1 kernel: INFO: task lvm:1233429 blocked for more than 120 seconds."]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
+    RuleCase(title="one slow journal commit", evidence={"n1/syslog": [
+        "Dec  9 12:34:12 n1 kernel: [293631.000000] INFO: task jbd2/vdt-8:390 blocked for more than 120 seconds."]},
+        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+    RuleCase(title="the application's own tasks", evidence={"n1/syslog": [
+        "Mar  2 05:22:16 n1 kernel: INFO: task python3:55980 blocked for more than 240 seconds.",
+        "Mar  2 05:28:19 n1 kernel: INFO: task python3:55986 blocked for more than 600 seconds."]},
+        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+])
+def storage_stack_hung(ws: Workspace) -> None:
+    by_node: dict[str, list[Event]] = {}
+    for event in ws.events_of(EventType.NODE_INTERESTING):
+        if event.symptom == "Hung task" and event.node and _STORAGE_STACK_TASK.match(str(event.attributes.get("task"))):
+            by_node.setdefault(event.node, []).append(event)
+    for node, events in sorted(by_node.items()):
+        times = [t for e in events for t in (e.time, e.last_time) if t is not None]
+        if not times or (max(times) - min(times)).total_seconds() < STORAGE_STACK_HUNG_S:
+            continue
+        for event in events:
+            ws.reread(event, _STORAGE_HUNG, f"{node}'s storage stack blocked for minutes")
