@@ -344,9 +344,13 @@ SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the
 
 
 def last_progress(ws: Workspace) -> datetime | None:
-    """When the workload last reported training progress, from the lines that carry their own time."""
-    return max((t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)),
-               default=None)
+    """When the workload last reported training progress, from the lines that carry their own time. The workload's
+    end (with the clock-skew tolerance) bounds it: a line dated later cannot be the ended workload's progress."""
+    latest = max((t for s in ws.select(prefix="Training progress") if (t := s.last_time) and not ws.undated(s)),
+                 default=None)
+    if latest is None or ws.end_time is None:
+        return latest
+    return min(latest, ws.end_time + timedelta(seconds=ws.params.clock_skew_s))
 
 
 @refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc=f"""
@@ -364,6 +368,13 @@ workload; it is demoted as survived.
         "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
                      for m in range(6, 30)]},
         expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+    RuleCase(title="a progress line dated after the workload's end", evidence={
+        "a/applog": ["2025-01-01T00:50:00Z iteration    500/ 50000 | lm loss: 2.1 | grad norm: 0.5 |",
+                     "2025-01-01T01:00:00Z slurmstepd: error: *** STEP 7.0 ON a CANCELLED AT 2025-01-01T01:00:00 DUE "
+                     "TO TIME LIMIT ***",
+                     "2025-01-01T01:16:00Z iteration    660/ 50000 | lm loss: 2.0 | grad norm: 0.5 |"]},
+        context={"scheduler_state": "TIMEOUT", "end_time": "2025-01-01T01:00:05Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=[], terminal_state="TIMEOUT")),
 ])
 def survived_by_progress(ws: Workspace) -> None:
     progress_end = last_progress(ws)
