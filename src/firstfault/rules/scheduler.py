@@ -200,7 +200,8 @@ peer errors whose named peer is a node the scheduler then declared failed (Slurm
 Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes before that declaration, are the
 node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
 (a fault in the lost node's own log, earlier, still comes first). When the peer they name is an address that no
-evidence maps to a node and the scheduler declared exactly one node failed, that node is taken as the peer. NCCL's
+evidence maps to a node, or no peer at all (older NCCL's 'Got completion with error 12'), and the scheduler declared
+exactly one node failed, that node is taken as the peer. NCCL's
 WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such.
 """, cases=[
     RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
@@ -217,6 +218,12 @@ WARN lines carry no time: the time they inherit from an earlier line is a lower 
         "a/applog": ["2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
                      "status=12 opcode=0 len=0 vendor err 129"],
         "a/scheduler": ["[2025-01-01T00:18:00.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
+    RuleCase(title="older NCCL names no peer; Slurm then marks one node down", evidence={
+        "a/applog": ["2019-11-15 18:50:48 a:4102:4242 [0] transport/net_ib.cc:798 NCCL WARN NET/IB : Got completion "
+                     "with error 12, opcode 0, len 0, vendor err 129"],
+        "a/scheduler": ["[2019-11-15T18:55:43.090] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="the errors name another node", evidence={
@@ -238,8 +245,8 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             continue
         for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
-            if not peers and len(lost) == 1 and s.definition.blame == "peer" and s.value_set("peer"):
-                peers = lost  # it names an address no evidence maps to a node, and only one node was lost
+            if not peers and len(lost) == 1 and s.definition.blame == "peer":
+                peers = lost  # it names no peer, or an address no evidence maps to a node, and one node was lost
             # a time only inherited from an earlier line is a lower bound: the error came then or later
             began, inherited = s.first_time, ws.undated(s)
             if peers and peers <= lost and s.node not in lost and began is not None \
