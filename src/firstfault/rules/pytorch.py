@@ -692,6 +692,45 @@ def training_stall(ws: Workspace) -> None:
                          "stalled_min": round(minutes)}))
 
 
+_RENDEZVOUS_TIMEOUT = "Rendezvous or store timeout"
+# Symptoms that show the ranks did meet: progress, or collectives that ran (and timed out or failed) between them.
+_RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL heartbeat monitor timeout",
+                        "NCCL error (downstream)"})
+
+
+@filter_rule("RendezvousNeverCompleted", phase=Phase.FILTER, doc="""
+A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress, no collective
+that ran between ranks (an NCCL timeout or error) and no root candidate of any node: the ranks never met, and the
+usual reason is how the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes
+launched than the rendezvous expects, a launcher started on one node only. The timeouts become `Ranks never met at
+the rendezvous` (configuration, no node blamed). Otherwise (progress, collectives, a node's fault, XLA's key-value
+waits) a store timeout stays a symptom.
+""", cases=[
+    # https://github.com/pytorch/pytorch/issues/85300 (a client resolving the endpoint to an address nobody serves)
+    RuleCase(title="the store waited for clients that never came", evidence={
+        "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="Ranks never met at the rendezvous")),
+    RuleCase(title="a store timeout after training began", evidence={
+        "a/applog": ["2025-01-01T00:05:00Z step 10 | loss 2.1",
+                     "2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+])
+def rendezvous_never_completed(ws: Workspace) -> None:
+    bad = ws.events_of(EventType.NODE_BAD)
+    timeouts = [e for e in bad if e.symptom == _RENDEZVOUS_TIMEOUT and "GetKeyValue" not in e.evidence.text]
+    if not timeouts or any(e.symptom in _RANKS_MET for e in ws.events):
+        return
+    if any(e.symptom != _RENDEZVOUS_TIMEOUT and ws.catalog.symptom(e.symptom or "").role == "root" for e in bad):
+        return
+    for event in timeouts:
+        ws.reread(event, "Ranks never met at the rendezvous", "no progress or collective before it and no fault of "
+                  "a node: the ranks never met", dict(event.attributes))
+
+
 # Collectives whose input must have the same number of elements on every rank (all-to-all's may differ by design).
 _EQUAL_SIZE_OPS = frozenset({"ALLREDUCE", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER", "_REDUCE_SCATTER_BASE",
                              "BROADCAST", "REDUCE"})
