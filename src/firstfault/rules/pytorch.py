@@ -692,6 +692,41 @@ def training_stall(ws: Workspace) -> None:
                          "stalled_min": round(minutes)}))
 
 
+# PyTorch's OOM message: the request and the device's total ('capacty' is PyTorch 2.0-2.1's spelling).
+_OOM_SIZES = re.compile(r"Tried to allocate (?P<asked>[0-9.]+) (?P<asked_unit>[KMGT]i?B)\. GPU \d+ has a total "
+                        r"capac(?:i)?ty of (?P<total>[0-9.]+) (?P<total_unit>[KMGT]i?B)")
+_BYTES = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+@filter_rule("AllocationBeyondTheGpu", phase=Phase.FILTER, doc="""
+A CUDA out-of-memory error whose single request is larger than the GPU's whole memory ('Tried to allocate 125537.24
+GiB. GPU 0 has a total capacity of 23.64 GiB') can never succeed, whatever else uses the GPU: the size the program
+computed is wrong (a setting, a shape), not memory pressure. It is read as `Allocation larger than the GPU`
+(application, no node blamed); a request that fits the GPU stays a CUDA OOM.
+""", cases=[
+    # https://github.com/3DTopia/Phidias-Diffusion/issues/8
+    RuleCase(title="a request two hundred times the GPU", evidence={"n1/applog": [
+        "2025-01-01T00:27:23Z [rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 125537.24 GiB. "
+        "GPU 0 has a total capacty of 23.64 GiB of which 8.26 GiB is free."]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[],
+                      root_symptom="Allocation larger than the GPU")),
+    RuleCase(title="a request that fits the GPU", evidence={"n1/applog": [
+        "2025-01-01T00:27:23Z [rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 0 has a total capacity of 79.15 GiB of which 1.26 GiB is free."]},
+        expect=Expect(fired=False, sub_domain="gpu_oom", culprits=[])),
+])
+def allocation_beyond_the_gpu(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "CUDA out of memory"]:
+        sizes = _OOM_SIZES.search(event.evidence.text)
+        if sizes is None:
+            continue
+        asked = float(sizes["asked"]) * _BYTES[sizes["asked_unit"]]
+        total = float(sizes["total"]) * _BYTES[sizes["total_unit"]]
+        if asked > total:
+            ws.reread(event, "Allocation larger than the GPU", f"asked for {sizes['asked']} {sizes['asked_unit']} of a "
+                      f"{sizes['total']} {sizes['total_unit']} GPU: a wrong size, not memory pressure")
+
+
 _RENDEZVOUS_TIMEOUT = "Rendezvous or store timeout"
 # Symptoms that show the ranks did meet: progress, or collectives that ran (and timed out or failed) between them.
 _RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL heartbeat monitor timeout",
