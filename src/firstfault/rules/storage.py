@@ -141,3 +141,34 @@ def storage_stack_hung(ws: Workspace) -> None:
             continue
         for event in events:
             ws.reread(event, _STORAGE_HUNG, f"{node}'s storage stack blocked for minutes")
+
+
+_DISK_FULL = "Node's local disk full"
+
+
+@refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
+`{_DISK_FULL}` read from df's table or a program's warning without a time of its own (a snapshot printed by a
+script or pasted after the job) says what the disk held when it was printed, not when the failure began: while
+another root candidate has a time of its own, the snapshot is demoted to supporting evidence instead of competing
+with it. A dated snapshot keeps its place (a job script's df before the failure).
+""", cases=[
+    RuleCase(title="a df table pasted after the container failed", evidence={
+        "n1/applog": ["2025-01-01T00:10:00Z slurmstepd: error: pyxis:     Write on output file failed because No space "
+                      "left on device",
+                      "2025-01-01T00:10:00Z slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() "
+                      "failed with rc=-1"],
+        "n2/scheduler": ["$ df -h /", "/dev/nvme0n1p1  492G  492G     0 100% /"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, culprits=[], demoted=[_DISK_FULL])),
+    RuleCase(title="the job script's df before the failure", evidence={"n1/applog": [
+        "2025-01-01T00:09:00Z /dev/sda2  440G  417G     0 100% /",
+        "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device: '/tmp/cache/part_1.bin'"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n1"], root_symptom=_DISK_FULL)),
+])
+def undated_disk_snapshot(ws: Workspace) -> None:
+    if not any(not ws.undated(s) for s in ws.active(role="root") if s.name != _DISK_FULL):
+        return
+    for snapshot in ws.active(prefix=_DISK_FULL):
+        if ws.undated(snapshot):
+            ws.demote(snapshot, "a snapshot without a time of its own: it supports, it does not begin the failure")
