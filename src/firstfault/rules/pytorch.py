@@ -32,9 +32,10 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed.checkpoint: the ranks' own save or load errors gathered on the coordinator ('CheckpointException
     # ranks:dict_keys([8, 9])'); each rank prints its own
     "CheckpointException",
-    # torch.multiprocessing.spawn: a child process exited with a non-zero code or a signal (its own error, if it
-    # raised one, is printed by the child and wrapped as ProcessRaisedException)
-    "ProcessExitedException",
+    # torch.multiprocessing.spawn: a child process exited with a non-zero code or a signal, or raised an exception
+    # the parent re-raises as ProcessRaisedException after '-- Process N terminated with the following error:' and
+    # the child's own traceback (whose last line other rules read)
+    "ProcessExitedException", "ProcessRaisedException",
     # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); a remote task's exception wrapped
     # for its caller (RayTaskError; ray.get's RayGetError before Ray 0.7); Ray Train's run-level error after a
     # worker failed ("Please inspect the previous error messages")
