@@ -389,3 +389,47 @@ def node_reset_itself(ws: Workspace) -> None:
                      evidence=report.evidence, time=when, attributes={
                          "meaning": f"declared failed at {when:%H:%M:%S} and {how}, with no orderly shutdown logged: "
                                     "it reset"}))
+
+
+@filter_rule("NodeBootedMidRun", phase=Phase.FILTER, after=("NodeResetItself",), doc="""
+A node whose kernel booted (its boot banner, with a stamp of its own) after the workload started and before it ended,
+with no orderly shutdown or graceful node shutdown logged on it and no scheduler declaring any node failed (rule
+NodeResetItself reads those), reset under the workload: its processes died with it. A `Node reset during the
+workload` root is placed on it at the boot. Not when several nodes booted (a cause they share), nor when the node
+logged a panic or fatal machine check as it came back (that record is the root).
+""", cases=[
+    RuleCase(title="a rented node reboots in the middle of training", evidence={
+        "a/syslog": ["Jan  1 00:40:00 a kernel: [    0.000000] Linux version 6.2.0-37-generic (buildd@bos03-amd64-055) "
+                     "(x86_64-linux-gnu-gcc-11 (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0) #38-Ubuntu SMP"],
+        "b/applog": ["2025-01-01T00:39:50Z b:1:1 [0] NCCL WARN socketProgress: Connection closed by remote peer a<41232>"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:10:00Z", "end_time": "2025-01-01T00:50:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["a"], root_symptom="Node reset during the workload")),
+    RuleCase(title="booted before the workload started", evidence={
+        "a/syslog": ["Jan  1 00:05:00 a kernel: [    0.000000] Linux version 6.2.0-37-generic (buildd@bos03-amd64-055) "
+                     "(x86_64-linux-gnu-gcc-11 (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0) #38-Ubuntu SMP"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:10:00Z", "end_time": "2025-01-01T00:50:00Z"},
+        expect=Expect(fired=False, culprits=[])),
+])
+def node_booted_mid_run(ws: Workspace) -> None:
+    start, end = ws.context.start_time, ws.context.end_time
+    if start is None or end is None or any(e.symptom in NODE_FAILURE_REPORTS for e in ws.events):
+        return
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    boots = [b for b in ws.events_of(f"{EventType.CONTEXT}.boot") if b.node and b.time is not None
+             and not b.evidence.time_inferred and start + skew < b.time <= end + skew]
+    nodes = {ws.canonical_node(b.node) for b in boots}
+    if len(nodes) != 1:
+        return
+    boot = min(boots, key=lambda b: b.time or end)
+    node = ws.canonical_node(boot.node)
+    if any(ws.canonical_node(e.node) == node and (e.symptom in _ON_PURPOSE or (
+            e.symptom in _NODE_STOPPERS and e.time is not None and boot.time is not None and e.time >= boot.time))
+           for e in ws.events):
+        return
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom="Node reset during the workload",
+                     evidence=boot.evidence, time=boot.time, attributes={
+                         "meaning": f"its kernel booted at {boot.time:%H:%M:%S}, in the middle of the workload, with no "
+                                    "orderly shutdown logged: it reset"}))
+
