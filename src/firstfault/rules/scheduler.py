@@ -436,12 +436,20 @@ reclaimed spot VM, an operator's reboot) only see its ranks vanish: their collec
 later, and those reports name no node. When no root candidate remains, exactly one node of the workload began an
 orderly shutdown while it ran, that node reported no failure before it, the other nodes' first failure followed within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes and training did not go on after it, the shutdown is what took the node from
-the workload: it stands as the answer (scheduler, no node blamed).
+the workload: it stands as the answer (scheduler, no node blamed). When none of the other nodes' failure lines carries
+a time of its own, the workload's end stands for their first failure.
 """, cases=[
     RuleCase(title="a spot VM powered off; its peer's watchdog fires ten minutes later",
              evidence=_powered_off_b_then_timeout_on_a("00:30:05"),
              context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
              expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+    RuleCase(title="a spot VM powered off a minute before the end; the peer's lines carry no time", evidence={
+        "b/syslog": ["Jan  1 00:49:00 b systemd-logind[912]: Power key pressed."],
+        "a/applog": ["a:5634:6012 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
+                     "b<41232>"]},
+        context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:50:00Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
     RuleCase(title="the peer failed first", evidence=_powered_off_b_then_timeout_on_a("00:10:05"),
              context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
              expect=Expect(fired=False, culprits=[])),
@@ -462,8 +470,10 @@ def shutdown_left_peers_waiting(ws: Workspace) -> None:
         return
     (node, shut), = began.items()
     own_first = min((t for s in ws.active(node=node) if (t := s.first_time) and not ws.undated(s)), default=None)
-    others_first = min((t for s in ws.active() if s.node != node and (t := s.first_time) and not ws.undated(s)),
-                       default=None)
+    others = [s for s in ws.active() if s.node != node]
+    others_first = min((t for s in others if (t := s.first_time) and not ws.undated(s)), default=None)
+    if others_first is None and others and end is not None:
+        others_first = end  # none of their lines carries a time: the workload's end bounds them
     if (own_first is not None and own_first < shut) or others_first is None or \
             not shut <= others_first <= shut + timedelta(seconds=NODE_FAILURE_DETECTION_S):
         return
