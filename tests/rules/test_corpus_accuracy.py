@@ -44,13 +44,16 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-50", "blind-51", "blind-52", "blind-57", "blind-58", "blind-59", "blind-60", "blind-61",
                 "blind-62", "blind-63", "blind-65", "blind-66", "blind-67", "blind-68", "blind-75", "blind-78",
                 "blind-81", "blind-88", "blind-90", "blind-93", "blind-95", "blind-103", "blind-108", "blind-109",
-                "blind-110", "blind-111", "blind-112", "blind-113", "blind-114", "blind-115")
+                "blind-110", "blind-111", "blind-112", "blind-113", "blind-114", "blind-115", "blind-27", "blind-72",
+                "blind-76", "blind-89", "blind-94", "blind-102", "blind-117", "blind-119", "blind-125", "blind-126",
+                "blind-127", "blind-128")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
     "blind-24": 1,   # b24-008: the node whose kubelet reclaimed disk, the evicted pod using 34 MiB of it
     "blind-33": 1,   # b33-007: CUDA's unknown error on one rank only is a GPU suspect (issue 13)
     "blind-108": 1,  # b108-013: 'busy or unavailable' on one node with nothing else is a GPU suspect; the label names none
+    "blind-126": 1,  # b126-018: Slurm's 'not responding, setting DOWN' names the node (issue 13); a restraint label
     "blind-36": 2,   # b36-017: the device plugin's own Xid 999 verdict; b36-004: NVLS set-up failing on two of four
 }
 
