@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType
+from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -172,3 +172,37 @@ def undated_disk_snapshot(ws: Workspace) -> None:
     for snapshot in ws.active(prefix=_DISK_FULL):
         if ws.undated(snapshot):
             ws.demote(snapshot, "a snapshot without a time of its own: it supports, it does not begin the failure")
+
+
+_SHM_FULL = "Shared memory (/dev/shm) exhausted"
+# Faults of a filesystem every node mounts: a file mapped from it fails on any node, not only where the fault was seen.
+_SHARED_FILESYSTEM_FAULTS = tuple(lost for lost, _ in _STALLS) + ("Parallel filesystem client error",)
+
+
+@refiner("BusErrorOnAFailingFilesystem", phase=Phase.REFINE_EARLY, doc=f"""
+SIGBUS with BUS_ADRERR ('nonexistent physical address') is a page of a shared mapping that could not be backed: a
+full /dev/shm, or a file mapped from a filesystem that could not read it (mmap(2)). After a storage fault on the same
+node, or a shared filesystem's fault on any node (a Lustre target lost, a file server not answering, parallel
+filesystem client errors), it is that filesystem's: the bus-error reading of `{_SHM_FULL}` is demoted. Without one it
+stays /dev/shm's.
+""", cases=[
+    RuleCase(title="weights mapped from a Lustre target that was lost", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: Lustre: fs-OST0017-osc-ffff9c3a: Connection to fs-OST0017 (at 10.0.0.27@o2ib) was "
+        "lost; in progress operations using this service will wait for recovery to complete"],
+        "n1/applog": ["2025-01-01T00:10:40Z [n1:31902] Signal code: Non-existant physical address (2)"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=[_SHM_FULL])),
+    RuleCase(title="a bus error with no storage fault", evidence={"n1/applog": [
+        "2025-01-01T00:10:40Z [n1:31902] Signal code: Non-existant physical address (2)"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def bus_error_on_a_failing_filesystem(ws: Workspace) -> None:
+    for shm in ws.active(prefix=_SHM_FULL):
+        if shm.node is None or shm.first_time is None or not all("physical address" in e.text for e in shm.evidence):
+            continue
+        failed = [s for s in ws.select(sub_domain=SubDomain.STORAGE)
+                  if s.role == "root" and s.first_time is not None and s.first_time <= shm.first_time
+                  and (s.node == shm.node or s.name.startswith(_SHARED_FILESYSTEM_FAULTS))]
+        if failed:
+            ws.demote(shm, f"{failed[0].name} on {failed[0].node or '-'} before it: a file-backed mapping that could not "
+                           "be read")
+
