@@ -42,6 +42,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "RayTaskError",
     "RayGetError",
     "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
+    # vLLM: the API server's report that its engine core process died ('EngineCore encountered an issue'; before V1,
+    # AsyncEngineDeadError's 'Background loop has errored already'); why it died is in the engine's or worker's lines
+    "EngineDeadError", "AsyncEngineDeadError",
     # TensorFlow's status errors (tf.errors) that carry no verdict of their own: an unknown or internal status,
     # an aborted, cancelled, unavailable or timed-out operation - Horovod and collective ops raise them when
     # another rank failed. (InvalidArgument, NotFound and ResourceExhausted do say what went wrong.)
