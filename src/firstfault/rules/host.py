@@ -26,6 +26,33 @@ FLAPPING_DOWNS = 3
 IB_RETRY_BUDGET_S = 35.0
 
 
+_STUCK_FOR = re.compile(r"soft lockup - CPU#\d+ stuck for (?P<seconds>\d+)s!")
+
+
+@filter_rule("SoftLockupBegan", phase=Phase.FILTER_EARLY, doc="""
+The kernel's soft-lockup watchdog reports a CPU that has been stuck for N seconds ('soft lockup - CPU#1 stuck for
+2471s!'), so the lockup began N seconds before the report: the `CPU soft lockup` event is placed at that start, which
+can come before what the stall caused (a node the scheduler then declares not ready, its peers' timeouts). A report
+that only inherited its time is left where it is.
+""", cases=[
+    RuleCase(title="a 41-minute lockup reported after the node was declared not ready", evidence={
+        "b/syslog": ["Jan  1 00:50:20 b kernel: [1050555.0] watchdog: BUG: soft lockup - CPU#1 stuck for 2471s! "
+                     "[CPU 0/KVM:31664]"],
+        "a/scheduler": ["2025-01-01T00:10:00Z   Normal   NodeNotReady   Node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="CPU soft lockup")),
+])
+def soft_lockup_began(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "CPU soft lockup"]:
+        stuck = _STUCK_FOR.search(event.evidence.text)
+        if stuck is None or event.time is None or event.evidence.time_inferred:
+            continue
+        began = event.time - timedelta(seconds=int(stuck["seconds"]))
+        ws.emit(EmitSpec(type=event.type, node=event.node, symptom=event.symptom, evidence=event.evidence, time=began,
+                         last_time=event.last_time, count=event.count, attributes=dict(event.attributes)))
+        ws.drop(event, f"stuck for {stuck['seconds']} s when reported: the lockup began at {began:%H:%M:%S}")
+
+
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
 A machine-check record whose MCi_STATUS words all have bit 61 (UC) clear was corrected by the hardware: it is
 context, not a cause. Records with UC set stay as uncorrected machine checks.
