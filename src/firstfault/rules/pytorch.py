@@ -737,37 +737,59 @@ _RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL hear
                         "NCCL error (downstream)"})
 
 
-@filter_rule("RendezvousNeverCompleted", phase=Phase.FILTER, doc="""
-A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress, no collective
-that ran between ranks (an NCCL timeout or error) and no root candidate of any node: the ranks never met, and the
-usual reason is how the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes
-launched than the rendezvous expects, a launcher started on one node only. The timeouts become `Ranks never met at
-the rendezvous` (configuration, no node blamed). Otherwise (progress, collectives, a node's fault, XLA's key-value
-waits) a store timeout stays a symptom.
+_NEVER_MET = "Ranks never met at the rendezvous"
+
+
+@filter_rule("RendezvousBeforeAnyProgress", phase=Phase.FILTER, doc=f"""
+A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress and no
+collective that ran between ranks (an NCCL timeout or error): the ranks may never have met. Each such timeout is also
+recorded as a `{_NEVER_MET}` candidate (context), which rule RendezvousNeverCompleted makes the answer when nothing
+else is. XLA's key-value waits (a process that never published its key) are not read so.
 """, cases=[
-    # https://github.com/pytorch/pytorch/issues/85300 (a client resolving the endpoint to an address nobody serves)
     RuleCase(title="the store waited for clients that never came", evidence={
         "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
                      "clients. 4/8 clients joined."]},
-        context={"nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
-                      root_symptom="Ranks never met at the rendezvous")),
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True)),
     RuleCase(title="a store timeout after training began", evidence={
         "a/applog": ["2025-01-01T00:05:00Z step 10 | loss 2.1",
                      "2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
                      "clients. 4/8 clients joined."]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
 ])
+def rendezvous_before_any_progress(ws: Workspace) -> None:
+    if any(e.symptom in _RANKS_MET for e in ws.events):
+        return
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _RENDEZVOUS_TIMEOUT and "GetKeyValue" not in event.evidence.text:
+            ws.emit(EmitSpec(type=EventType.NODE_INTERESTING, node=event.node, symptom=_NEVER_MET,
+                             evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
+
+
+@refiner("RendezvousNeverCompleted", phase=Phase.FINAL, doc=f"""
+When no root candidate stands and the workload's rendezvous timed out before any progress or collective (rule
+RendezvousBeforeAnyProgress), its ranks never met, and with no fault of its own on any node the usual reason is how
+the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes launched than the
+rendezvous expects, a launcher started on one node only: `{_NEVER_MET}` becomes the answer (configuration, no node
+blamed). Any root candidate (a crash before the rendezvous, a GPU, a lost node, the scheduler) comes first.
+""", cases=[
+    # https://github.com/pytorch/pytorch/issues/85300 (a client resolving the endpoint to an address nobody serves)
+    RuleCase(title="the store waited for clients that never came", evidence={
+        "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_NEVER_MET)),
+    RuleCase(title="a node's fault comes first", evidence={
+        "b/syslog": ["Jan  1 00:05:00 b kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
+                     "the bus."],
+        "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["b"])),
+])
 def rendezvous_never_completed(ws: Workspace) -> None:
-    bad = ws.events_of(EventType.NODE_BAD)
-    timeouts = [e for e in bad if e.symptom == _RENDEZVOUS_TIMEOUT and "GetKeyValue" not in e.evidence.text]
-    if not timeouts or any(e.symptom in _RANKS_MET for e in ws.events):
+    if ws.active(role="root"):
         return
-    if any(e.symptom != _RENDEZVOUS_TIMEOUT and ws.catalog.symptom(e.symptom or "").role == "root" for e in bad):
-        return
-    for event in timeouts:
-        ws.reread(event, "Ranks never met at the rendezvous", "no progress or collective before it and no fault of "
-                  "a node: the ranks never met", dict(event.attributes))
+    for s in ws.select(prefix=_NEVER_MET, status="interesting"):
+        ws.promote(s, "no root candidate, and no progress or collective before the rendezvous timed out")
 
 
 # Collectives whose input must have the same number of elements on every rank (all-to-all's may differ by design).
