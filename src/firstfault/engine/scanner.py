@@ -255,8 +255,8 @@ class SourceScanner:
     with the packaged catalog, 80% faster with a catalog ten times its size. `exact[i]` is True only for the
     sampled patterns; `rules test` still compiles every pattern exactly (`exact_database`).
 
-    Sampled patterns (progress markers that may match most lines) get their own databases: one reports only
-    the first match of a block (HS_FLAG_SINGLEMATCH), the other is run on growing tails of the block to find
+    Sampled patterns (progress markers that may match most lines) get their own databases: one per pattern
+    stops at its first match in a block (HS_FLAG_SINGLEMATCH), another is run on growing tails of the block to find
     the last one, so their matches never cost a callback per line. They are always scanned exactly (a first
     match that re rejected would hide the real one). A block holding none of the literals their matches need
     (`required_literals`; found by hyperscan's literal matcher, which stops at the first) is not scanned for
@@ -283,7 +283,8 @@ class SourceScanner:
         sampled_ids = sorted(sampled)
         gate = _gate_expressions([patterns[i] for i in sampled_ids])
         expressions += gate
-        plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER), ("first", sampled_ids, hyperscan.HS_FLAG_SINGLEMATCH),
+        plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER),
+                *((f"first-{i}", [i], hyperscan.HS_FLAG_SINGLEMATCH) for i in sampled_ids),
                 ("tail", sampled_ids, 0),
                 ("gate", list(range(len(patterns), len(expressions))), hyperscan.HS_FLAG_SINGLEMATCH)]
         dbs: dict[str, hyperscan.Database] = {}
@@ -306,7 +307,7 @@ class SourceScanner:
                     if name in cache_files:
                         _save_cached(cache_files[name], dbs[name])
         self._db: hyperscan.Database | None = dbs.get("main")
-        self._first_db: hyperscan.Database | None = dbs.get("first")
+        self._first_dbs: list[tuple[int, hyperscan.Database]] = [(i, dbs[f"first-{i}"]) for i in sampled_ids]
         self._tail_db: hyperscan.Database | None = dbs.get("tail")
         self._gate_db: hyperscan.Database | None = dbs.get("gate")
 
@@ -335,10 +336,11 @@ class SourceScanner:
         return found
 
     def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:
-        assert self._first_db is not None and self._tail_db is not None
+        assert self._tail_db is not None
         if self._gate_db is not None and not self._contains_literal(data, length):
             return []
-        first = self._matches("first", self._first_db, data, 0, length)
+        first = [(to, pattern_id) for pattern_id, db in self._first_dbs
+                 if (to := self._first_match(f"first-{pattern_id}", db, data, length)) is not None]
         wanted = {pattern_id for _, pattern_id in first}
         last: dict[int, int] = {}
         for window in (*self.TAIL_WINDOWS, length):
@@ -348,6 +350,24 @@ class SourceScanner:
             if set(last) >= wanted or start == 0:
                 break
         return first + [(to, pattern_id) for pattern_id, to in last.items()]
+
+    def _first_match(self, name: str, db: hyperscan.Database, data: bytes | bytearray, length: int) -> int | None:
+        """End offset of the first match of `db`'s one pattern in `data[:length]`. The scan stops there: one
+        database per sampled pattern, because a database holding several can only stop once all have matched,
+        and a pattern absent from the block (a progress bar in a Megatron log) kept the others' costly
+        automata running to its end."""
+        found: list[int] = []
+
+        def stop(_pattern_id: int, _from: int, to: int, _flags: int, _ctx: object) -> bool:
+            found.append(to)
+            return True
+
+        try:
+            with memoryview(data) as view, view[:length] as part:
+                db.scan(cast(bytes, part), match_event_handler=stop, scratch=self._scratch(name, db))
+        except hyperscan.ScanTerminated:
+            pass
+        return found[0] if found else None
 
     def _contains_literal(self, data: bytes | bytearray, length: int) -> bool:
         """Whether `data[:length]` holds one of the literals every match of a sampled pattern contains (hyperscan's
@@ -372,7 +392,7 @@ class SourceScanner:
         if not length:
             return []
         hits = self._matches("main", self._db, data, 0, length) if self._db is not None else []
-        if self._first_db is not None:
+        if self._first_dbs:
             hits += self._sampled_matches(data, length)
         if not hits:
             return []
