@@ -40,6 +40,14 @@ _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(
 # '(WorkerDict pid=876764, ip=10.52.12.17) ...', '(pid=4242, ip=10.0.0.3)', '(raylet, ip=10.0.0.4)'.
 _RAY_RELAY_PREFIX = re.compile(
     r"^\s*(?:\S+\s+){0,2}\((?:[\w.:-]+(?:, | ))?(?:pid=\d+, )?ip=(\d{1,3}(?:\.\d{1,3}){3})\)")
+# A line that names the host it was printed on, ahead of its message: a syslog record's host field ('Mar  1
+# 10:30:00 gpu-b kernel: ...'), NCCL's 'gpu-b:4242:4301 [3] NCCL', nccl-tests' and pdsh's 'gpu-b: ...', after an
+# optional stamp and a launcher's tag. One node's file holds such lines of another when a launcher gathers every
+# rank's output (mpirun) or syslog is forwarded to one place.
+_HOST_PREFIX = re.compile(
+    r"^\s*(?:(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+)?"
+    r"(?:\[\d+,\d+\]<std(?:out|err)>:\s*|\[rank\d+\]:\s*)?"
+    r"([A-Za-z][\w.-]*)(?::\d+:\d+ \[\d+\]|: | [\w./-]+(?:\[\d+\])?: )")
 _TIME_LOOKBACK_LINES = 64
 # slurmstepd writes its cancel notice into the job's output without a stamp of its own but states when it happened:
 # '*** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:56:00 ***'. That stated time is the line's own (in the node's clock).
@@ -88,6 +96,10 @@ class LineReader:
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
         self.timestamps = TimestampParser(context.start_time or context.end_time)
+        self._hosts: dict[str, str] = {}  # host names (full and short) of the allocated nodes -> node
+        for allocated in context.nodes:
+            self._hosts.setdefault(allocated.split(".")[0], allocated)
+        self._hosts.update({allocated: allocated for allocated in context.nodes})
 
     def emits(self, source: SourceKind) -> list[_Emit]:
         """How each extractor of `source` emits (by its pattern id in the source's scanner)."""
@@ -363,6 +375,7 @@ class LineReader:
 
         rank = _rank_prefix(text)
         relayed_from = _relay_prefix(text)
+        printed_by = self._printed_by(text, node)
         for index in ids:
             emit = emits[index]
             if relayed_from and emit.event_type.startswith(EventType.CONTEXT):
@@ -381,8 +394,20 @@ class LineReader:
                 # kept apart from this node's own lines: rules/nccl.py (RelayedOutput) moves it to its node
                 attributes = {**attributes, "relayed_from": relayed_from}
                 discriminator = (*discriminator, relayed_from)
+            elif printed_by and not emit.event_type.startswith(EventType.CONTEXT):
+                attributes = {**attributes, "printed_by": printed_by}  # moved by RelayedOutput, like relayed_from
+                discriminator = (*discriminator, printed_by)
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
+
+    def _printed_by(self, text: str, node: str | None) -> str | None:
+        """The allocated node other than `node` whose host name the line's prefix gives (`_HOST_PREFIX`), if any."""
+        found = _HOST_PREFIX.match(text, 0, 256) if len(self.context.nodes) > 1 else None
+        if found is None:
+            return None
+        name = found.group(1)
+        host = self._hosts.get(name) or self._hosts.get(name.split(".")[0])
+        return host if host != node else None
 
 
 def _rank_prefix(text: str) -> str | None:

@@ -125,7 +125,24 @@ interface lines): its event is moved there, so that a GPU error is blamed on the
 The facts such a line states (an address, a host name) are the other node's and are not read for the node whose
 output relayed it. The driver re-raising that error (RayTaskError) prints its message again without a prefix: that
 line is the same error and goes with it.
+
+A line that names its own host ahead of its message (a syslog record's host field, NCCL's 'host:pid:tid [dev]',
+nccl-tests' and pdsh's 'host: '), when that host is another allocated node, was printed there and gathered into this
+node's file (mpirun collecting every rank's output, syslog forwarded to one server): its event is moved to that node.
 """, cases=[
+    RuleCase(title="another node's kernel record in this node's syslog (forwarded syslog)", evidence={
+        "a/syslog": ["Jan  1 00:10:00 b kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=123, name=python, GPU has fallen "
+                     "off the bus."],
+        "b/applog": ["2025-01-01T00:10:30Z [rank3]: RuntimeError: NCCL error: unhandled system error"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="mpirun gathered both nodes' ranks: the same CUDA failure on every node", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z [1,0]<stdout>:a: Test CUDA failure common.cu:1035 'system not yet initialized'",
+                     "2025-01-01T00:10:00Z [1,8]<stdout>:b: Test CUDA failure common.cu:1035 'system not yet initialized'"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="configuration", culprits=[])),
+    RuleCase(title="the node's own host field", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=123, name=python, GPU has fallen "
+                     "off the bus."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
     RuleCase(title="an actor's CUDA error relayed to the driver's output", evidence={
         "a/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.1",
                      "2025-01-01T00:10:00Z (WorkerDict pid=4242, ip=10.0.0.2) RuntimeError: CUDA error: uncorrectable "
@@ -143,6 +160,9 @@ line is the same error and goes with it.
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="nvlink", culprits=["a"])),
 ])
 def relayed_output(ws: Workspace) -> None:
+    for event in [e for e in ws.events if e.attributes.get("printed_by")]:
+        host = str(event.attributes["printed_by"])
+        ws.move(event, host, f"the line names {host} as the host it was printed on ({event.node}'s file holds it)")
     relayed = [e for e in ws.events if e.attributes.get("relayed_from") and not e.type.startswith(EventType.CONTEXT)]
     if not relayed:
         return
