@@ -17,6 +17,7 @@ from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
 
 MCE_UC_BIT = 61
+HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
@@ -51,6 +52,33 @@ def soft_lockup_began(ws: Workspace) -> None:
         ws.emit(EmitSpec(type=event.type, node=event.node, symptom=event.symptom, evidence=event.evidence, time=began,
                          last_time=event.last_time, count=event.count, attributes=dict(event.attributes)))
         ws.drop(event, f"stuck for {stuck['seconds']} s when reported: the lockup began at {began:%H:%M:%S}")
+
+
+# The task the soft-lockup watchdog names ('stuck for 23s! [UVM GPU2 BH:1931]') and NVIDIA driver kernel threads'
+# names: nvidia_uvm's per-GPU workers ('UVM GPU2 BH', 'UVM GPU1 KC'), the driver's own queues and interrupt threads.
+_LOCKED_TASK = re.compile(r"stuck for \d+s! \[(?P<task>[^\]\n]{1,64}):\d+\]")
+_NVIDIA_THREAD = re.compile(r"UVM |nvidia|nv_queue|nv_open_q|irq/\d+-nvidia")
+
+
+@filter_rule("LockupInNvidiaDriver", phase=Phase.FILTER, doc="""
+A soft lockup whose stuck task is an NVIDIA driver thread ('[UVM GPU2 BH:1931]': nvidia_uvm's fault servicing, the
+driver's queues and interrupt threads) is the GPU driver spinning, not the host: the lockup is read as `Task hung in
+the NVIDIA driver` on that node (gpu). A user process stuck with driver frames on its stack is left a host lockup:
+it may be waiting on a lock (in a VM, for a preempted vCPU) rather than in the driver.
+""", cases=[
+    RuleCase(title="nvidia_uvm's fault-servicing thread stuck", evidence={"n2/syslog": [
+        "Jan  1 00:26:13 n2 kernel: [1094848.317509] watchdog: BUG: soft lockup - CPU#22 stuck for 23s! [UVM GPU2 BH:1931]"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the NVIDIA driver")),
+    RuleCase(title="a training process stuck", evidence={"n2/syslog": [
+        "Jan  1 00:26:13 n2 kernel: [1094848.317509] watchdog: BUG: soft lockup - CPU#22 stuck for 23s! [python3:1931]"]},
+        expect=Expect(fired=False, sub_domain="host", culprits=["n2"])),
+])
+def lockup_in_nvidia_driver(ws: Workspace) -> None:
+    for lockup in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "CPU soft lockup"]:
+        task = _LOCKED_TASK.search(lockup.evidence.text)
+        if task and _NVIDIA_THREAD.match(task["task"]):
+            ws.reread(lockup, "Task hung in the NVIDIA driver",
+                      f"a CPU stuck in the GPU driver: the stuck task, {task['task']}, is an NVIDIA driver thread")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
@@ -154,7 +182,6 @@ def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
                for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
 
 
-HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 
 
 STUCK_NETDEV_WAITS = 3  # netdev_wait_allrefs prints every 10 s: three lines are half a minute without release
@@ -181,12 +208,18 @@ def netdevice_refcount_stuck(ws: Workspace) -> None:
 
 @refiner("HungInNvidiaDriver", phase=Phase.CLEAN, doc=f"""
 A hung task (blocked for more than N seconds) whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f}
-s), runs through an NVIDIA module is stuck in the GPU driver: the driver frames become a GPU root candidate on that
+s), runs through an NVIDIA module is stuck in the GPU driver (driver frames logged earlier too, such as a driver
+WARNING's, do not hide it): the driver frames become a GPU root candidate on that
 node. Driver frames without a hung task (a warning's stack) stay context, and so does a hung task elsewhere (I/O).
 """, cases=[
     RuleCase(title="nvidia-container-cli stuck in nvidia_uvm", evidence={"n2/syslog": [
         "Jan  1 00:22:11 n2 kernel: [2685847.000000] INFO: task nvc:[driver]:5403 blocked for more than 120 seconds.",
         "Jan  1 00:22:11 n2 kernel: [2685847.000500]  [<ffffffffa09c376e>] uvm_gpu_retain_by_uuid+0x1e/0x40 [nvidia_uvm]"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the NVIDIA driver")),
+    RuleCase(title="a driver WARNING's frames, then a task hung in nvidia_open", evidence={"n2/syslog": [
+        "Jan  1 00:17:18 n2 kernel: [508548.976134] RIP: 0010:nvidia_dev_put_uuid+0xa1/0xc0 [nvidia]",
+        "Jan  1 00:22:05 n2 kernel: [508835.664134] INFO: task python:2231187 blocked for more than 122 seconds.",
+        "Jan  1 00:22:05 n2 kernel: [508835.664134]  nvidia_open+0x3c4/0x560 [nvidia]"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the NVIDIA driver")),
     RuleCase(title="a task hung on NFS", evidence={"n2/syslog": [
         "Jan  1 00:22:11 n2 kernel: [2685847.000000] INFO: task python3:5403 blocked for more than 120 seconds.",
@@ -196,9 +229,9 @@ node. Driver frames without a hung task (a warning's stack) stay context, and so
 def hung_in_nvidia_driver(ws: Workspace) -> None:
     window = timedelta(seconds=HUNG_STACK_S)
     for frames in ws.select(prefix="Task hung in the NVIDIA driver", status="interesting"):
-        first = frames.first_time
-        hung = [h for h in ws.select(node=frames.node, prefix="Hung task") if first is not None and
-                h.first_time is not None and h.first_time <= first <= (h.last_time or h.first_time) + window]
+        first, last = frames.first_time, frames.last_time or frames.first_time
+        hung = [h for h in ws.select(node=frames.node, prefix="Hung task") if first is not None and last is not None
+                and h.first_time is not None and first <= (h.last_time or h.first_time) + window and last >= h.first_time]
         if hung:
             ws.promote(frames, f"{hung[0].name} on this node with NVIDIA driver frames on its stack")
 
