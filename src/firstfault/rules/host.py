@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType, SubDomain
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
+from firstfault.rules.scheduler import TIME_LIMITS
 
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
+THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a node that keeps throttling
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
@@ -79,6 +81,36 @@ def lockup_in_nvidia_driver(ws: Workspace) -> None:
         if task and _NVIDIA_THREAD.match(task["task"]):
             ws.reread(lockup, "Task hung in the NVIDIA driver",
                       f"a CPU stuck in the GPU driver: the stuck task, {task['task']}, is an NVIDIA driver thread")
+
+
+@refiner("ThermalThrottleSlowedTheRun", phase=Phase.REFINE, doc=f"""
+Synchronous training runs at the pace of its slowest rank. When a workload ended at its time limit and exactly one
+of its nodes reported its CPUs thermally throttled at least {THROTTLE_MIN_REPORTS} times during it, that node slowed
+the run: its `CPU thermal throttling` becomes the root candidate (host). Throttling on several nodes (a room too
+hot, a shared cause) or in a run that ended otherwise stays context.
+""", cases=[
+    RuleCase(title="one node throttles, the job runs out of time", evidence={
+        "b/syslog": [f"Jan  1 00:{m:02d}:00 b kernel: CPU7: Package temperature above threshold, cpu clock throttled "
+                     f"(total events = {1000 + m})" for m in (10, 20, 30)],
+        "a/applog": ["2025-01-01T00:59:58Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T00:59:58 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="CPU thermal throttling")),
+    RuleCase(title="one throttle episode in a run that failed otherwise", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kernel: CPU16: Temperature above threshold, cpu clock throttled"],
+        "a/applog": ["2025-01-01T00:30:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                     "2.00 GiB"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu_oom", culprits=[])),
+])
+def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
+    timed_out = normalise_state(ws.context.scheduler_state) == TerminalState.TIMEOUT or any(
+        ws.active(prefix=name) for name in TIME_LIMITS)
+    throttled = [s for s in ws.select(prefix="CPU thermal throttling", status="interesting")
+                 if s.count >= THROTTLE_MIN_REPORTS and s.node]
+    if timed_out and len({s.node for s in throttled}) == 1:
+        for s in throttled:
+            ws.promote(s, f"{s.count} thermal-throttle reports on the one node that throttled, in a run that ran out "
+                          "of time: its ranks set the pace")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""

@@ -637,6 +637,50 @@ def semaphore_before_enospc(ws: Workspace) -> None:
             ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
 
 
+@filter_rule("PeerFinishedDuringCollective", phase=Phase.FILTER, doc="""
+A collective that timed out on one node (ProcessGroupNCCL's watchdog: it began Timeout(ms) before the report) while
+the workers of another node reported finishing successfully during it was abandoned by those finished ranks: they
+never joined it. The ranks took different paths at the program's end, which is the program's, not a node's: the
+timeout is read as `Collective abandoned by finished ranks` (application, no node blamed). Only nodes that reported
+no timeout of their own count as having left.
+""", cases=[
+    RuleCase(title="rank 0 evaluates after fit, the other node's workers return", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z `Trainer.fit` stopped: `max_epochs=60` reached.",
+                     "2025-01-01T00:40:02Z [rank0]:[E0101 00:40:02.531000137 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=1, "
+                     "NumelOut=1, Timeout(ms)=1800000) ran for 1800272 milliseconds before timing out."],
+        "b/applog": ["2025-01-01T00:10:03Z I0101 00:10:03.441000 91822 torch/distributed/elastic/agent/server/api.py:879] "
+                     "[default] worker group successfully finished. Waiting 300 seconds for other agents to finish."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[],
+                      root_symptom="Collective abandoned by finished ranks")),
+    RuleCase(title="the other node finished long before the collective began", evidence={
+        "a/applog": ["2025-01-01T00:40:02Z [rank0]:[E0101 00:40:02.531000137 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=1, "
+                     "NumelOut=1, Timeout(ms)=600000) ran for 600272 milliseconds before timing out."],
+        "b/applog": ["2025-01-01T00:01:03Z [default] worker group successfully finished."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def peer_finished_during_collective(ws: Workspace) -> None:
+    finished = [e for e in ws.events_of(EventType.NODE_INTERESTING)
+                if e.symptom == "Workload completed" and e.time is not None and not e.evidence.time_inferred]
+    if not finished:
+        return
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    timeouts = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "NCCL watchdog timeout"]
+    waiting = {e.node for e in timeouts}
+    for timeout in timeouts:
+        raw_ms = str(timeout.attributes.get("timeout_ms", ""))
+        if timeout.time is None or timeout.evidence.time_inferred or not raw_ms.isdigit():
+            continue
+        began = timeout.time - timedelta(milliseconds=int(raw_ms))
+        left = sorted({f.node or "" for f in finished if f.node not in waiting and f.time is not None
+                       and began - skew <= f.time <= timeout.time})
+        if left:
+            ws.reread(timeout, "Collective abandoned by finished ranks",
+                      f"the workers of {', '.join(left)} finished while this collective waited for them")
+
+
 STALL_S = 1200.0  # training progress that stopped this long before the workload ended is a stall (a hang)
 
 
