@@ -61,6 +61,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # cuDF's Java wrappers of a CUDA error (Spark RAPIDS), read by its message; Spark's job-level wrapper of the
     # failure of a task or of the context ('Job aborted due to stage failure: ... most recent failure: <the task's>')
     "CudaException", "CudaFatalException", "SparkException",
+    # Spark's task killed by its driver (another task failed, the stage was cancelled), and py4j's wrapper of the Java
+    # exception a PySpark call raised (the Java exception's own lines follow it)
+    "TaskKilledException", "Py4JJavaError",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
