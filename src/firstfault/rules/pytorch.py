@@ -640,6 +640,48 @@ def semaphore_before_enospc(ws: Workspace) -> None:
             ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
 
 
+_WRONG_RESULT = "GPU computed a wrong result (result validation)"
+
+
+@filter_rule("RerunVerdictNamesTheGpu", phase=Phase.FILTER, doc="""
+Megatron's result validation prints its 'Possible persistent error!' verdict from the rank that reran the step on
+another GPU, after the first GPU had reproduced the rejected result ('First rerun: unexpected result is reproducible
+within the tolerance'). The GPU at fault is the first one: the verdict becomes a root candidate on the node that
+printed the first rerun's line (gpu), and stays context where no such line says which GPU that was.
+""", cases=[
+    RuleCase(title="reproduced on c03, refuted on c04", evidence={
+        "c03/applog": ["2025-01-01T00:38:32Z WARNING:megatron.core.rerun_state_machine:First rerun: unexpected result "
+                       "is reproducible within the tolerance (nan = nan). Need to rerun on a different GPU to verify "
+                       "correctness"],
+        "c04/applog": ["2025-01-01T00:43:10Z WARNING:megatron.core.rerun_state_machine:Second rerun: unexpected result "
+                       "is not reproducible on a different GPU, therefore was likely incorrect (1.0734 != nan)",
+                       "2025-01-01T00:43:10Z ERROR:megatron.core.rerun_state_machine:Rank 21, node c04, device 5, "
+                       "iteration #48213: Possible persistent error!!"]},
+        context={"nodes": ["c03", "c04"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c03"], root_symptom=_WRONG_RESULT)),
+    RuleCase(title="a verdict with no first rerun to name the GPU", evidence={
+        "c04/applog": ["2025-01-01T00:43:10Z ERROR:megatron.core.rerun_state_machine:Rank 21, node c04, device 5, "
+                       "iteration #48213: Possible persistent error!!"]},
+        context={"nodes": ["c03", "c04"]}, expect=Expect(fired=False, culprits=[])),
+])
+def rerun_verdict_names_the_gpu(ws: Workspace) -> None:
+    verdicts = [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == _WRONG_RESULT]
+    suspects = sorted({e.node for e in ws.events_of(EventType.NODE_INTERESTING)
+                       if e.symptom == "Result reproduced on its GPU (result validation)" and e.node})
+    if not verdicts or not suspects:
+        return
+    verdict = min(verdicts, key=lambda e: (e.time is None, e.time or datetime.min))
+    for node in suspects:
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_WRONG_RESULT, evidence=verdict.evidence,
+                         time=verdict.time, last_time=verdict.last_time))
+    for event in verdicts:
+        ws.drop(event, f"the verdict on the GPU of {', '.join(suspects)}, where the first rerun reproduced the result")
+    # the rejected result itself (a NaN the rank reported) was that GPU's wrong computation
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.node in suspects and e.symptom and
+                  e.symptom.startswith("NaN in loss or gradients")]:
+        ws.reread(event, _WRONG_RESULT, "the result the validation found wrong on this node's GPU")
+
+
 @filter_rule("PeerFinishedDuringCollective", phase=Phase.FILTER, doc="""
 A collective that timed out on one node (ProcessGroupNCCL's watchdog: it began Timeout(ms) before the report) while
 the workers of another node reported finishing successfully during it was abandoned by those finished ranks: they
