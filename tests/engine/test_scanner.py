@@ -163,14 +163,21 @@ def test_read_blocks_without_readinto() -> None:
     assert got == [b.data for b in iter_blocks(io.BytesIO(data), block_size=5, max_line_bytes=64)]
 
 
-def test_scan_expression_only_for_a_selective_tail_after_a_top_level_dot_star() -> None:
+def test_scan_expression_only_for_a_selective_tail_after_a_top_level_gap() -> None:
     from firstfault.engine.scanner import scan_expression
 
     assert scan_expression(r"\biteration\s+\d+ \|.*(?:grad norm|loss): (?P<v>nan|inf)\b") == \
         r"(?:grad norm|loss): (?P<v>nan|inf)\b"
     assert scan_expression(r"a.*?bcdefghijkl") == "bcdefghijkl"
+    # each top-level branch is cut on its own; bounded gaps count, and a branch without one is kept whole
+    assert scan_expression(r"a.+bcdefghijkl|zz") == "bcdefghijkl|zz"
+    assert scan_expression(r"\b(?:cp|mv): [^\n]{0,250}?: (?P<e>Input/output error|Stale file handle)\b|zz") == \
+        r": (?P<e>Input/output error|Stale file handle)\b|zz"
+    # of several gaps, the cut whose tail needs the most selective literals: not the one leaving a 3-letter literal
+    assert scan_expression(r"world size[^\n]{0,60}?must be divisible by[^\n]{0,40}?(?:parallel|\w*_tp\b)") == \
+        r"must be divisible by[^\n]{0,40}?(?:parallel|\w*_tp\b)"
     for pattern in (r"abc.*de", r"(?i)abc.*defghijkl", r"x[.*]yzzzzzzzzzz", r"ab\.*cdefghijkl",
-                    r"a(.*)bcdefghijkl", r"a.+bcdefghijkl|zz", r"abc.*(?:x|)"):
+                    r"a(.*)bcdefghijkl", r"abc.*(?:x|)", r"x.{0,120}"):
         assert scan_expression(pattern) is None, pattern
 
 

@@ -123,19 +123,28 @@ _GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
 def scan_expression(pattern: str) -> str | None:
     """A cheaper expression whose matches are necessary for `pattern` to match on a line, or None.
 
-    A pattern `X.*Y` (an unbounded `.*`/`.+` at the top level of a pattern without top-level alternatives)
-    cannot match a line unless `Y` matches there, ending where the whole match ends. Scanning for `Y` alone
-    gives the same candidate lines or more, never fewer, and Python `re` decides on every candidate anyway.
-    It matters when `X` is common: `\\biteration\\s+\\d+ ... \\|.*(?:grad norm|loss): nan` starts a `.*` state on
-    every Megatron iteration line and halved hyperscan's throughput on training logs; its tail is rare.
-    Only a tail that is itself selective (at least 8 characters, cannot match the empty string) is used.
+    A branch `X<gap>Y` of the pattern, where the gap is a top-level run of any characters of the line (`.*`, `.+`,
+    `.{m,n}`, `[^\\n]*`, `[^\\n]{m,n}`, lazy or not), cannot match a line unless `Y` matches there, ending where the
+    whole match ends. Scanning for `Y` alone gives the same candidate lines or more, never fewer, and Python `re`
+    decides on every candidate anyway. Each top-level branch is cut at its last gap on its own; the branches are
+    alternatives, so the cut ones joined with the others are necessary for the pattern. It matters when `X` is
+    common: `\\biteration\\s+\\d+ ... \\|.*(?:grad norm|loss): nan` starts a `.*` state on every Megatron iteration
+    line and halved hyperscan's throughput on training logs, and `\\b(?:cp|mv|ls|...): [^\\n]{0,250}?: <strerror>`
+    kept a bounded-repeat automaton running from every short tool name. Only a tail that is itself selective (at
+    least 8 characters, cannot match the empty string) is used.
     """
     if _GLOBAL_FLAGS.search(pattern):  # flags for the whole pattern would not carry over to the tail
         return None
-    cut = -1
-    depth = 0
-    i = 0
-    n = len(pattern)
+    branches = _top_level_branches(pattern)
+    tails = [_tail_after_gap(branch) for branch in branches]
+    if all(tail is None for tail in tails):
+        return None
+    return "|".join(branch if tail is None else tail for branch, tail in zip(branches, tails))
+
+
+def _top_level_branches(pattern: str) -> list[str]:
+    """The pattern split at its top-level `|`."""
+    branches, depth, start, i, n = [], 0, 0, 0, len(pattern)
     while i < n:
         ch = pattern[i]
         if ch == "\\":
@@ -149,24 +158,57 @@ def scan_expression(pattern: str) -> str | None:
         elif ch == ")":
             depth -= 1
         elif ch == "|" and depth == 0:
-            return None
-        elif ch == "." and depth == 0 and i + 1 < n and pattern[i + 1] in "*+":
-            cut = i + 2
-            if cut < n and pattern[cut] == "?":
-                cut += 1
+            branches.append(pattern[start:i])
+            start = i + 1
         i += 1
-    if cut < 0:
-        return None
-    tail = pattern[cut:]
+    return [*branches, pattern[start:]]
+
+
+_LINE_GAP = re.compile(r"(?:\.|\[\^\\n\])(?:[*+]|\{\d*,\d*\})\??")
+
+
+def _tail_after_gap(branch: str) -> str | None:
+    """What follows one of the branch's top-level gaps (`_LINE_GAP`): of the tails that are selective, the one whose
+    required literals are the most selective (`_selectivity`), the longest on a tie; None if there is none."""
+    best: tuple[tuple[int, int], str] | None = None
+    depth = 0
+    i = 0
+    n = len(branch)
+    while i < n:
+        ch = branch[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if depth == 0 and (gap := _LINE_GAP.match(branch, i)):
+            i = gap.end()
+            tail = branch[i:]
+            literals = _selective_tail_literals(tail)
+            if literals is not None and (best is None or _selectivity(literals) > best[0]):
+                best = (_selectivity(literals), tail)
+            continue
+        if ch == "[":
+            i = _bracket_end(branch, i)
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        i += 1
+    return None if best is None else best[1]
+
+
+def _selective_tail_literals(tail: str) -> frozenset[tuple[str, bool]] | None:
+    """The literals a candidate tail requires, if it is usable alone: at least 8 characters, not starting with a
+    quantifier, valid, not matching the empty string, and requiring some literal of three characters or more."""
     if len(tail) < 8 or tail[0] in "*+?{":
         return None
     try:
-        compiled = re.compile(tail)
+        if re.compile(tail).match(""):
+            return None
     except re.error:
         return None
-    if compiled.match(""):
-        return None
-    return tail
+    literals = required_literals(tail)
+    return None if literals is None else frozenset(literals)
 
 
 def _bracket_end(pattern: str, i: int) -> int:
