@@ -139,7 +139,7 @@ def scan_expression(pattern: str) -> str | None:
     tails = [_tail_after_gap(branch) for branch in branches]
     if all(tail is None for tail in tails):
         return None
-    return "|".join(branch if tail is None else tail for branch, tail in zip(branches, tails))
+    return "|".join(branch if tail is None else tail for branch, tail in zip(branches, tails, strict=True))
 
 
 def _top_level_branches(pattern: str) -> list[str]:
