@@ -317,23 +317,21 @@ class SourceScanner:
         self._local = threading.local()
         self.cached = False
         self.exact: list[bool] = [index in sampled for index in range(len(patterns))]
-        expressions = []
-        for index, pattern in enumerate(patterns):
-            tail = None if index in sampled else scan_expression(pattern)
-            expressions.append(pattern if tail is None else tail)
         regular = [i for i in range(len(patterns)) if i not in sampled]
         sampled_ids = sorted(sampled)
         gate = _gate_expressions([patterns[i] for i in sampled_ids])
-        expressions += gate
+        gate_ids = list(range(len(patterns), len(patterns) + len(gate)))
         plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER),
                 *((f"first-{i}", [i], hyperscan.HS_FLAG_SINGLEMATCH) for i in sampled_ids),
                 ("tail", sampled_ids, 0),
-                ("gate", list(range(len(patterns), len(expressions))), hyperscan.HS_FLAG_SINGLEMATCH)]
+                ("gate", gate_ids, hyperscan.HS_FLAG_SINGLEMATCH)]
         dbs: dict[str, hyperscan.Database] = {}
         cache_files: dict[str, Path] = {}
         if cache_dir is not None and patterns:
+            # Keyed by the patterns, not by the expressions derived from them (scan_expression costs tens of ms
+            # for the catalog): _CACHE_FORMAT stands for the derivation.
             key = hashlib.sha256(json.dumps([_CACHE_FORMAT, getattr(hyperscan, "__version__", ""), platform.machine(), patterns,
-                                             expressions, sampled_ids]).encode()).hexdigest()[:40]
+                                             gate, sampled_ids]).encode()).hexdigest()[:40]
             for name, ids, _flags in plan:
                 if ids:
                     cache_files[name] = cache_dir / f"hyperscan-{key}-{name}.db"
@@ -342,6 +340,8 @@ class SourceScanner:
                         dbs[name] = db
             self.cached = bool(cache_files) and len(dbs) == len(cache_files)
         if not self.cached:
+            expressions = [pattern if index in sampled or (tail := scan_expression(pattern)) is None else tail
+                           for index, pattern in enumerate(patterns)] + gate
             dbs = {}
             for name, ids, flags in plan:
                 if ids:
@@ -475,7 +475,9 @@ def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hy
     return db
 
 
-_CACHE_FORMAT = 3
+# The version of what the cached databases are compiled from besides the patterns themselves: bump it whenever
+# scan_expression, _gate_expressions or the compile flags change what they derive.
+_CACHE_FORMAT = 4
 
 
 def _load_cached(path: Path) -> hyperscan.Database | None:
