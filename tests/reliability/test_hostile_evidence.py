@@ -485,7 +485,8 @@ def test_session_text_passes_one_rule(engine: Engine) -> None:
     """Node names, origins, labels, lines and the context's text given to a session by a library caller."""
     context = ExecutionContext(workload_id="w", nodes=["n1", "n\udc80"], metadata={"k\ud800": "v\udfff"})
     session = engine.session(context)
-    session.ingest_lines("n\udc80", SourceKind.SYSLOG, [XID79 + " \ud800\x00\x07"], "o\ud800",
+    # the line's own host field names its node (a line naming another node would be moved there: RelayedOutput)
+    session.ingest_lines("n\udc80", SourceKind.SYSLOG, [XID79.replace(" n1 ", " n\udc80 ") + " \ud800\x00\x07"], "o\ud800",
                          labels={"l": "\udcff"})
     result = session.attribute()
     assert result.workload.nodes == ["n1", "n\ufffd\ufffd\ufffd"]
