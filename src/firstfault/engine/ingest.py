@@ -22,6 +22,10 @@ from firstfault.errors import FirstfaultError
 MAX_ISSUES = 200
 MAX_ORIGINS_PER_STREAM = 16
 MAX_OUT_OF_ORDER_STREAMS = 64
+# Where a stream's output ended is kept as its last few stamped lines, each this much earlier than the one after it:
+# a burst of lines (a shutdown's traceback) stands as one point, and the lines before it are still seen.
+OUTPUT_END_POINTS = 8
+OUTPUT_POINT_SPACING_S = 10.0
 
 
 @dataclass(slots=True)
@@ -56,6 +60,33 @@ class _StreamStats:
 _AccKey = tuple[str, str | None, str | None, str, tuple[str, ...]]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputEnd:
+    """Where an application stream's own output ended, read from its last lines (engine/reader.py). `points`, latest
+    first: its last stamped lines that no extractor matched (at most OUTPUT_END_POINTS, OUTPUT_POINT_SPACING_S
+    apart), each with the number of unstamped unmatched lines after it (output whose time is unknown); `undated`: the
+    unstamped unmatched lines walked over in all. A hung program prints nothing, and one stopped from outside prints
+    its shutdown after the signal: rules/scheduler.py reads this to tell a workload that had gone quiet long before a
+    limit or a cancel ended it."""
+
+    node: str | None
+    origin: str
+    points: tuple[tuple[Evidence, int], ...]
+    undated: int
+
+    def order(self) -> tuple[float, int]:
+        """Which of two reports of one stream is the later (service batches): its last line's time and number."""
+        if not self.points or self.points[0][0].time is None:
+            return (0.0, 0)
+        last = self.points[0][0]
+        return (last.time.timestamp(), last.provenance.line or 0)  # type: ignore[union-attr]
+
+    def shifted(self, delta: timedelta) -> OutputEnd:
+        return OutputEnd(self.node, self.origin, tuple(
+            (ev.model_copy(update={"time": ev.time + delta}) if ev.time is not None else ev, undated)
+            for ev, undated in self.points), self.undated)
+
+
 @dataclass
 class IngestState:
     """Everything a session accumulated from ingest, in insertion order: what a worker process returns for
@@ -73,6 +104,7 @@ class IngestState:
     notes: list[str] = field(default_factory=list)
     out_of_order: list[tuple[str, str]] = field(default_factory=list)
     issues_dropped: int = 0
+    output_ends: list[OutputEnd] = field(default_factory=list)
 
 
 class InexactMerge(FirstfaultError, ValueError):
@@ -101,6 +133,7 @@ class Accumulator:
         self._seeded = 0  # entries of _out_of_order copied from another accumulator by fork()
         self._dropped_keys = 0
         self._issues_dropped = 0
+        self._output_ends: dict[str, OutputEnd] = {}  # by origin
         self.lock = threading.Lock()
 
     def add(self, event_type: str, node: str | None, symptom: str | None, rule: str,
@@ -155,6 +188,16 @@ class Accumulator:
             if len(stats.origins) < MAX_ORIGINS_PER_STREAM:
                 stats.origins[origin] = None
 
+    def output_end(self, end: OutputEnd) -> None:
+        """Record where a stream's output ended; of two reports of one stream (its batches), the later stands."""
+        with self.lock:
+            self._keep_output_end(end)
+
+    def _keep_output_end(self, end: OutputEnd) -> None:
+        known = self._output_ends.get(end.origin)
+        if known is None or end.order() >= known.order():
+            self._output_ends[end.origin] = end
+
     def issue(self, message: str) -> None:
         """Record an evidence problem that makes the result partial (each message once, at most MAX_ISSUES)."""
         with self.lock:
@@ -201,6 +244,7 @@ class Accumulator:
                 if acc.evidence.time is not None:
                     acc.evidence = acc.evidence.model_copy(update={"time": acc.evidence.time + delta})
                     acc.evidence_key = evidence_key(acc.evidence)
+            self._output_ends = {origin: end.shifted(delta) for origin, end in self._output_ends.items()}
 
     def absorb(self, other: Accumulator) -> None:
         """Merge another accumulator that holds later evidence (one stream's), as `merge` does; events it
@@ -221,7 +265,7 @@ class Accumulator:
                 stats=[(k, v.observations, v.bytes, list(v.origins)) for k, v in self._stats.items()],
                 issues=list(self._issues), dropped_keys=self._dropped_keys, timings=timings,
                 notes=list(self._notes), out_of_order=list(self._out_of_order.items())[self._seeded:],
-                issues_dropped=self._issues_dropped)
+                issues_dropped=self._issues_dropped, output_ends=list(self._output_ends.values()))
 
     def merge(self, state: IngestState) -> None:
         """Merge the state another session accumulated from later evidence, as if this one had ingested that
@@ -285,6 +329,8 @@ class Accumulator:
             for message in state.notes:
                 if len(self._notes) < MAX_ISSUES:
                     self._notes[message] = None
+            for end in state.output_ends:
+                self._keep_output_end(end)
 
     def _out_of_order_merge(self, state: IngestState) -> tuple[dict[str, str], set[str]]:
         """The out-of-order streams of `state` this accumulator takes (in order, under its cap), and the issues
@@ -324,6 +370,11 @@ class Accumulator:
     def notes(self) -> list[str]:
         with self.lock:
             return list(self._notes)
+
+    def output_ends(self) -> list[OutputEnd]:
+        """Where each application stream's output ended, by origin."""
+        with self.lock:
+            return [self._output_ends[origin] for origin in sorted(self._output_ends)]
 
     def issues(self) -> list[str]:
         with self.lock:

@@ -238,7 +238,7 @@ def _run_pipeline(session: Session) -> Attribution:
     catalog = session.compiled.catalog
     timed = session.timings.phase
     with timed("pipeline.EVENTS"):
-        ws = Workspace(session.context, catalog, session.params, session.events())
+        ws = Workspace(session.context, catalog, session.params, session.events(), session.output_ends())
         _trace_extraction(ws)
     for phase in (Phase.FILTER_EARLY, Phase.FILTER):
         with timed(f"pipeline.{phase.name}"):

@@ -28,7 +28,7 @@ from firstfault.engine.clock import (
     zone_offset,
 )
 from firstfault.engine.compiled import CompiledCatalog
-from firstfault.engine.ingest import Accumulator
+from firstfault.engine.ingest import OUTPUT_END_POINTS, OUTPUT_POINT_SPACING_S, Accumulator, OutputEnd
 from firstfault.engine.inputs import WINDOW, clean_text, dated
 from firstfault.engine.model import EventType, Evidence, ExecutionContext, Provenance, SourceKind
 from firstfault.engine.params import Params
@@ -156,6 +156,7 @@ class LineReader:
         scan_cpu = lines_cpu = hits_cpu = 0.0
         started, started_cpu = clock(), cpu_clock()
         first_block = True
+        output_end: OutputEnd | None = None
         for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
                                                                  max_line_bytes=self.max_line_bytes):
             nbytes += length + 1
@@ -189,8 +190,12 @@ class LineReader:
             block_end = self._last_time_of(data, length, stream_clock=stream_clock)
             if isinstance(block_end, datetime):
                 last_time = block_end
+            if source == SourceKind.APPLOG:
+                output_end = self._output_end(data, length, hits, line_no, node, origin, start_offset, output_end)
         lines = line_no - 1
         acc.count(node, source.value, origin, lines, nbytes)
+        if output_end is not None:
+            acc.output_end(output_end)
         elapsed, elapsed_cpu = clock() - started, cpu_clock() - started_cpu
         return StreamCost(scan=(scan_s, scan_cpu), lines=(lines_s, lines_cpu), hits=(hits_s, hits_cpu),
                           read=(elapsed - scan_s - lines_s - hits_s, elapsed_cpu - scan_cpu - lines_cpu - hits_cpu),
@@ -241,6 +246,11 @@ class LineReader:
             self._handle_hits(data, numbers, start_offset, hits, node, source, origin, self.emits(source), None,
                               acc=self.accumulator, times=times, first_line=first_line, labels=labels,
                               utc_offset=utc_offset)
+        if source == SourceKind.APPLOG:
+            end = self._output_end(data, len(data), hits, first_line + line_count, node, origin, start_offset, None,
+                                   times=times, first_line=first_line, labels=labels, utc_offset=utc_offset)
+            if end is not None:
+                self.accumulator.output_end(end)
         if utc_offset:
             hours = utc_offset.total_seconds() / 3600
             self.accumulator.note(f"{origin}: stamps read as local time at UTC{hours:+g} h (as its collector said)")
@@ -351,6 +361,59 @@ class LineReader:
             end = start - 1
         return None
 
+    def _output_end(self, data: bytes | bytearray, length: int, hits: list[tuple[int, int, list[int]]],
+                    next_line: int, node: str | None, origin: str, start_offset: int | None,
+                    previous: OutputEnd | None, *, times: Sequence[datetime | None] | None = None,
+                    first_line: int = 1, labels: dict[str, str] | None = None,
+                    utc_offset: timedelta | None = None) -> OutputEnd | None:
+        """Where the application's own output in `data[:length]` (a block or batch of one stream; `next_line` is the
+        number of the line after its last) ended, walking back over its last lines (bounded): see `OutputEnd`.
+        `previous` is the stream's earlier blocks' answer, which a walk that reached the block's start goes on
+        from. None when the walk met no unmatched line."""
+        matched = {start for start, _end, _ids in hits[-_TIME_LOOKBACK_LINES:]}
+        points: list[tuple[Evidence, int]] = []
+        undated = 0
+        end, line_no = length, next_line - 1
+        for _ in range(_TIME_LOOKBACK_LINES):
+            if end < 0 or len(points) == OUTPUT_END_POINTS:
+                break
+            start = data.rfind(b"\n", 0, end) + 1
+            if start not in matched and data[start:end].strip():
+                time = self._tail_time(data, start, end, line_no, times, first_line, utc_offset)
+                if time is None:
+                    undated += 1
+                elif not points or _spaced(points[-1][0], time):
+                    text = data[start:end].decode("utf-8", errors="replace")
+                    points.append((self._plain_evidence(text, node, origin, line_no, start_offset, start, labels, time),
+                                   undated))
+            end, line_no = start - 1, line_no - 1
+        if end < 0 and previous is not None and len(points) < OUTPUT_END_POINTS:  # the block's start: go on before it
+            points += [(ev, after + undated) for ev, after in previous.points
+                       if not points or _spaced(points[-1][0], ev.time)][:OUTPUT_END_POINTS - len(points)]
+            undated += previous.undated
+        if not points and not undated:
+            return previous if end < 0 else None
+        return OutputEnd(node, origin, tuple(points), undated)
+
+    def _tail_time(self, data: bytes | bytearray, start: int, end: int, line_no: int,
+                   times: Sequence[datetime | None] | None, first_line: int,
+                   utc_offset: timedelta | None) -> datetime | None:
+        """The time a line carries itself (its transport's, else its stamp's), None for an unstamped line."""
+        if times is not None and (given := times[line_no - first_line]) is not None:
+            return dated(given)
+        stamp = self.timestamps.parse_stamp(data[start:min(end, start + 160)].decode("utf-8", errors="replace"))
+        if stamp.time is not None and utc_offset and not stamp.zoned:
+            return stamp.time - utc_offset
+        return stamp.time
+
+    def _plain_evidence(self, text: str, node: str | None, origin: str, line_no: int, start_offset: int | None,
+                        start: int, labels: dict[str, str] | None, time: datetime) -> Evidence:
+        max_chars = self.params.max_evidence_chars
+        shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+        provenance = Provenance(origin=origin, line=line_no, offset=None if start_offset is None else start_offset + start,
+                                labels=labels or {})
+        return Evidence(source=SourceKind.APPLOG, node=node, time=time, text=shown.rstrip("\r"), provenance=provenance)
+
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
                    emits: list[_Emit], inherited: bool, acc: Accumulator) -> None:
@@ -408,6 +471,12 @@ class LineReader:
         name = found.group(1)
         host = self._hosts.get(name) or self._hosts.get(name.split(".")[0])
         return host if host != node else None
+
+
+def _spaced(later: Evidence, time: datetime | None) -> bool:
+    """`time` is far enough before the `later` point to be a point of its own (OutputEnd)."""
+    return later.time is not None and time is not None and \
+        (later.time - time).total_seconds() >= OUTPUT_POINT_SPACING_S
 
 
 def _rank_prefix(text: str) -> str | None:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import BinaryIO
 
 from firstfault.engine.compiled import CompiledCatalog
-from firstfault.engine.ingest import Accumulator, IngestState
+from firstfault.engine.ingest import Accumulator, IngestState, OutputEnd
 from firstfault.engine.inputs import WINDOW, clean_labels, clean_provenance, clean_text, dated, sane_context
 from firstfault.engine.model import Attribution, Event, Evidence, ExecutionContext, Observation, SourceKind
 from firstfault.engine.params import Params
@@ -153,6 +153,9 @@ class Session:
 
     def notes(self) -> list[str]:
         return self.state.notes()
+
+    def output_ends(self) -> list[OutputEnd]:
+        return self.state.output_ends()
 
     def attribute(self) -> Attribution:
         return run_pipeline(self)

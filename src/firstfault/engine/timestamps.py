@@ -48,6 +48,11 @@ _YY_MM_DD = re.compile(r"^\s*(\d{2})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
+# Seconds since the epoch (UTC) ahead of a line: NVIDIA dllogger's v0.2 records (':::NVLOGv0.2.2 <model>
+# 1568948094.923844576 (<file>:<line>) <key>: <value>'), MLPerf's first compliance log (':::MLL 1558643436.455
+# run_start: ...'), and a program's own print of time.time() ('1530079544.343966 rank: 0, batch:0'). A bare number is
+# read only with a fraction and near the window, so that a count or an id is not taken for a time.
+_EPOCH = re.compile(r"^\s*(?P<tag>:::NVLOGv[\d.]+ \S+ |:::MLL )?(?P<s>1\d{9})(?:\.(?P<frac>\d{1,9}))?\s")
 
 # A stamp is a prefix: only this much of a line is looked at (a long line costs no more than a short one).
 _MAX_PREFIX_CHARS = 256
@@ -157,6 +162,11 @@ class TimestampParser:
             if m := _GLOG.match(text):
                 mo, d, h, mi, s, frac = m.groups()
                 return self._placed(self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), m)
+            if (m := _EPOCH.match(text)) and (m.group("tag") or m.group("frac")):
+                when = datetime.fromtimestamp(int(m.group("s")), timezone.utc).replace(microsecond=_micro(m.group("frac")))
+                tagged = m.group("tag") is not None
+                near = self.reference is not None and abs(when - self.reference) < _HALF_YEAR
+                return (when, True, m.group()) if tagged or near else None
         except ValueError:  # out-of-range field values: not a timestamp after all
             return None
         except OverflowError:  # a valid stamp whose zone moves it past datetime's limits

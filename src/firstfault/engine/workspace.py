@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from firstfault.engine.catalog import Catalog, SymptomDef
+from firstfault.engine.ingest import OutputEnd
 from firstfault.engine.model import (
     Event,
     EventType,
@@ -108,10 +109,12 @@ class Workspace:
     (a 10,000-node session runs each rule once per node): events are indexed by type and dropped by identity,
     symptoms are indexed by node."""
 
-    def __init__(self, context: ExecutionContext, catalog: Catalog, params: Params, events: list[Event]) -> None:
+    def __init__(self, context: ExecutionContext, catalog: Catalog, params: Params, events: list[Event],
+                 output_ends: list[OutputEnd] | None = None) -> None:
         self.context = context
         self.catalog = catalog
         self.params = params
+        self.output_ends = output_ends or []  # where each application stream's own output ended
         # The event stream by position (dicts keep insertion order; deletion is O(1)), the same events per type,
         # and the position of each event by identity.
         self._events: dict[int, Event] = {}

@@ -121,7 +121,7 @@ def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
             "unrelated root candidates started together: " + ", ".join(g[0].name for g in groups), blame=False)
 
 
-@refiner("ElectRootCause", phase=Phase.FINAL, after=("RendezvousNeverCompleted",), doc="""
+@refiner("ElectRootCause", phase=Phase.FINAL, after=("RendezvousNeverCompleted", "StallReportedByTheProgram"), doc="""
 Elect the root cause among the active (bad) symptoms. Root candidates that started within clock_skew_s of the
 earliest one (or have no time of their own) are considered together. Among reports of one incident (about the
 same nodes, or job-wide) the strongest win (hardware and kernel facts first); faults on different nodes are

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType, TerminalState, normalise_state
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace
 
@@ -783,6 +783,41 @@ def training_stall(ws: Workspace) -> None:
                                     f"{last.node or '-'}) and nothing resumed it in the {minutes:.0f} min before the "
                                     "workload ended: it hung",
                          "stalled_min": round(minutes)}))
+
+
+@refiner("StallReportedByTheProgram", phase=Phase.FINAL, doc="""
+A stall (rule TrainingStall) names no cause of its own. When no root candidate stands and the program itself
+reported what its ranks were doing in the stall - Horovod's stall inspector listing a collective that only some ranks
+submitted, an application-level report - that report says more than the stall: the stall is demoted and the report,
+with its meaning (ranks that submitted different collectives), is what the answer names. A root candidate (a GPU, a
+lost peer, a crash) still explains both.
+""", cases=[
+    # https://github.com/horovod/horovod/issues/336 (the stall inspector's warning)
+    RuleCase(title="steps stop; Horovod says rank 0 never submitted the allreduce", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are "
+        "waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying "
+        "to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock. "
+        "Stalled ops: HorovodAllreduce_loss_Mean_0 [ready ranks: 1, 2, 3]",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
+        context={"scheduler_state": "CANCELLED"},
+        expect=Expect(fired=True, sub_domain="application", culprits=[],
+                      root_symptom="Horovod ranks stalled on different tensors")),
+    RuleCase(title="a stall with no report of the program's own", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
+        context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=False, sub_domain="unknown")),
+])
+def stall_reported_by_the_program(ws: Workspace) -> None:
+    if ws.active(role="root"):
+        return
+    reports = [s for s in ws.active(role="symptom", sub_domain=SubDomain.APPLICATION)
+               if not s.name.startswith("Training stalled")]
+    if not reports:
+        return
+    for stall in ws.active(prefix="Training stalled"):
+        ws.demote(stall, f"the program reported what its ranks did in the stall ({reports[0].name} on "
+                         f"{reports[0].node or '-'})")
 
 
 # PyTorch's OOM message: the request and the device's total ('capacty' is PyTorch 2.0-2.1's spelling).

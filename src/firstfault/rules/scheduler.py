@@ -66,6 +66,35 @@ def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
                      f"{reached:%Y-%m-%dT%H:%M}Z from the start)")
 
 
+# A program stopped from outside prints its shutdown after the signal (a traceback, a launcher's report); stamped
+# by a clock that may run a little ahead of the one that stated the limit's time, those lines can seem to come
+# just before it. Output this close to the limit is not taken as the program still working.
+SHUTDOWN_MARGIN_S = 60.0
+
+
+def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | None:
+    """When the application last printed a stamped line of its own (one no extractor matched) before a limit or a
+    cancel at `when`, on any node, and what that line was. None when some stream cannot say: its last lines before
+    `when` were not seen, or unstamped lines (of unknown time) followed the one found."""
+    latest: Evidence | None = None
+    for end in ws.output_ends:
+        found = next(((ev, undated) for ev, undated in end.points
+                      if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S), None)
+        if found is None:
+            if end.points or end.undated:
+                return None
+            continue
+        point, undated = found
+        if undated:
+            return None
+        if latest is None or point.time > latest.time:  # type: ignore[operator]
+            latest = point
+    if latest is None or latest.time is None:
+        return None
+    return latest.time, (f"the application printed nothing of its own after {latest.time:%Y-%m-%dT%H:%M:%SZ} (its last "
+                         f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
+
+
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
@@ -75,7 +104,9 @@ failure - explained by that report, or by nothing in the evidence - is what rema
 a time of their own still say how far training got: the last iteration times the longest time per iteration, from the
 workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
-stopped making progress.
+stopped making progress. Without progress lines or reports, the program's own output says it: its last stamped line
+that no extractor read, on any node (lines printed within minutes of the limit are its shutdown, and any unstamped
+output after that line, whose time is unknown, leaves the question open).
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
@@ -113,6 +144,29 @@ stopped making progress.
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
+    # https://github.com/allenai/allennlp/issues/5088 (workers with unequal batch counts blocked at the epoch's end)
+    RuleCase(title="no progress lines; the program's own output stopped hours before the limit", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z 2025-01-01 00:10:00,600 - INFO - allennlp.training.gradient_descent_trainer - Worker 1: "
+        "accuracy: 0.8042, batch_loss: 0.6886, loss: 0.5200 ||: 100%|##########| 1563/1563 [21:05<00:00,  1.24it/s]",
+        "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - allennlp.training.trainer - Worker 1: Validating",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="dllogger records (epoch stamps) stop hours before the limit", evidence={"n1/applog": [
+        ":::NVLOGv0.2.2 Tacotron2_PyT 1735690200.047455311 (/workspace/dllogger/logger.py:251) train_iter_stop: 32",
+        "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="the program printed until the limit, then its shutdown", evidence={"n1/applog": [
+        "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
+        "2025-01-01T01:57:30Z 2025-01-01 01:57:30,100 - INFO - trainer - Worker 1: accuracy: 0.81",
+        "2025-01-01T01:59:01Z Traceback (most recent call last):",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    RuleCase(title="unstamped output after the program's last stamped line: its time is not known", evidence={
+        "n1/applog": [
+            "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
+            "Epoch 3: accuracy 0.81",
+            "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="undated progress; a py-spy dump shows ranks waiting in a broadcast", evidence={"n1/applog": [
         " iteration      151/  100000 | consumed samples: 2416 | lm loss: 6.69E+00 |",
         "Thread 835995 (active): \"MainThread\"",
@@ -140,7 +194,7 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         working_until, what = reached
         margin = UNDATED_PROGRESS_MARGIN
     else:
-        return
+        working_until, what = None, ""
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
         # a time limit or a cancel ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
@@ -148,10 +202,13 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         when = min(stamped) if stamped else ws.context.end_time
         if when is None:
             continue
-        idle = (when - working_until).total_seconds()
+        until, said = (working_until, what) if working_until is not None else (_output_stopped(ws, when) or (None, ""))
+        if until is None:
+            continue
+        idle = (when - until).total_seconds()
         started = ws.context.start_time
         if idle > max(HUNG_BEFORE_LIMIT_S, margin * ((when - started).total_seconds() if started else 0.0)):
-            ws.demote(limit, f"{what} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
+            ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
 
 
