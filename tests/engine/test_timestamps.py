@@ -35,6 +35,10 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("2024-06-16_20:34:34 x", "2024-06-16T20:34:34"),
     ("[rank0]:[titan] 2026-05-12 17:07:23,237 - root - INFO - step: 3000  loss:  3.63069", "2026-05-12T17:07:23.237000"),
     ("25/03/01 09:41:12 ERROR Executor: Exception in task 3.0 in stage 2.0 (TID 7)", "2025-03-01T09:41:12"),
+    (":::NVLOGv0.2.2 Tacotron2_PyT 1740787200.923844576 (/w/dllogger/logger.py:251) train_iter_stop: 32",
+     "2025-03-01T00:00:00.923844"),
+    (":::MLL 1740787200.455 run_start: {\"value\": null}", "2025-03-01T00:00:00.455000"),
+    ("1740787200.343966 rank: 0, batch:0", "2025-03-01T00:00:00.343966"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
@@ -43,7 +47,8 @@ def test_formats(line: str, expected: str) -> None:
 
 @pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", "",
                                   "[titan] step 5 at 2026-05-12 17:07:23",
-                                  "12/03/01 09:41:12 a log4j stamp years from the window is not read"])
+                                  "12/03/01 09:41:12 a log4j stamp years from the window is not read",
+                                  "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

@@ -238,7 +238,9 @@ def _run_pipeline(session: Session) -> Attribution:
     catalog = session.compiled.catalog
     timed = session.timings.phase
     with timed("pipeline.EVENTS"):
-        ws = Workspace(session.context, catalog, session.params, session.events(), session.output_ends())
+        read = {node for (node, _source), (observations, _bytes, _origins) in session.stream_stats().items()
+                if observations and node}
+        ws = Workspace(session.context, catalog, session.params, session.events(), session.output_ends(), read)
         _trace_extraction(ws)
     for phase in (Phase.FILTER_EARLY, Phase.FILTER):
         with timed(f"pipeline.{phase.name}"):

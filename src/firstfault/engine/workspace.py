@@ -110,11 +110,12 @@ class Workspace:
     symptoms are indexed by node."""
 
     def __init__(self, context: ExecutionContext, catalog: Catalog, params: Params, events: list[Event],
-                 output_ends: list[OutputEnd] | None = None) -> None:
+                 output_ends: list[OutputEnd] | None = None, nodes_read: set[str] | None = None) -> None:
         self.context = context
         self.catalog = catalog
         self.params = params
         self.output_ends = output_ends or []  # where each application stream's own output ended
+        self.nodes_read = nodes_read if nodes_read is not None else set(context.nodes)  # nodes that gave evidence
         # The event stream by position (dicts keep insertion order; deletion is O(1)), the same events per type,
         # and the position of each event by identity.
         self._events: dict[int, Event] = {}

@@ -256,16 +256,43 @@ node. Driver frames without a hung task (a warning's stack) stay context, and so
     RuleCase(title="a task hung on NFS", evidence={"n2/syslog": [
         "Jan  1 00:22:11 n2 kernel: [2685847.000000] INFO: task python3:5403 blocked for more than 120 seconds.",
         "Jan  1 00:22:11 n2 kernel: [2685847.000500]  [<ffffffffa09c376e>] nfs_wait_bit_killable+0x1e/0x40 [nfs]"]},
-        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+        expect=Expect(fired=False, sub_domain="storage", culprits=[])),
 ])
 def hung_in_nvidia_driver(ws: Workspace) -> None:
+    _promote_frames_of_hung_tasks(ws, "Task hung in the NVIDIA driver", "NVIDIA driver")
+
+
+@refiner("HungInFilesystemClient", phase=Phase.CLEAN, doc=f"""
+A hung task whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f} s), runs through a shared
+filesystem's client (Storage Scale's mmfs26/mmfslinux, Lustre's llite/ptlrpc/obdclass, NFS and its sunrpc, BeeGFS,
+CephFS, a FUSE filesystem such as an object-store mount) waited minutes for that filesystem: the frames become a
+shared-storage root candidate, no node blamed (the servers serve every node; a node whose own client failed says so in
+its client's lines). The same frames without a hung task stay context.
+""", cases=[
+    # https://github.com/huggingface/m4-logs (tr_141: rank 0's write() never returned while GPFS was failing)
+    RuleCase(title="rank 0's write blocked in Storage Scale", evidence={"n2/syslog": [
+        "Jan  1 00:22:11 n2 kernel: [210745.222569] INFO: task python:280058 blocked for more than 120 seconds.",
+        "Jan  1 00:22:11 n2 kernel: [210745.222719]  cxiWaitEventWait+0x208/0x330 [mmfslinux]",
+        "Jan  1 00:22:11 n2 kernel: [210745.222800]  _ZN13KernelMailbox21sendToDaemonWithReplyEv+0x250/0x3e0 [mmfs26]"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[],
+                      root_symptom="Task hung in a shared filesystem client")),
+    RuleCase(title="client frames in a warning, no task hung", evidence={"n2/syslog": [
+        "Jan  1 00:22:11 n2 kernel: [2685847.000500]  nfs_wait_bit_killable+0x1e/0x40 [nfs]"]},
+        expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+])
+def hung_in_filesystem_client(ws: Workspace) -> None:
+    _promote_frames_of_hung_tasks(ws, "Task hung in a shared filesystem client", "shared filesystem client")
+
+
+def _promote_frames_of_hung_tasks(ws: Workspace, frames_symptom: str, where: str) -> None:
+    """Promote a node's kernel-stack frames of `frames_symptom` printed with a hung-task report of that node."""
     window = timedelta(seconds=HUNG_STACK_S)
-    for frames in ws.select(prefix="Task hung in the NVIDIA driver", status="interesting"):
+    for frames in ws.select(prefix=frames_symptom, status="interesting"):
         first, last = frames.first_time, frames.last_time or frames.first_time
         hung = [h for h in ws.select(node=frames.node, prefix="Hung task") if first is not None and last is not None
                 and h.first_time is not None and first <= (h.last_time or h.first_time) + window and last >= h.first_time]
         if hung:
-            ws.promote(frames, f"{hung[0].name} on this node with NVIDIA driver frames on its stack")
+            ws.promote(frames, f"{hung[0].name} on this node with {where} frames on its stack")
 
 
 # How long after a node's kernel stopped it its peers may still report losing it: RDMA retries (NCCL_IB_TIMEOUT and

@@ -34,7 +34,7 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
     return candidate.first_time <= action.first_time + timedelta(seconds=ws.params.clock_skew_s)
 
 
-HUNG_BEFORE_LIMIT_S = 3600.0  # progress that stopped this long before a time limit means the job hung
+HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time limit means the job hung
 # Undated progress is placed from iteration counts: the stall must then also be this share of the time since the start.
 UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
@@ -657,7 +657,7 @@ on after that: someone ended a run that had already failed.
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="network", culprits=["a"], terminal_state="TIMEOUT")),
     RuleCase(title="a cancel long after the ranks failed", evidence={
-        "a/applog": ["2025-01-01T00:10:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
+        "a/applog": ["2025-01-01T00:30:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
         "b/scheduler": ["[2025-01-01T00:56:00.000] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=1 uid 1000"]},
         context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a cancel right after an error", evidence={
