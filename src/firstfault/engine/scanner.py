@@ -142,11 +142,14 @@ def scan_expression(pattern: str) -> str | None:
     return "|".join(branch if tail is None else tail for branch, tail in zip(branches, tails, strict=True))
 
 
-def _top_level_branches(pattern: str) -> list[str]:
-    """The pattern split at its top-level `|`."""
-    branches, depth, start, i, n = [], 0, 0, 0, len(pattern)
+def _top_level(pattern: str) -> Iterator[int]:
+    """The indices of the pattern's top-level items: characters outside any group, an escape or a character class
+    counting as one (only its first index is given)."""
+    depth, i, n = 0, 0, len(pattern)
     while i < n:
         ch = pattern[i]
+        if depth == 0:
+            yield i
         if ch == "\\":
             i += 2
             continue
@@ -157,11 +160,13 @@ def _top_level_branches(pattern: str) -> list[str]:
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == "|" and depth == 0:
-            branches.append(pattern[start:i])
-            start = i + 1
         i += 1
-    return [*branches, pattern[start:]]
+
+
+def _top_level_branches(pattern: str) -> list[str]:
+    """The pattern split at its top-level `|`."""
+    cuts = [i for i in _top_level(pattern) if pattern[i] == "|"]
+    return [pattern[start + 1:end] for start, end in zip([-1, *cuts], [*cuts, len(pattern)], strict=True)]
 
 
 _LINE_GAP = re.compile(r"(?:\.|\[\^\\n\])(?:[*+]|\{\d*,\d*\})\??")
@@ -171,29 +176,14 @@ def _tail_after_gap(branch: str) -> str | None:
     """What follows one of the branch's top-level gaps (`_LINE_GAP`): of the tails that are selective, the one whose
     required literals are the most selective (`_selectivity`), the longest on a tie; None if there is none."""
     best: tuple[tuple[int, int], str] | None = None
-    depth = 0
-    i = 0
-    n = len(branch)
-    while i < n:
-        ch = branch[i]
-        if ch == "\\":
-            i += 2
+    for i in _top_level(branch):
+        gap = _LINE_GAP.match(branch, i)
+        if gap is None:
             continue
-        if depth == 0 and (gap := _LINE_GAP.match(branch, i)):
-            i = gap.end()
-            tail = branch[i:]
-            literals = _selective_tail_literals(tail)
-            if literals is not None and (best is None or _selectivity(literals) > best[0]):
-                best = (_selectivity(literals), tail)
-            continue
-        if ch == "[":
-            i = _bracket_end(branch, i)
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        i += 1
+        tail = branch[gap.end():]
+        literals = _selective_tail_literals(tail)
+        if literals is not None and (best is None or _selectivity(literals) > best[0]):
+            best = (_selectivity(literals), tail)
     return None if best is None else best[1]
 
 
