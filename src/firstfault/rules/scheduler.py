@@ -72,6 +72,15 @@ def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
 SHUTDOWN_MARGIN_S = 60.0
 
 
+def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bool = True) -> RuleCase:
+    """A rule case: a workload on n1 whose `lines` its time limit ended at 01:59 (slurmstepd's notice, with a stamp of
+    its own or only the time it states), which had hung (the limit demoted: unknown) or not (the limit stands)."""
+    notice = "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"
+    return RuleCase(title=title, evidence={"n1/applog": [*lines, f"2025-01-01T01:59:00Z {notice}" if stamped else notice]},
+                    context={"scheduler_state": "TIMEOUT"},
+                    expect=Expect(fired=hung, sub_domain="unknown" if hung else "scheduler", terminal_state="TIMEOUT"))
+
+
 def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | None:
     """When the application last printed a stamped line of its own (one no extractor matched) before a limit or a
     cancel at `when`, on any node, and what that line was. None when some stream cannot say: its last lines before
@@ -145,28 +154,21 @@ output after that line, whose time is unknown, leaves the question open).
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
     # https://github.com/allenai/allennlp/issues/5088 (workers with unequal batch counts blocked at the epoch's end)
-    RuleCase(title="no progress lines; the program's own output stopped hours before the limit", evidence={"n1/applog": [
+    _ended_by_the_limit("no progress lines; the program's own output stopped hours before the limit", [
         "2025-01-01T00:10:00Z 2025-01-01 00:10:00,600 - INFO - allennlp.training.gradient_descent_trainer - Worker 1: "
         "accuracy: 0.8042, batch_loss: 0.6886, loss: 0.5200 ||: 100%|##########| 1563/1563 [21:05<00:00,  1.24it/s]",
-        "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - allennlp.training.trainer - Worker 1: Validating",
-        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
-    RuleCase(title="dllogger records (epoch stamps) stop hours before the limit", evidence={"n1/applog": [
-        ":::NVLOGv0.2.2 Tacotron2_PyT 1735690200.047455311 (/workspace/dllogger/logger.py:251) train_iter_stop: 32",
-        "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
-    RuleCase(title="the program printed until the limit, then its shutdown", evidence={"n1/applog": [
+        "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - allennlp.training.trainer - Worker 1: Validating"],
+        hung=True),
+    _ended_by_the_limit("dllogger records (epoch stamps) stop hours before the limit", [
+        ":::NVLOGv0.2.2 Tacotron2_PyT 1735690200.047455311 (/workspace/dllogger/logger.py:251) train_iter_stop: 32"],
+        hung=True, stamped=False),
+    _ended_by_the_limit("the program printed until the limit, then its shutdown", [
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "2025-01-01T01:57:30Z 2025-01-01 01:57:30,100 - INFO - trainer - Worker 1: accuracy: 0.81",
-        "2025-01-01T01:59:01Z Traceback (most recent call last):",
-        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
-    RuleCase(title="unstamped output after the program's last stamped line: its time is not known", evidence={
-        "n1/applog": [
-            "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
-            "Epoch 3: accuracy 0.81",
-            "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
+        "2025-01-01T01:59:01Z Traceback (most recent call last):"], hung=False),
+    _ended_by_the_limit("unstamped output after the program's last stamped line: its time is not known", [
+        "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
+        "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
     RuleCase(title="undated progress; a py-spy dump shows ranks waiting in a broadcast", evidence={"n1/applog": [
         " iteration      151/  100000 | consumed samples: 2416 | lm loss: 6.69E+00 |",
         "Thread 835995 (active): \"MainThread\"",
