@@ -515,6 +515,8 @@ _HOOK_REASONS = (  # (reason prefix, symptom, why)
      "nvcgo sets up the container's device cgroups: the container runtime, not the node's GPUs"),
     ("driver error: timed out", _DRIVER_SILENT, "the node's GPU driver did not answer in time"),
     ("driver rpc error: timed out", _DRIVER_SILENT, "the node's GPU driver did not answer in time"),
+    ("nvml error: driver/library version mismatch", "NVIDIA driver and library versions differ",
+     "NVML found the node's NVIDIA kernel module and libraries of different releases"),
 )
 
 
@@ -526,8 +528,9 @@ raised it); 'nvcgo rpc error' is libnvidia-container's Go helper that programs t
 or timing out (it times out when many containers start at once), the container runtime rather than the node's GPUs
 (read as `GPU container cgroup helper failed`, no node blamed). A driver call that timed out ('driver error: timed
 out', 'driver rpc error: timed out') is the node's GPU driver not answering: hung, or slow to wake its GPUs without
-persistence mode (read as `GPU driver did not answer the container runtime`); other driver errors stay the node's
-container set-up.
+persistence mode (read as `GPU driver did not answer the container runtime`); NVML's 'driver/library version
+mismatch' is the node's driver installation (read as `NVIDIA driver and library versions differ`); other driver errors
+stay the node's container set-up.
 """, cases=[
     # https://github.com/NVIDIA/libnvidia-container/issues/204 (a node whose GPU was failing)
     RuleCase(title="the runtime hook on a node with a failing GPU", evidence={"n1/syslog": [
@@ -548,6 +551,12 @@ container set-up.
         "timed out"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"],
                       root_symptom="GPU driver did not answer the container runtime")),
+    # https://github.com/NVIDIA/gpu-operator/issues/898 (a node whose driver was upgraded under running pods)
+    RuleCase(title="the hook's NVML found the module and libraries of different releases", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 containerd[1102]: nvidia-container-cli: initialization error: nvml error: driver/library "
+        "version mismatch: unknown"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"],
+                      root_symptom="NVIDIA driver and library versions differ")),
     RuleCase(title="a driver request refused", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 containerd[1]: nvidia-container-cli: initialization error: driver rpc error: failed to "
         "process request: unknown"]},
@@ -566,6 +575,42 @@ def container_hook_reason(ws: Workspace) -> None:
             if reason.startswith(prefix):
                 ws.reread(event, symptom, why)
                 break
+
+
+# What the GPU container hook reports about a node when it cannot set up a container there (ContainerHookReason).
+_HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library versions differ")
+
+
+@refiner("PodStatusFollowsTheGpuHook", phase=Phase.REFINE_EARLY, doc=f"""
+Kubernetes' status of a pod whose container could not start or kept failing (CrashLoopBackOff, RunContainerError,
+CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
+hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}) no later than that
+status, the hook's report is the reason and the pod status is demoted.
+""", cases=[
+    # https://github.com/NVIDIA/gpu-operator/issues/898 (a node whose driver was upgraded under running pods)
+    RuleCase(title="the pod crash-looped on the node whose driver the hook could not use", evidence={
+        "n2/syslog": ["Jan  1 00:10:00 n2 containerd[1102]: nvidia-container-cli: initialization error: nvml error: "
+                      "driver/library version mismatch: unknown"],
+        "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"],
+                      root_symptom="NVIDIA driver and library versions differ")),
+    RuleCase(title="a crash loop with no hook failure", evidence={
+        "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def pod_status_follows_the_gpu_hook(ws: Workspace) -> None:
+    hooks = [h for name in _HOOK_FAILURES for h in ws.active(prefix=name)]
+    if not hooks:
+        return
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for status in ws.active(prefix="Container image or start error"):
+        explained = [h for h in hooks if ws.undated(status) or h.first_time is None or status.first_time is None
+                     or h.first_time <= status.first_time + skew]
+        if explained:
+            ws.demote(status, f"the GPU container hook on {explained[0].node or '-'} could not set up its containers "
+                              f"({explained[0].name})")
 
 
 _NO_START = "GPU could not be initialised"

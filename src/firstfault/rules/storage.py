@@ -174,6 +174,42 @@ def undated_disk_snapshot(ws: Workspace) -> None:
             ws.demote(snapshot, "a snapshot without a time of its own: it supports, it does not begin the failure")
 
 
+# A path under the node's own temporary directories (FHS: /tmp, /var/tmp), which no other node mounts.
+_NODE_TMP_PATH = re.compile(r"(?:^|[\s'\"(=:,])/(?:var/)?tmp/")
+
+
+@filter_rule("NoSpaceInNodeTmp", phase=Phase.FILTER, doc=f"""
+ENOSPC writing under /tmp or /var/tmp - a node's own temporary directories (the Filesystem Hierarchy Standard's
+local scratch, a local disk or the node's tmpfs, never a shared mount) - reported on one node of several that ran the
+same work: that node's local disk was full, not the job's target filesystem. The reports become `{_DISK_FULL}` on that
+node (node blamed). Reported on every node, or on a path elsewhere, it stays `No space left on device` (the job's own
+use, or a shared filesystem full).
+""", cases=[
+    # https://github.com/torch/distro/issues/247 (nvcc's temporary file in a full /tmp)
+    RuleCase(title="one node's /tmp full while it built an extension", evidence={
+        "n2/applog": ["2025-01-01T00:10:00Z /tmp/tmpxft_0003a8b9_00000000-4_multi_tensor_adam.cudafe1.stub.c:1046:27: "
+                      "fatal error: error writing to /tmp/cc2mYx0T.s: No space left on device"],
+        "n1/applog": ["2025-01-01T00:09:00Z step 10 loss 2.1"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n2"], root_symptom=_DISK_FULL)),
+    RuleCase(title="every node's /tmp filled by the job", evidence={
+        f"n{i}/applog": [f"2025-01-01T00:10:0{i}Z OSError: [Errno 28] No space left on device: '/tmp/cache/part_{i}.bin'"]
+        for i in (1, 2)},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="storage", culprits=[])),
+    RuleCase(title="a shared checkpoint directory full", evidence={"n2/applog": [
+        "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device: '/lustre/ckpt/step_100/optim.pt'"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="storage", culprits=[])),
+])
+def no_space_in_node_tmp(ws: Workspace) -> None:
+    full = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "No space left on device" and e.node]
+    local = [e for e in full if _NODE_TMP_PATH.search(e.evidence.text)]
+    nodes = {e.node for e in full}
+    if len(ws.context.nodes) < 2 or len(nodes) != 1 or not local:
+        return
+    for event in local:
+        ws.reread(event, _DISK_FULL, f"ENOSPC in {event.node}'s own /tmp, on no other node: its local disk was full")
+
+
 _SHM_FULL = "Shared memory (/dev/shm) exhausted"
 # Faults of a filesystem every node mounts: a file mapped from it fails on any node, not only where the fault was seen.
 _SHARED_FILESYSTEM_FAULTS = tuple(lost for lost, _ in _STALLS) + ("Parallel filesystem client error",)
