@@ -449,7 +449,7 @@ REBOOT_AFTER_FAILURE_S = 1800.0
 A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady) whose own log then shows the
 kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted'),
 with no orderly shutdown or graceful node shutdown logged before, went down by itself: it reset (a hang the watchdog or BMC ended, a crash that left nothing in
-its logs, a power event). A `Node reset during the workload` root is placed on it at the declaration: a host fault
+its logs, a power event). A declaration before the workload started is not a reset under it. A `Node reset during the workload` root is placed on it at the declaration: a host fault
 of that node, of which the node failure and its peers' errors are the consequences. Not when the scheduler declared
 several nodes failed (a cause they share: power, a cluster-wide event), nor when the node logged a panic or fatal
 machine check as it came back (that record is the root).
@@ -473,6 +473,11 @@ machine check as it came back (that record is the root).
                      "(gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="Slurm found the node rebooted before the workload started", evidence={
+        "a/scheduler": ["[2024-12-31T23:50:10.104] validate_node_specs: Node b unexpectedly rebooted boot_time=1735688990 "
+                        "last response=1735688900"]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False)),
     RuleCase(title="no boot after the failure", evidence={
         "a/scheduler": ["[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
@@ -491,6 +496,9 @@ def node_reset_itself(ws: Workspace) -> None:
     if len(declared) != 1:
         return  # several nodes failed at once: a cause they share (power, a cluster-wide event), not one node
     ((node, (when, report)),) = declared.items()
+    start = ws.context.start_time
+    if start is not None and when < start - timedelta(seconds=ws.params.clock_skew_s):
+        return  # declared before the workload began: not a reset under it (what it left broken, other rules read)
     if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
         return
     since, until = when - timedelta(seconds=ws.params.clock_skew_s), when + timedelta(seconds=REBOOT_AFTER_FAILURE_S)

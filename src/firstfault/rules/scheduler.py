@@ -871,10 +871,15 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
 
 
 def _node_declared_failed(ws: Workspace) -> str | None:
-    """The root cause's node, when a scheduler's node-failure report (Slurm DOWN, Kubernetes NotReady) names it."""
+    """The root cause's node, when a scheduler's node-failure report (Slurm DOWN, Kubernetes NotReady) made during the
+    workload names it (one made before the workload started was about whatever ran then)."""
     root_nodes = {s.node for s in ws.decision.root if s.node}
+    start = ws.context.start_time
     for report in ws.select():
         if report.attributes.get("terminal_state") != TerminalState.NODE_FAIL.value:
+            continue
+        if start is not None and not ws.undated(report) and report.first_time is not None and \
+                report.first_time < start - timedelta(seconds=ws.params.clock_skew_s):
             continue
         named = {ws.canonical_node(n) for n in report.value_set("blamed_node")}
         if named & root_nodes:
