@@ -297,7 +297,8 @@ clock_skew_s) happened under whatever ran then. It can explain this workload's f
 on its node, so it stays a candidate while the run's own failures are on that node only, or are of its own kind (a
 fabric manager that failed at boot, then CUDA refusing to start on the fabric: what it left broken). When a root
 candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
-shared cause, or another node's fault), the earlier fault is demoted and stays as evidence.
+shared cause, or another node's fault), the earlier fault is demoted and stays as evidence. The workload's own output
+is of the run even where its lines carry no time.
 """, cases=[
     RuleCase(title="the fabric manager failed at boot; the run's CUDA then fails on the fabric, on every node", evidence={
         "b/syslog": ["Dec 31 23:51:02 b nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
@@ -311,6 +312,13 @@ shared cause, or another node's fault), the earlier fault is demoted and stays a
         "a/applog": ["2025-01-01T00:00:50Z a:1:1 [0] NCCL WARN Bootstrap : no socket interface found"],
         "b/applog": ["2025-01-01T00:00:50Z b:1:1 [0] NCCL WARN Bootstrap : no socket interface found"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["XID-32"])),
+    # https://github.com/andikleen/mcelog/issues/70 (a machine check the kernel logged as it booted)
+    RuleCase(title="a machine check logged at boot; the run's unstamped NCCL lines fail on every node", evidence={
+        "b/syslog": ["Dec 31 23:51:15 b kernel: [    0.064265] mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: "
+                     "a600000000020408"],
+        "a/applog": ["a:2410:2410 [0] misc/utils.cu:61 NCCL WARN Bootstrap : no socket interface found"],
+        "b/applog": ["b:2427:2427 [0] misc/utils.cu:61 NCCL WARN Bootstrap : no socket interface found"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["Machine check (uncorrected)"])),
     RuleCase(title="a GPU's uncorrectable error before the start, then CUDA fails on that node", evidence={
         "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 48, pid=1, name=x, An uncorrectable double "
                      "bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."],
@@ -327,8 +335,11 @@ def before_the_start(ws: Workspace) -> None:
         return
     limit = start - timedelta(seconds=ws.params.clock_skew_s)
     dated = [(s, s.first_time) for s in ws.active(role="root") if s.first_time is not None and not ws.undated(s)]
-    # a scheduler action only ends a run that had already failed or hung: it is not the run's own failure
-    during = sorted((s for s, t in dated if t >= limit and s.sub_domain != SubDomain.SCHEDULER),
+    # a scheduler action only ends a run that had already failed or hung: it is not the run's own failure; the
+    # workload's own output is of the run even where its lines carry no time
+    own = [s for s in ws.active(role="root") if ws.undated(s) and s.evidence
+           and all(e.source == SourceKind.APPLOG for e in s.evidence)]
+    during = sorted((s for s in [*(s for s, t in dated if t >= limit), *own] if s.sub_domain != SubDomain.SCHEDULER),
                     key=WorkSymptom.sort_key)
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
