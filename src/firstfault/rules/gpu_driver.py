@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.resources
 import re
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -188,6 +189,62 @@ def _driver_majors(ws: Workspace) -> dict[str | None, int]:
             if m:
                 majors[event.node] = int(m.group(1))
     return majors
+
+
+def _driver_versions(ws: Workspace) -> dict[str, str]:
+    """The driver release per allocated node: its first driver-version report (the module's load line, nvidia-smi)."""
+    versions: dict[str, str] = {}
+    for event in ws.events_of(f"{EventType.CONTEXT}.driver_version"):
+        node = ws.canonical_node(event.node)
+        version = str(event.attributes.get("version") or event.attributes.get("version_old") or "")
+        if node and version and node not in versions:
+            versions[node] = version
+    return versions
+
+
+_DRIVER_UNLIKE = "GPU driver unlike the other nodes'"
+# What a job's CUDA says when the node's driver cannot run what the others run (catalog/pytorch.toml).
+_DRIVER_REFUSALS = ("CUDA environment mismatch",)
+
+
+@filter_rule("DriverUnlikeItsPeers", phase=Phase.FILTER, doc=f"""
+Where the driver release of each node is known (the module's load line, nvidia-smi's header) and every node but one or
+a few runs the same release, a CUDA environment mismatch (an insufficient driver, a kernel image the driver cannot
+load) raised only on those odd nodes is their driver, not the job's environment: it is read as `{_DRIVER_UNLIKE}` on
+them (gpu, node blamed). Raised on nodes of the common release too, or without a release the others agree on, it
+stays the job's environment.
+""", cases=[
+    # https://github.com/NVIDIA/gpu-operator/issues/176 (one node left on 460 while the image needs a newer driver)
+    RuleCase(title="the one node on an older driver refuses the image", evidence={
+        "n1/applog": ["| NVIDIA-SMI 510.47.03    Driver Version: 510.47.03    CUDA Version: 11.6     |"],
+        "n2/applog": ["| NVIDIA-SMI 510.47.03    Driver Version: 510.47.03    CUDA Version: 11.6     |"],
+        "n3/applog": ["| NVIDIA-SMI 460.32.03    Driver Version: 460.32.03    CUDA Version: 11.2     |",
+                      "2025-01-01T00:10:00Z Failed to allocate device vector A (error code CUDA driver version is "
+                      "insufficient for CUDA runtime version)!"]},
+        context={"nodes": ["n1", "n2", "n3"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n3"], root_symptom=_DRIVER_UNLIKE)),
+    RuleCase(title="every node runs the same driver: the image wants a newer one", evidence={
+        f"n{i}/applog": ["| NVIDIA-SMI 460.32.03    Driver Version: 460.32.03    CUDA Version: 11.2     |"] + (
+            ["2025-01-01T00:10:00Z RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime "
+             "version"] if i == 3 else []) for i in (1, 2, 3)},
+        context={"nodes": ["n1", "n2", "n3"]},
+        expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def driver_unlike_its_peers(ws: Workspace) -> None:
+    versions = _driver_versions(ws)
+    counts = Counter(versions.values())
+    if len(counts) < 2:
+        return
+    (common, held), *others = counts.most_common()
+    if held <= sum(n for _, n in others) or (others and others[0][1] == held):
+        return  # no release that most nodes agree on
+    refusals = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _DRIVER_REFUSALS]
+    if any(versions.get(ws.canonical_node(e.node) or "") == common for e in refusals):
+        return  # refused on nodes of the common release too: the job's environment
+    for event in refusals:
+        node = ws.canonical_node(event.node)
+        if node in versions:
+            ws.reread(event, _DRIVER_UNLIKE, f"{node} runs driver {versions[node]}, the other nodes {common}")
 
 
 _WALKTHROUGH_CASE = RuleCase(
