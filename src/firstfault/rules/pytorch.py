@@ -116,14 +116,16 @@ def _program_errno(text: str) -> bool:
 _REREAD_EXTRACTORS = frozenset({"CudaErrorCode"})
 
 
-def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...]) -> Callable[[Event], bool]:
-    """Whether an extractor other than `rule` made an event of `types` from an event's line: a line with a reading.
+def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
+                    ignored: frozenset[str] = frozenset()) -> Callable[[Event], bool]:
+    """Whether an extractor other than `rule` (and the `ignored` ones) made an event of `types` from an event's line: a
+    line with a reading.
     Matching lines close in time are coalesced into one event that keeps its first line only, so a line of the same
     file that a coalesced event's extractor matches was read by it too."""
     lines: set[tuple[str, int | None]] = set()
     coalesced: dict[str, set[str]] = {}  # origin -> extractors whose events there stand for several lines
     for e in ws.events:
-        if e.rule != rule and e.type in types:
+        if e.rule != rule and e.rule not in ignored and e.type in types:
             origin = e.evidence.provenance.origin
             lines.add((origin, e.evidence.provenance.line))
             if e.count > 1:
@@ -220,6 +222,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
         expect=Expect(sub_domain="application", root_symptom="Python exception")),
+    # https://github.com/pytorch/pytorch/issues/173679 (Inductor re-raising the OSError of a cache on NFS)
+    _reports_elsewhere("a wrapper whose message is the exception it wraps",
+        "2025-01-01T00:10:00Z [rank19]: torch._inductor.exc.InductorError: OSError: [Errno 16] Device or resource busy: "
+        "'/root/.triton/cache/XU5DT2AO'"),
 ])
 def python_exception_family(ws: Workspace) -> None:
     generic = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]
@@ -227,7 +233,7 @@ def python_exception_family(ws: Workspace) -> None:
         return
     explained = _read_by_others(ws, GENERIC_EXCEPTION_RULE, (EventType.NODE_BAD, EventType.NODE_INTERESTING))
     for event in generic:
-        name = str(event.attributes.get("exception", "")).rsplit(".", 1)[-1]
+        name = _innermost_exception(event.evidence.text, str(event.attributes.get("exception", "")))
         if explained(event):
             ws.drop(event, f"{name}: another rule explains this line")
         elif name in _ERRNO_WRAPPERS and _program_errno(event.evidence.text):
@@ -242,6 +248,52 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
             ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
+
+
+@filter_rule("ImportFailureReadByItsCause", phase=Phase.FILTER, doc="""
+An ImportError or PermissionError (`Python environment error`) whose line another extractor also reads - a storage
+error in its message ('cannot read file data: Stale file handle'), a library the loader could not find, a CUDA
+mismatch - says which import failed; the other reading says why, and stands alone: the environment reading of that
+line is dropped.
+""", cases=[
+    # https://github.com/pytorch/pytorch/issues/173679 (a Triton cache on NFS)
+    RuleCase(title="an import from a cache on a filesystem that lost its file handle", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank9]: torch._inductor.exc.InductorError: ImportError: /root/.triton/cache/XU5D/"
+        "cuda_utils.cpython-310-x86_64-linux-gnu.so: cannot read file data: Stale file handle"]},
+        expect=Expect(fired=True, sub_domain="storage", demoted=[])),
+    RuleCase(title="a module that is not installed", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: ModuleNotFoundError: No module named 'flash_attn'"]},
+        expect=Expect(fired=False, sub_domain="configuration")),
+])
+def import_failure_read_by_its_cause(ws: Workspace) -> None:
+    imports = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "PythonEnvironmentError"]
+    if not imports:
+        return
+    # the generic exception rule reads every exception line: its reading says nothing about why
+    explained = _read_by_others(ws, "PythonEnvironmentError", (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
+    for event in imports:
+        if explained(event):
+            ws.drop(event, "another rule reads why the import failed")
+
+
+# An exception type at the start of another exception's message ('InductorError: OSError: [Errno 16] ...'): a wrapper
+# re-raising what it caught with the caught exception's own line as its message.
+_WRAPPED_TYPE = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::\s|$)")
+
+
+def _innermost_exception(text: str, outer: str) -> str:
+    """The class name of the exception a line reports: its own type's, or the type its message starts with when it
+    only wraps another exception (followed through wrappers of wrappers)."""
+    name = outer.rsplit(".", 1)[-1]
+    at = text.find(f"{outer}: ") if outer else -1
+    while at >= 0:
+        at += len(outer) + 2
+        inner = _WRAPPED_TYPE.match(text, at)
+        if inner is None:
+            break
+        outer, name = inner.group(0).rstrip(": \t"), inner.group(1)
+        at = text.find(f"{outer}: ", at)
+    return name
 
 
 CUDA_ERROR_CODE_RULE = "CudaErrorCode"
