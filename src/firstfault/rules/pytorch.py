@@ -90,6 +90,10 @@ _POINTS_ELSEWHERE = re.compile(
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)|other ranks (?:that )?did(?:n't| not) finish")
 
+# An HTTP client's exception for a server's 5xx reply (the OpenAI client's 'Error code: 500 - {...}', requests'
+# '500 Server Error: Internal Server Error for url'): the server failed, which its own log says why.
+_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b")
+
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
 # connection): the process it called is gone or not listening, which is where the cause is.
 _PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused")
@@ -157,7 +161,8 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 ...ConnectionError), an exception whose message points to another error (an earlier one,
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
-not be reached (gRPC's 'failed to connect to all addresses', a refused connection), and an exception whose
+not be reached (gRPC's 'failed to connect to all addresses', a refused connection), an HTTP client's exception for a
+server's 5xx reply ('Error code: 500', '500 Server Error'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
 address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS) is kept as the program's.
@@ -222,6 +227,11 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
         "2025-01-01T00:10:00Z [rank3]: ValueError: expected 4096 tokens per sample, got 4095 (see the data loader "
         "docs)"]},
         expect=Expect(sub_domain="application", root_symptom="Python exception")),
+    # the OpenAI client's APIStatusError message, 'Error code: <status> - <body>' (https://github.com/openai/openai-python),
+    # from a benchmark client of a vLLM server whose engine died
+    _reports_elsewhere("an HTTP client's report of the server's 500",
+        "2025-01-01T00:10:00Z openai.InternalServerError: Error code: 500 - {'error': {'message': 'EngineCore "
+        "encountered an issue.', 'type': 'InternalServerError', 'code': 500}}"),
     # https://github.com/pytorch/pytorch/issues/173679 (Inductor re-raising the OSError of a cache on NFS)
     _reports_elsewhere("a wrapper whose message is the exception it wraps",
         "2025-01-01T00:10:00Z [rank19]: torch._inductor.exc.InductorError: OSError: [Errno 16] Device or resource busy: "
@@ -244,6 +254,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: its message points to another error")
         elif _PEER_UNREACHABLE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message says a peer could not be reached")
+        elif _SERVER_FAILED.search(event.evidence.text):
+            ws.drop(event, f"{name}: a server's failure reply (HTTP 5xx), which the server's log explains")
         elif _GO_SOURCE.search(event.evidence.text):
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
