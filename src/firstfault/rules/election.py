@@ -186,6 +186,9 @@ hardware's (a full scratch disk, a setting) blamed on every node of a multi-node
 nodes: two nodes failing the same way at once is their common setting, not two broken nodes. So is a failure to set a
 device or fabric up (a symptom marked `setup`: NVLink SHARP's multicast set-up, GPUs busy or unavailable to CUDA) on
 every node, and its sub_domain becomes configuration: the devices are fine, the way every node sets them up is not.
+Nodes the scheduler declared failed together with no fault of their own on record (the root is the scheduler's
+node-failure report, naming two or more nodes) lost something they share - a power feed, a switch - more likely than
+each its own hardware: none is blamed.
 """, cases=[
     RuleCase(title="same xid everywhere", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
@@ -199,6 +202,16 @@ every node, and its sub_domain becomes configuration: the devices are fine, the 
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', "
                          "name=<unknown>, GPU has fallen off the bus."] for i in range(2)},
         context={"nodes": ["n0", "n1"]}, expect=Expect(fired=False, culprits=["n0", "n1"], sub_domain="gpu")),
+    # https://github.com/ovro-lwa/lwa-issues/issues/137 (two servers on one power strip went down together)
+    RuleCase(title="Slurm declares two nodes down in the same second, with nothing in their logs", evidence={
+        "n0/scheduler": ["[2025-01-01T00:20:00.000] error: Nodes n2 not responding, setting DOWN",
+                         "[2025-01-01T00:20:00.000] error: Nodes n3 not responding, setting DOWN"]},
+        context={"nodes": ["n0", "n1", "n2", "n3"], "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
+        expect=Expect(fired=True, culprits=[], sub_domain="scheduler")),
+    RuleCase(title="Slurm declares one node down", evidence={
+        "n0/scheduler": ["[2025-01-01T00:20:00.000] error: Nodes n2 not responding, setting DOWN"]},
+        context={"nodes": ["n0", "n1", "n2", "n3"], "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
+        expect=Expect(fired=False, culprits=["n2"], sub_domain="scheduler")),
     RuleCase(title="NVLink SHARP set-up failing on both nodes", evidence={
         f"n{i}/applog": [f"2025-01-01T00:10:0{i}Z n{i}:5100:5411 [0] transport/nvls.cc:150 NCCL WARN Cuda failure 1 "
                          "'invalid argument'"] for i in range(2)},
@@ -212,7 +225,12 @@ def systemic_guard(ws: Workspace) -> None:
     setup_everywhere = (total >= 2 and len(culprits) == total and ws.decision.sub_domain in HARDWARE
                         and all(s.definition.setup for s in ws.decision.root))
     everywhere = total >= 2 and len(culprits) == total and ws.decision.sub_domain not in HARDWARE
-    if setup_everywhere:
+    lost_together = len(culprits) >= 2 and ws.decision.sub_domain == SubDomain.SCHEDULER
+    if lost_together:
+        ws.note("systemic", f"the scheduler declared {len(culprits)} nodes failed together, none with a fault of its own "
+                "on record: a cause they share (power, a switch), no single node is blamed")
+        ws.decision.culprits = {}
+    elif setup_everywhere:
         ws.note("systemic", f"{ws.decision.root[0].name} on all {total} nodes: a device set-up every node failed "
                 "alike is their common setup (configuration), no node is blamed")
         ws.decision.culprits = {}
