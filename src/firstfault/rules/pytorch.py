@@ -943,6 +943,34 @@ _OOM_SIZES = re.compile(r"Tried to allocate (?P<asked>[0-9.]+) (?P<asked_unit>[K
 _BYTES = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
+# Python's warning line, 'path.py:NNN: <Category>Warning: message' (warnings.formatwarning).
+_PYTHON_WARNING = re.compile(r"\.py:\d+: \w*Warning: ")
+
+
+@filter_rule("OutOfMemoryInAWarning", phase=Phase.FILTER, doc="""
+A Python warning ('fsdp/_state_dict_utils.py:312: UserWarning: Failed to clone() tensor ... CUDA out of memory') is
+raised by code that caught the error and went on: the allocation failed, the program did not. A CUDA out-of-memory
+reading of a warning line is dropped; the same error raised is kept.
+""", cases=[
+    # https://github.com/tatsu-lab/stanford_alpaca/issues/65 (FSDP's state_dict gathering warns and carries on)
+    RuleCase(title="FSDP warns that a clone ran out of memory, and carries on", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z /usr/lib/python3/dist-packages/torch/distributed/fsdp/_state_dict_utils.py:312: "
+        "UserWarning: Failed to clone() tensor with name _fsdp_wrapped_module.layers.31.weight. This may mean that "
+        "this state_dict entry could point to invalid memory regions after returning from state_dict() call if this "
+        "parameter is managed by FSDP. Please check clone implementation of _fsdp_wrapped_module.layers.31.weight. "
+        "Error: CUDA out of memory. Tried to allocate 172.00 MiB (GPU 0; 79.15 GiB total capacity)"]},
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="the error raised", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 172.00 MiB (GPU 0; "
+        "79.15 GiB total capacity)"]},
+        expect=Expect(fired=False, sub_domain="gpu_oom")),
+])
+def out_of_memory_in_a_warning(ws: Workspace) -> None:
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        if event.symptom == "CUDA out of memory" and _PYTHON_WARNING.search(event.evidence.text):
+            ws.drop(event, "a Python warning: the code that hit it caught the error and went on")
+
+
 @filter_rule("AllocationBeyondTheGpu", phase=Phase.FILTER, doc="""
 A CUDA out-of-memory error whose single request is larger than the GPU's whole memory ('Tried to allocate 125537.24
 GiB. GPU 0 has a total capacity of 23.64 GiB') can never succeed, whatever else uses the GPU: the size the program
