@@ -178,7 +178,7 @@ def undated_disk_snapshot(ws: Workspace) -> None:
 _NODE_TMP_PATH = re.compile(r"(?:^|[\s'\"(=:,])/(?:var/)?tmp/")
 
 
-@filter_rule("NoSpaceInNodeTmp", phase=Phase.FILTER, doc=f"""
+@filter_rule("NoSpaceInNodeTmp", phase=Phase.FILTER, after=("PythonExceptionFamily",), doc=f"""
 ENOSPC writing under /tmp or /var/tmp - a node's own temporary directories (the Filesystem Hierarchy Standard's
 local scratch, a local disk or the node's tmpfs, never a shared mount) - reported on one node of several that ran the
 same work: that node's local disk was full, not the job's target filesystem. The reports become `{_DISK_FULL}` on that
