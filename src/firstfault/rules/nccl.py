@@ -616,11 +616,20 @@ def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
             ws.promote(s, f"NCCL found no RDMA device here while {', '.join(sorted(using))} use NET/IB")
 
 
+_HARDWARE = frozenset({SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST, SubDomain.STORAGE})
+
+
 @refiner("FailedNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("DeadNodeExplainsPeerErrors",), doc=f"""
 RDMA errors that name one node as the peer they lost, and begin when that node's own failure does or in the
 {DEAD_NODE_ECHO_S / 60:.0f} minutes after (a disk that failed under its ranks, a GPU fault, its program's crash), are what
 its peers saw of that failure: they are demoted, and the node's own failure stays the root candidate. Errors naming
-another node, or none, or beginning before, are kept.
+another node, or beginning before, are kept.
+
+An RDMA completion error that names no peer (NCCL's older 'Got completion with error 12') says only that some peer
+stopped answering: retry-exceeded is what a sender sees when the remote process, GPU or host died as much as when a
+link broke. When exactly one node's own hardware failed (a GPU, NVLink, host or disk fault of its own), and the errors
+are on other nodes and began with it or after (or carry no time), that node explains them and they are demoted; a
+network fault would not explain the other node's hardware record.
 """, cases=[
     RuleCase(title="a node's disk fails under its ranks; its peers' RDMA operations to it fail", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
@@ -636,6 +645,19 @@ another node, or none, or beginning before, are kept.
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
         "b/syslog": ["Jan  1 00:10:00 b kernel: [2119217.2] XFS (dm-4): I/O Error Detected. Shutting down filesystem"]},
         expect=Expect(fired=False, sub_domain="network")),
+    RuleCase(title="errors naming no peer on two nodes after another node's double-bit ECC error", evidence={
+        "a/applog": ["a:1:1 [2] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"],
+        "c/applog": ["c:1:1 [2] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: NVRM: Xid (PCI:0000:88:00): 48, pid=36515, An uncorrectable double "
+                     "bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7d3a8c000."]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], demoted=["IB Error-12"])),
+    RuleCase(title="errors naming no peer, and two nodes with faults of their own", evidence={
+        "a/applog": ["a:1:1 [2] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: NVRM: Xid (PCI:0000:88:00): 48, pid=36515, An uncorrectable double "
+                     "bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7d3a8c000."],
+        "c/syslog": ["Jan  1 00:10:00 c kernel: NVRM: Xid (PCI:0000:1a:00): 79, pid=1, GPU has fallen off the bus."]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False)),
 ])
 def failed_node_explains_peer_errors(ws: Workspace) -> None:
     skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
@@ -645,10 +667,18 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
         if s.node and s.first_time and not ws.undated(s) and own_failure and (
                 s.node not in failed or s.first_time < (failed[s.node].first_time or s.first_time)):
             failed[s.node] = s
+    broken = {node: s for node, s in failed.items() if s.sub_domain in _HARDWARE}
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
-        own = failed.get(min(named)) if len(named) == 1 else None
         began = None if ws.undated(s) else s.first_time
+        if not named and s.definition.blame == "peer" and len(broken) == 1:
+            own = next(iter(broken.values()))
+            at = own.first_time
+            if own.node != s.node and at is not None and (began is None or at - skew <= began <= at + echo):
+                ws.demote(s, f"the errors name no peer, and {own.node}'s hardware failed ({own.name} at "
+                             f"{own.first_time:%H:%M:%S}): a peer that stopped answering")
+            continue
+        own = failed.get(min(named)) if len(named) == 1 else None
         if own is None or own.node == s.node or began is None or own.first_time is None:
             continue
         if own.first_time - skew <= began <= own.first_time + echo:
