@@ -215,6 +215,47 @@ _SHM_FULL = "Shared memory (/dev/shm) exhausted"
 _SHARED_FILESYSTEM_FAULTS = tuple(lost for lost, _ in _STALLS) + ("Parallel filesystem client error",)
 
 
+_KILLED = "Worker killed by signal"
+# The capture groups of the catalog's signal-exit forms (torchelastic, DeepSpeed, Open MPI, launchers).
+_SIGNAL_GROUPS = ("signal", "signal_name", "ds_signal", "mpi_signal", "launcher_signal")
+DOCKER_DEFAULT_SHM_BYTES = 64 * 2**20
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT])")
+
+
+def _bytes(size: str) -> float:
+    found = _SIZE.fullmatch(size)
+    return float(found.group(1)) * 1024 ** ("KMGT".index(found.group(2)) + 1) if found else float("inf")
+
+
+@filter_rule("BusErrorInADefaultShm", phase=Phase.FILTER, doc=f"""
+A worker killed by SIGBUS (torchelastic's exitcode -7, DeepSpeed's 'exits with return code = -7', 'Signal 7 (SIGBUS)')
+where df shows the job's /dev/shm at Docker's default of 64 MB or less: a process touched a page of a shared-memory
+segment (NCCL's, a DataLoader's) that the full tmpfs could not back, the documented failure of a container started
+without --shm-size or ipc=host. The kill becomes `{_SHM_FULL}` (configuration, no node). Without a /dev/shm that
+small the signal stays a worker's death that something else must explain.
+""", cases=[
+    # https://github.com/InternLM/xtuner/issues/80 (df's 64M /dev/shm, then torchelastic's exitcode -7)
+    RuleCase(title="DeepSpeed's workers die of SIGBUS in containers with the default /dev/shm", evidence={
+        "n1/applog": ["2025-01-01T00:00:01Z shm              64M     0   64M   0% /dev/shm",
+                      "2025-01-01T00:10:00Z [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', "
+                      "'train.py', '--local_rank=1'] exits with return code = -7"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHM_FULL)),
+    RuleCase(title="a SIGBUS where /dev/shm is large", evidence={
+        "n1/applog": ["2025-01-01T00:00:01Z tmpfs           252G     0  252G   0% /dev/shm",
+                      "2025-01-01T00:10:00Z [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', "
+                      "'train.py', '--local_rank=1'] exits with return code = -7"]},
+        expect=Expect(fired=False)),
+])
+def bus_error_in_a_default_shm(ws: Workspace) -> None:
+    sizes = [_bytes(str(e.attributes.get("size", ""))) for e in ws.events_of(f"{EventType.CONTEXT}.shm_size")]
+    if not sizes or max(sizes) > DOCKER_DEFAULT_SHM_BYTES:
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _KILLED]:
+        if any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS):
+            ws.reread(event, _SHM_FULL, f"SIGBUS where /dev/shm is {max(sizes) / 2**20:.0f} MB, Docker's default: "
+                                        "a shared-memory page the full tmpfs could not back")
+
+
 @refiner("BusErrorOnAFailingFilesystem", phase=Phase.REFINE_EARLY, doc=f"""
 SIGBUS with BUS_ADRERR ('nonexistent physical address') is a page of a shared mapping that could not be backed: a
 full /dev/shm, or a file mapped from a filesystem that could not read it (mmap(2)). After a storage fault on the same
