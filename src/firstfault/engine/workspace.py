@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
@@ -24,6 +25,9 @@ from firstfault.engine.model import (
     attribute_values,
 )
 from firstfault.engine.params import Params
+
+# EC2's resource names spell the instance's private IPv4 address ('ip-10-24-34-0.ec2.internal' is 10.24.34.0).
+_EC2_IP_NAME = re.compile(r"ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})")
 
 
 @dataclass
@@ -262,18 +266,23 @@ class Workspace:
 
     def canonical_node(self, name: str | None) -> str | None:
         """The allocated node a host name refers to (exact, by an address the node printed as its own - the
-        `ip_to_node` fact - or by short name); None if it is not allocated."""
+        `ip_to_node` fact - by short name, or by the address an EC2 resource name spells); None if it is not
+        allocated."""
         if not name:
             return None
         if self._allocation is None:
             shorts: dict[str, str] = {}
             for node in self.context.nodes:
-                shorts.setdefault(node.split(".")[0], node)
+                short = node.split(".")[0]
+                shorts.setdefault(short, node)
+                spelled = _EC2_IP_NAME.fullmatch(short)
+                if spelled:
+                    shorts.setdefault(".".join(spelled.groups()), node)
             self._allocation = (set(self.context.nodes), shorts)
         exact, shorts = self._allocation
         if name in exact:
             return name
-        return self.facts.get("ip_to_node", {}).get(name) or shorts.get(name.split(".")[0])
+        return self.facts.get("ip_to_node", {}).get(name) or shorts.get(name) or shorts.get(name.split(".")[0])
 
     def undated(self, symptom: WorkSymptom) -> bool:
         """True when the symptom's time is only the job-end fallback (no line carried or inherited a time)."""

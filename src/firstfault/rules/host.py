@@ -439,14 +439,15 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
 
 
 # Reports of a node the scheduler declared failed, and the records of a node shut down on purpose.
-NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure")
+NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure", "Ray node failure")
 _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
 
 
 @filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
-A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady) whose own log then shows the
+A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady, Ray's GCS marking it dead)
+whose own log then shows the
 kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted'),
 with no orderly shutdown or graceful node shutdown logged before, went down by itself: it reset (a hang the watchdog or BMC ended, a crash that left nothing in
 its logs, a power event). A declaration before the workload started is not a reset under it. A `Node reset during the workload` root is placed on it at the declaration: a host fault

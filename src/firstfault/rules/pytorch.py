@@ -98,6 +98,11 @@ _SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b")
 # connection): the process it called is gone or not listening, which is where the cause is.
 _PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused")
 
+# A message saying a collective operation failed ('Allreduce failed', XGBoost's rabit when a worker of the ring is
+# gone): what every surviving participant sees of the one that left, not where it began.
+_COLLECTIVE_FAILED = re.compile(r"(?i)\b(?:all-?reduce|all-?gather|broadcast|reduce-?scatter|all-?to-?all|barrier) "
+                                r"failed\b")
+
 
 # OSError and its aliases carry an errno. Most errnos are read by the rules of what they mean (ENOSPC, EIO, ESTALE,
 # EMFILE ... by the storage and host rules; ECONNRESET, EPIPE ... are a dead peer), but the ones that say the program
@@ -161,7 +166,8 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 ...ConnectionError), an exception whose message points to another error (an earlier one,
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
-not be reached (gRPC's 'failed to connect to all addresses', a refused connection), an HTTP client's exception for a
+not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
+('Allreduce failed'), an HTTP client's exception for a
 server's 5xx reply ('Error code: 500', '500 Server Error'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
@@ -221,6 +227,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     _reports_elsewhere("a call to a peer that is not listening",
         "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
         "ipv4:10.64.3.17:8265: Failed to connect to remote host: Connection refused"),
+    # https://github.com/ray-project/ray/issues/18132 (XGBoost-Ray after one worker node died)
+    _reports_elsewhere("a collective that failed",
+        "2025-01-01T00:10:00Z xgboost.core.XGBoostError: [14:13:22] ../rabit/include/rabit/internal/utils.h:90: "
+        "Allreduce failed"),
     _reports_elsewhere("an OSError whose errno is a dead peer's",
         "2025-01-01T00:10:00Z OSError: [Errno 104] Connection reset by peer"),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
@@ -254,6 +264,9 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: its message points to another error")
         elif _PEER_UNREACHABLE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message says a peer could not be reached")
+        elif _COLLECTIVE_FAILED.search(event.evidence.text):
+            ws.drop(event, f"{name}: its message says a collective operation failed, as every participant sees a peer "
+                           "that left")
         elif _SERVER_FAILED.search(event.evidence.text):
             ws.drop(event, f"{name}: a server's failure reply (HTTP 5xx), which the server's log explains")
         elif _GO_SOURCE.search(event.evidence.text):
