@@ -406,10 +406,14 @@ class LineReader:
             return stamp.time - utc_offset
         return stamp.time
 
+    def _shown(self, text: str) -> str:
+        """A line's text as evidence shows it: cut at max_evidence_chars, saying how much was cut."""
+        max_chars = self.params.max_evidence_chars
+        return text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+
     def _plain_evidence(self, text: str, node: str | None, origin: str, line_no: int, start_offset: int | None,
                         start: int, labels: dict[str, str] | None, time: datetime) -> Evidence:
-        max_chars = self.params.max_evidence_chars
-        shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+        shown = self._shown(text)
         provenance = Provenance(origin=origin, line=line_no, offset=None if start_offset is None else start_offset + start,
                                 labels=labels or {})
         return Evidence(source=SourceKind.APPLOG, node=node, time=time, text=shown.rstrip("\r"), provenance=provenance)
@@ -417,8 +421,7 @@ class LineReader:
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
                    emits: list[_Emit], inherited: bool, acc: Accumulator) -> None:
-        max_chars = self.params.max_evidence_chars
-        shown = text if len(text) <= max_chars else text[:max_chars] + f" …[truncated {len(text) - max_chars} chars]"
+        shown = self._shown(text)
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
         # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
         time_inferred = inherited

@@ -671,15 +671,15 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         began = None if ws.undated(s) else s.first_time
-        if not named and s.definition.blame == "peer" and len(broken) == 1:
+        if named:
+            own = failed.get(min(named)) if len(named) == 1 else None
+        elif s.definition.blame == "peer" and len(broken) == 1:
             own = next(iter(broken.values()))
-            at = own.first_time
-            if own.node != s.node and at is not None and (began is None or at - skew <= began <= at + echo):
-                ws.demote(s, f"the errors name no peer, and {own.node}'s hardware failed ({own.name} at "
-                             f"{own.first_time:%H:%M:%S}): a peer that stopped answering")
+        else:
             continue
-        own = failed.get(min(named)) if len(named) == 1 else None
-        if own is None or own.node == s.node or began is None or own.first_time is None:
+        if own is None or own.node == s.node or own.first_time is None or (began is None and named):
             continue
-        if own.first_time - skew <= began <= own.first_time + echo:
-            ws.demote(s, f"{own.node} failed first ({own.name} at {own.first_time:%H:%M:%S}): its peers lost it")
+        if began is None or own.first_time - skew <= began <= own.first_time + echo:
+            ws.demote(s, f"{own.node} failed first ({own.name} at {own.first_time:%H:%M:%S}): its peers lost it"
+                      if named else f"the errors name no peer, and {own.node}'s hardware failed ({own.name} at "
+                      f"{own.first_time:%H:%M:%S}): a peer that stopped answering")
