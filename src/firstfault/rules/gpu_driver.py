@@ -263,6 +263,43 @@ _WALKTHROUGH_CASE = RuleCase(
 )
 
 
+_AMD_HANG = "AMD GPU hang"
+_HANG_EVERYWHERE = "The same GPU hang on every node"
+_AMD_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed")
+
+
+@filter_rule("GpuHangOnEveryNode", phase=Phase.FILTER, doc=f"""
+A GPU hang (ROCm's 'HW Exception by GPU node-N ... reason :GPU Hang') that every node of a multi-node job reports
+within clock_skew_s of the first, while no GPU logged an uncorrectable hardware error or a failed reset, is what the workload's kernels
+did to every GPU they ran on (an index past an embedding table hangs some AMD GPUs instead of raising an error): each
+report becomes `{_HANG_EVERYWHERE}` (application, no node blamed). A hang on some nodes only stays that GPU's.
+""", cases=[
+    # https://github.com/ROCm/legacy-rocm-build/issues/1724 (an out-of-range embedding index; both nodes read the data)
+    RuleCase(title="both nodes' GPUs hang within a minute", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z HW Exception by GPU node-1 (Agent handle: 0x55d1c3a4b9e0) reason :GPU Hang"],
+        "b/applog": ["2025-01-01T00:10:21Z HW Exception by GPU node-1 (Agent handle: 0x5611e07c2d50) reason :GPU Hang"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom=_HANG_EVERYWHERE)),
+    RuleCase(title="one node's GPU hangs", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang"],
+        "b/applog": ["2025-01-01T00:09:00Z step 10 loss 2.1"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def gpu_hang_on_every_node(ws: Workspace) -> None:
+    hangs = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _AMD_HANG and e.time is not None]
+    nodes = set(ws.context.nodes)
+    if len(nodes) < 2 or {ws.canonical_node(e.node) for e in hangs} != nodes:
+        return
+    if any(e.symptom in _AMD_HARDWARE for e in ws.events_of(EventType.NODE_BAD)):
+        return
+    first = min(e.time for e in hangs if e.time is not None)
+    if any(e.time is not None and e.time > first + timedelta(seconds=ws.params.clock_skew_s) for e in hangs):
+        return
+    for event in hangs:
+        ws.reread(event, _HANG_EVERYWHERE, f"every node reported a GPU hang from {first:%H:%M:%S} on, and no GPU a "
+                                           "hardware error: the workload's kernels")
+
+
 @filter_rule("HandleXidBurstEvents", phase=Phase.FILTER_EARLY, after=("DcgmXidGaugeChanges",), doc="""
 Decode raw Xid burst events into node symptoms. Xid 144-150 (NVLink5) are decoded from IntrInfo and
 errorStatus (decode sheet): a fatal row becomes a bad symptom named XID-<code>.<reason sub-code> (link-down
