@@ -592,7 +592,8 @@ def _ray_node_went_silent(title: str) -> RuleCase:
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
 raylet was overloaded or the network to the head was slow (Ray's own explanation), and the logs do not say which.
-The node failure is demoted, the node is not blamed, and the report no longer makes the end a NODE_FAIL.
+When the raylet reported its own crash (a fatal signal) before it was marked dead, the process died, not the machine.
+Either way the node failure is demoted, the node is not blamed, and the report no longer makes the end a NODE_FAIL.
 """, cases=[
     RuleCase(title="the named node's raylet was alive", evidence={
         "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
@@ -604,16 +605,36 @@ The node failure is demoted, the node is not blamed, and the report no longer ma
                      "this node for 30000 ms."]},
         context={"nodes": ["h", "w"]},
         expect=Expect(fired=True, culprits=[], demoted=["Ray node failure"])),
+    # https://github.com/Visual-Agent/DeepEyes/issues/49 (the raylet's SIGBUS, relayed to the driver's output)
+    RuleCase(title="the named node's raylet crashed", evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it.",
+                     "2025-01-01 00:09:30 (raylet, ip=10.0.0.2) *** SIGBUS received at time=1735689570 on cpu 166 ***"],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
+        context={"nodes": ["h", "w"]},
+        expect=Expect(fired=True, culprits=[], demoted=["Ray node failure"])),
     _ray_node_went_silent("the named node went silent"),
 ])
 def ray_node_alive_when_marked_dead(ws: Workspace) -> None:
     alive = {s.node for s in ws.select(prefix="Raylet alive when marked dead") if s.node}
     for report in ws.active(prefix="Ray node failure"):
         lost = set(blamed_nodes(ws, report))
+        crashed = {s.node for s in ws.select(prefix="Process crashed") if s.node in lost and _before(s, report)
+                   and any("raylet" in e.text for e in s.evidence)}
         if lost and lost <= alive:
             ws.demote(report, f"the raylet of {', '.join(sorted(lost))} was running when it was marked dead "
                               "(missed health checks: an overloaded machine or a slow network)")
-            report.attributes.pop("terminal_state", None)  # a node that was running did not fail: no NODE_FAIL
+        elif lost and lost <= crashed:
+            ws.demote(report, f"the raylet of {', '.join(sorted(lost))} crashed before it was marked dead: the "
+                              "process died, not the machine")
+        else:
+            continue
+        report.attributes.pop("terminal_state", None)  # a node that was running did not fail: no NODE_FAIL
+
+
+def _before(s: WorkSymptom, report: WorkSymptom) -> bool:
+    return s.first_time is not None and report.first_time is not None and s.first_time <= report.first_time
 
 
 @refiner("PreemptionKilledTheRayNodes", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
