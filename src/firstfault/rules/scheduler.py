@@ -588,6 +588,65 @@ def _ray_node_went_silent(title: str) -> RuleCase:
         expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler"))
 
 
+_UNPLACED = "Ray resource request never placed"
+# Ray's autoscaler repeats its warning for a request that still waits; one that waited this long without the job
+# progressing is not waiting for a neighbour's actors to finish.
+RAY_REQUEST_WAIT_S = 600.0
+
+
+@refiner("RayRequestNeverPlaced", phase=Phase.REFINE, doc=f"""
+A Ray resource request the autoscaler reported as infeasible ('No available node types can fulfill resource
+request') is the job's request; one it reported as waiting ('cannot be scheduled right now') is, when the warnings
+span {RAY_REQUEST_WAIT_S / 60:.0f} minutes or more and no training progress came after the first: a bundle or an actor
+bigger than what a node of the job's cluster registered. `{_UNPLACED}` becomes a root candidate (configuration);
+a limit or a cancel that ended the wait yields to it (rule SchedulerActionYields).
+""", cases=[
+    # https://github.com/allenai/open-instruct/issues/1431 (60-CPU bundles on Ray nodes that have 32)
+    RuleCase(title="a placement group waits until the time limit", evidence={
+        "a/applog": [f"2025-01-01 00:{m:02d}:00 (autoscaler +{m}m0s) Warning: The following resource request cannot "
+                     "be scheduled right now: {'CPU': 60.0, 'GPU': 6.0}. This is likely due to all cluster resources "
+                     "being claimed by actors." for m in (1, 11, 21, 31)]
+                    + ["slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_UNPLACED)),
+    RuleCase(title="the driver's unstamped warnings, timed by the autoscaler's own clock", evidence={
+        "a/applog": ["2025-01-01 00:00:30 placement bundle of: [{'GPU': 6, 'CPU': 60}]"]
+                    + [f"(autoscaler +{m}m0s) Warning: The following resource request cannot be scheduled right now: "
+                       "{'CPU': 60.0, 'GPU': 6.0}. This is likely due to all cluster resources being claimed by actors."
+                       for m in (1, 11, 21, 31)]},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_UNPLACED)),
+    RuleCase(title="a request that waited a minute, then training went on", evidence={
+        "a/applog": ["2025-01-01 00:01:00 (autoscaler +1m0s) Warning: The following resource request cannot be "
+                     "scheduled right now: {'CPU': 8.0}. This is likely due to all cluster resources being claimed "
+                     "by actors.",
+                     "2025-01-01 00:03:00 step 10 | loss 2.1"]},
+        expect=Expect(fired=False)),
+])
+def ray_request_never_placed(ws: Workspace) -> None:
+    progress = [s.last_time or s.first_time for s in ws.select(prefix="Training progress")]
+    for s in ws.select(prefix=_UNPLACED, status="interesting"):
+        if s.value_set("infeasible"):
+            ws.promote(s, "Ray found no node type that can hold the request")
+            continue
+        if s.first_time is None or s.last_time is None:
+            continue
+        elapsed = [_seconds(v) for v in s.value_set("elapsed")]
+        waited = (max(elapsed) - min(elapsed) if elapsed else 0.0) if ws.undated(s) else \
+            (s.last_time - s.first_time).total_seconds()
+        if waited >= RAY_REQUEST_WAIT_S and not any(t is not None and t > s.first_time for t in progress):
+            ws.promote(s, f"the request waited {waited / 60:.0f} minutes and the job made no progress")
+
+
+def _seconds(span: str) -> float:
+    """Seconds in a duration written as Ray's autoscaler writes it ('1h2m3.5s', '11m20s')."""
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?([\d.]+)s", span)
+    if parts is None:
+        return 0.0
+    hours, minutes, seconds = parts.groups()
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds)
+
+
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
