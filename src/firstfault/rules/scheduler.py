@@ -831,7 +831,9 @@ survived (or belongs to the collection margin around the job, e.g. another job o
 demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
-completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED.
+completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED. A success report within
+five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
+(an entrypoint that always exits 0): it does not count.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -855,6 +857,14 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
         "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="FAILED")),
+    # https://github.com/cortexlabs/cortex/issues/1806 (an entrypoint that exits 0 whatever its child did)
+    RuleCase(title="accounting says completed; a wrapper says 'finished' seconds after a rank was OOM-killed", evidence={
+        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: [1000.1] Memory cgroup out of memory: Killed process 4242 (python) "
+                      "total-vm:90000000kB, anon-rss:50000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:99000kB "
+                      "oom_score_adj:0"],
+        "n1/applog": ["2025-01-01T00:05:00Z step 100 | loss 2.1", "2025-01-01T00:10:03Z training finished"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
     RuleCase(title="accounting says completed, the job's own output says a step was OOM-killed", evidence={
         "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -865,14 +875,29 @@ def completed_workload(ws: Workspace) -> None:
     exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
-    succeeded = bool(ws.select(prefix="Workload completed"))
     roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
+    succeeded = any(not _follows_a_kill(ws, report, roots) for report in ws.select(prefix="Workload completed"))
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")
         return
     for s in ws.active():
         ws.demote(s, "the workload completed: this was survived")
+
+
+# A success report this soon after a root that ended a process, with no progress between, is a wrapper's message
+# printed whatever its child did (a shell script's echo, an entrypoint that always exits 0).
+SUCCESS_AFTER_KILL_S = 300.0
+
+
+def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
+    """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress between."""
+    said = report.last_time or report.first_time
+    if said is None or ws.undated(report):
+        return False
+    progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
+    return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
+               and not any(r.first_time < t <= said for t in progress) for r in roots)
 
 
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
