@@ -174,6 +174,44 @@ def undated_disk_snapshot(ws: Workspace) -> None:
             ws.demote(snapshot, "a snapshot without a time of its own: it supports, it does not begin the failure")
 
 
+# A container runtime unpacking an image into its store on the node.
+_RUNTIME_STORE = re.compile(r"failed to (?:extract|register) layer")
+_PULL_FAILED = re.compile(r"ErrImagePull|ImagePullBackOff|[Ff]ailed to pull (?:and unpack )?image")
+
+
+@refiner("FullImageStoreFailsThePull", phase=Phase.REFINE, doc=f"""
+A node whose container runtime could not unpack an image into its store (`{_DISK_FULL}` read from 'failed to extract
+layer ...: no space left on device') cannot pull the workload's image:
+the image-pull failures of that node (ErrImagePull, ImagePullBackOff), and those other nodes' listings report for a
+pod there (kubectl's wide output names the node), are that full disk, not the image's reference or credentials.
+They are demoted; the full disk stays the root candidate and blames the node.
+""", cases=[
+    # https://github.com/skypilot-org/skypilot/pull/3721 (a GKE node's boot disk full of images)
+    RuleCase(title="the pull fails on the node whose image store is full", evidence={
+        "b/syslog": ['Jan  1 00:05:00 b containerd[1593]: level=error msg="PullImage \\"gpu:latest\\" failed" '
+                     'error="failed to extract layer sha256:8b1f: write /var/lib/containerd/io.containerd.snapshotter'
+                     '.v1.overlayfs/snapshots/4411/fs/usr/lib/libcublasLt.so.12: no space left on device: unknown"'],
+        "a/scheduler": ["w-1       0/1     ImagePullBackOff   0          22m   10.88.3.22   b"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], demoted=["Container image or start error"])),
+    RuleCase(title="a pull that fails on another node", evidence={
+        "b/syslog": ['Jan  1 00:05:00 b containerd[1593]: level=error msg="PullImage \\"gpu:latest\\" failed" '
+                     'error="failed to extract layer sha256:8b1f: write /var/lib/containerd/io.containerd.snapshotter'
+                     '.v1.overlayfs/snapshots/4411/fs/usr/lib/libcublasLt.so.12: no space left on device: unknown"'],
+        "a/scheduler": ["w-0       0/1     ImagePullBackOff   0          22m   10.88.3.21   a"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def full_image_store_fails_the_pull(ws: Workspace) -> None:
+    full = {s.node for s in ws.active(prefix=_DISK_FULL)
+            if s.node and any(_RUNTIME_STORE.search(e.text) for e in s.evidence)}
+    for s in ws.active(prefix="Container image or start error"):
+        pulls = [e.text for e in s.evidence if _PULL_FAILED.search(e.text)]
+        node = next((n for n in sorted(full) if n == s.node or any(re.search(rf"\b{re.escape(n)}\b", t)
+                                                                   for t in pulls)), None)
+        if pulls and node:
+            ws.demote(s, f"{node}'s image store was full: the image could not be pulled there")
+
+
 # A path under the node's own temporary directories (FHS: /tmp, /var/tmp), which no other node mounts.
 _NODE_TMP_PATH = re.compile(r"(?:^|[\s'\"(=:,])/(?:var/)?tmp/")
 
