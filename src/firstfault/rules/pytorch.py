@@ -1135,6 +1135,40 @@ def watchdog_sizes_disagree(ws: Workspace) -> None:
             return
 
 
+@filter_rule("WatchdogOpsDisagree", phase=Phase.FILTER, after=("WatchdogSizesDisagree",), doc="""
+Every rank's ProcessGroupNCCL watchdog timed out at one and the same sequence number (in one process group, where the
+group is named), but not on the same kind of collective: some ranks waited in one (an all-gather), others in another
+(an all-reduce). The Nth collective of a group is one call every rank must make alike; ranks that made different
+calls there had taken different code paths (one more batch on some ranks at an epoch's end, a branch on rank-local
+data). A `Collective mismatch (desync)` root is placed at the first timeout. Timeouts at different sequence numbers
+say only where each rank was waiting, and are not read so.
+""", cases=[
+    RuleCase(title="ranks 0-1 in an all-gather, rank 2 in an all-reduce, all at collective 3130", evidence={
+        "n1/applog": [_watchdog_timeout(3130, "_ALLGATHER_BASE", 64, 0, group=False),
+                      _watchdog_timeout(3130, "_ALLGATHER_BASE", 64, 1, group=False)],
+        "n2/applog": [_watchdog_timeout(3130, "ALLREDUCE", 1, 2, group=False)]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom="Collective mismatch (desync)")),
+    RuleCase(title="different collectives at different sequence numbers", evidence={
+        "n1/applog": [_watchdog_timeout(3130, "_ALLGATHER_BASE", 64, 0, group=False)],
+        "n2/applog": [_watchdog_timeout(3127, "ALLREDUCE", 1, 1, group=False)]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def watchdog_ops_disagree(ws: Workspace) -> None:
+    timeouts = [e for e in ws.events if e.symptom == "NCCL watchdog timeout"]
+    if any(e.symptom == "Collective mismatch (desync)" for e in ws.events):
+        return  # WatchdogSizesDisagree placed it
+    seqs = {v for e in timeouts for v in e.value_set("seq")}
+    groups = {v for e in timeouts for v in e.value_set("pg")}
+    ops = {v for e in timeouts for v in e.value_set("op")}
+    if len(seqs) != 1 or len(groups) > 1 or len(ops) < 2 or any(not e.value_set("seq") for e in timeouts):
+        return
+    event = min(timeouts, key=_order)
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Collective mismatch (desync)",
+                     evidence=event.evidence, time=event.time, attributes={
+                         "meaning": f"every rank timed out at collective {seqs.pop()}, in different collectives "
+                                    f"({', '.join(sorted(ops))}): the ranks had taken different code paths"}))
+
+
 def _order(event: Event) -> tuple[bool, float, str]:
     return event.time is None, event.time.timestamp() if event.time else 0.0, event.node or ""
 
