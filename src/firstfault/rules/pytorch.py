@@ -1013,6 +1013,37 @@ def allocation_beyond_the_gpu(ws: Workspace) -> None:
                       f"{sizes['total']} {sizes['total_unit']} GPU: a wrong size, not memory pressure")
 
 
+_TINY_MAPPING = re.compile(r"unable to mmap (\d+) bytes from file")
+# A mapping this small failing for want of memory is the process's mapping limit, not the host's memory.
+TINY_MAPPING_BYTES = 65536
+
+
+@filter_rule("TinyMappingRefused", phase=Phase.FILTER, doc=f"""
+mmap refusing a mapping of at most {TINY_MAPPING_BYTES // 1024} KiB with ENOMEM ('unable to mmap 4 bytes from file
+<filename not specified>: Cannot allocate memory (12)') is not a host out of memory: no allocator fails on a few bytes
+while memory is left. It is the process's limit on memory mappings (vm.max_map_count), reached by a program that keeps
+every shared tensor its DataLoader workers sent. The report becomes `Process ran out of memory mappings`
+(application). Mapping a multi-gigabyte file that fails stays a host memory shortage.
+""", cases=[
+    # https://latentwalk.io/2023/08/19/torch-shmem (a loop that appended every DataLoader batch to a list)
+    RuleCase(title="a program that kept every batch", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank11]: RuntimeError: unable to mmap 4 bytes from file <filename not specified>: Cannot "
+        "allocate memory (12)"]},
+        expect=Expect(fired=True, sub_domain="application", root_symptom="Process ran out of memory mappings")),
+    # https://github.com/vllm-project/vllm/issues/759 (a checkpoint shard mapped in a pod with a small memory limit)
+    RuleCase(title="a checkpoint shard too large for the container", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z RuntimeError: unable to mmap 16933256392 bytes from file </root/.cache/huggingface/hub/"
+        "model.safetensors>: Cannot allocate memory (12)"]},
+        expect=Expect(fired=False, sub_domain="host_oom")),
+])
+def tiny_mapping_refused(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Host memory allocation failed"]:
+        size = _TINY_MAPPING.search(event.evidence.text)
+        if size and int(size.group(1)) <= TINY_MAPPING_BYTES:
+            ws.reread(event, "Process ran out of memory mappings", f"mmap refused {size.group(1)} bytes: the "
+                      "process's mapping limit, not the host's memory")
+
+
 _RENDEZVOUS_TIMEOUT = "Rendezvous or store timeout"
 # Symptoms that show the ranks did meet: progress, or collectives that ran (and timed out or failed) between them.
 _RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL heartbeat monitor timeout",
