@@ -174,6 +174,35 @@ def undated_disk_snapshot(ws: Workspace) -> None:
             ws.demote(snapshot, "a snapshot without a time of its own: it supports, it does not begin the failure")
 
 
+_MOUNT_MISSING = "Shared filesystem missing on the node"
+
+
+@refiner("DirectoryMissingOnSomeNodes", phase=Phase.REFINE, doc=f"""
+slurmstepd could not enter the job's working directory on some nodes of the allocation but not on others (the
+others ran in it): the shared filesystem that holds it is not mounted on those nodes, and `{_MOUNT_MISSING}` there
+becomes a root candidate that blames them. On every node the directory is missing for all (a container's work
+directory that exists only inside the container, a mistyped path): nothing is promoted.
+""", cases=[
+    # https://github.com/marbits-icm/marbits-public/issues/209
+    RuleCase(title="one node of three cannot enter the run directory", evidence={
+        "c/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/mnt/smart/runs/a': No such file or "
+                     "directory: going to /tmp instead"],
+        "a/applog": ["2025-01-01T00:00:20Z srun: error: c: task 2: Exited with exit code 1"]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["c"], root_symptom=_MOUNT_MISSING)),
+    RuleCase(title="a container's work directory, missing on every node", evidence={
+        f"n{i}/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/workspace': No such file or "
+                         "directory: going to /tmp instead"] for i in (1, 2)},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
+])
+def directory_missing_on_some_nodes(ws: Workspace) -> None:
+    missing = ws.select(prefix=_MOUNT_MISSING, status="interesting")
+    nodes = {s.node for s in missing if s.node}
+    if nodes and nodes < set(ws.context.nodes):
+        for s in missing:
+            ws.promote(s, f"the job's directory is missing on {', '.join(sorted(nodes))} only")
+
+
 # A container runtime unpacking an image into its store on the node.
 _RUNTIME_STORE = re.compile(r"failed to (?:extract|register) layer")
 _PULL_FAILED = re.compile(r"ErrImagePull|ImagePullBackOff|[Ff]ailed to pull (?:and unpack )?image")
