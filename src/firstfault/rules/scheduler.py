@@ -104,6 +104,48 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
                          f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
 
 
+MAX_ZONE_OFFSET_H = 14
+
+
+@filter_rule("EnderStampInLocalTime", phase=Phase.FILTER_EARLY, doc=f"""
+A cancel or a time limit ends the workload, so its report is dated at the end the scheduler recorded. Slurm's daemons
+stamp their lines in the node's local time ('*** JOB 7 ON n1 CANCELLED AT 2020-12-07T09:49:54 ***', slurmctld's
+'[2020-12-07T09:49:54.311] _slurm_rpc_kill_job'), in outputs whose other lines may be UTC or too few to tell the
+stream's zone. When such a report's own stamp sits a whole number of hours (up to {MAX_ZONE_OFFSET_H}) off the
+recorded end, within the clock-skew tolerance, the stamp is in another zone: the report is dated in the end's zone
+instead, so that it does not appear hours before the faults it ended.
+""", cases=[
+    RuleCase(title="a cancel stamped in US Eastern time before a GPU fault, the job's end recorded in UTC", evidence={
+        "a/applog": ["slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T04:59:54 ***"],
+        "b/syslog": ["Jan  1 09:20:00 b kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=python, GPU has fallen off "
+                     "the bus."]},
+        context={"scheduler_state": "CANCELLED", "exit_code": "0:15", "start_time": "2025-01-01T09:00:00Z",
+                 "end_time": "2025-01-01T09:59:58Z"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="a cancel at the recorded end", evidence={
+        "a/applog": ["slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T09:59:54 ***"]},
+        context={"scheduler_state": "CANCELLED", "exit_code": "0:15", "start_time": "2025-01-01T09:00:00Z",
+                 "end_time": "2025-01-01T09:59:58Z"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def ender_stamp_in_local_time(ws: Workspace) -> None:
+    end, skew = ws.context.end_time, ws.params.clock_skew_s
+    if end is None:
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in WORKLOAD_ENDERS]:
+        if event.time is None or event.evidence.time_inferred:
+            continue
+        hours = round((end - event.time).total_seconds() / 3600)
+        shift = timedelta(hours=hours)
+        if not 1 <= abs(hours) <= MAX_ZONE_OFFSET_H or abs((end - event.time - shift).total_seconds()) > skew:
+            continue
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=event.symptom, count=event.count,
+                         evidence=event.evidence.model_copy(update={"time": event.time + shift}),
+                         time=event.time + shift, last_time=event.last_time + shift if event.last_time else None,
+                         attributes=dict(event.attributes), values={k: sorted(v) for k, v in event.values.items()}))
+        ws.drop(event, f"stamped {hours:+d} h off the recorded end: the node's local time")
+
+
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
