@@ -617,13 +617,15 @@ def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
 
 
 _HARDWARE = frozenset({SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST, SubDomain.STORAGE})
+_CRASHED = "Process crashed"  # a rank's process the kernel or a signal handler saw crash: its peers lose it
 
 
 @refiner("FailedNodeExplainsPeerErrors", phase=Phase.REFINE_LATE, after=("DeadNodeExplainsPeerErrors",), doc=f"""
 RDMA errors that name one node as the peer they lost, and begin when that node's own failure does or in the
-{DEAD_NODE_ECHO_S / 60:.0f} minutes after (a disk that failed under its ranks, a GPU fault, its program's crash), are what
+{DEAD_NODE_ECHO_S / 60:.0f} minutes after (a disk that failed under its ranks, a GPU fault, its program's crash - a
+segfault the kernel or a signal handler recorded counts, though it names no cause), are what
 its peers saw of that failure: they are demoted, and the node's own failure stays the root candidate. Errors naming
-another node, or beginning before, are kept.
+another node, or beginning before, are kept; errors without a time of their own go with the failure.
 
 An RDMA completion error that names no peer (NCCL's older 'Got completion with error 12') says only that some peer
 stopped answering: retry-exceeded is what a sender sees when the remote process, GPU or host died as much as when a
@@ -645,6 +647,15 @@ network fault would not explain the other node's hardware record.
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
         "b/syslog": ["Jan  1 00:10:00 b kernel: [2119217.2] XFS (dm-4): I/O Error Detected. Shutting down filesystem"]},
         expect=Expect(fired=False, sub_domain="network")),
+    # https://github.com/NVIDIA/Megatron-LM/issues/1861 (a rank segfaulted in an async checkpoint save)
+    RuleCase(title="a rank's process segfaults; its peers' RDMA operations to it fail", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:20Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Recv)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: [3903845.1] pt_main_thread[54744]: segfault at 18 ip 00007f21c64a1e9b sp "
+                     "00007ffe4a1b2c40 error 4 in libtorch_cuda.so[7f21c4000000+2a000000]"]},
+        expect=Expect(fired=True, culprits=[], demoted=["IB Error-12"])),
     RuleCase(title="errors naming no peer on two nodes after another node's double-bit ECC error", evidence={
         "a/applog": ["a:1:1 [2] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"],
         "c/applog": ["c:1:1 [2] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"],
@@ -662,7 +673,7 @@ network fault would not explain the other node's hardware record.
 def failed_node_explains_peer_errors(ws: Workspace) -> None:
     skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=DEAD_NODE_ECHO_S)
     failed: dict[str, WorkSymptom] = {}  # each node's earliest failure of its own (not the network's, not a scheduler's)
-    for s in ws.active(role="root"):
+    for s in [*ws.active(role="root"), *ws.active(prefix=_CRASHED)]:
         own_failure = s.sub_domain not in (SubDomain.NETWORK, SubDomain.SCHEDULER)
         if s.node and s.first_time and not ws.undated(s) and own_failure and (
                 s.node not in failed or s.first_time < (failed[s.node].first_time or s.first_time)):
@@ -677,7 +688,7 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
             own = next(iter(broken.values()))
         else:
             continue
-        if own is None or own.node == s.node or own.first_time is None or (began is None and named):
+        if own is None or own.node == s.node or own.first_time is None:
             continue
         if began is None or own.first_time - skew <= began <= own.first_time + echo:
             ws.demote(s, f"{own.node} failed first ({own.name} at {own.first_time:%H:%M:%S}): its peers lost it"
