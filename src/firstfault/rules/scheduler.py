@@ -104,6 +104,31 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
                          f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
 
 
+# containerd's record of an exec it ran in a container - a kubelet exec probe's command, every few seconds.
+_EXEC_PROBE = re.compile(r"\bExecSync for \\?\"[0-9a-f]+\\?\" returns with exit code")
+
+
+@filter_rule("ProbeExitIsNotCompletion", phase=Phase.FILTER_EARLY, doc="""
+containerd logs the result of every exec the kubelet runs in a container - liveness and readiness probes, every few
+seconds - as 'ExecSync for "<id>" returns with exit code 0'. That is a probe command that succeeded in a running
+container, not the workload ending: its reading as `Workload completed` is dropped.
+""", cases=[
+    RuleCase(title="a readiness probe's exec in a serving pod", evidence={"n1/syslog": [
+        'Aug 14 00:10:12 n1 containerd[1876]: time="2025-08-14T00:10:12.809364430Z" level=info msg="ExecSync for '
+        '\\"19bd063e310682\\" returns with exit code 0"']},
+        context={"scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="UNKNOWN")),
+    RuleCase(title="a launcher's own exit report", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z I 02-11 20:07:46 log_lib.py:431] Job 1 of worker1 finished with exit code 0."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="none")),
+])
+def probe_exit_is_not_completion(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == "Workload completed"]:
+        if _EXEC_PROBE.search(event.evidence.text):
+            ws.drop(event, "containerd's record of a probe's exec, not the workload's end")
+
+
 MAX_ZONE_OFFSET_H = 14
 
 
