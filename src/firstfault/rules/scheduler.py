@@ -104,6 +104,58 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
                          f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
 
 
+_WARNED = "Tasks killed by an unhandled warning signal"
+
+
+@refiner("UnhandledWarningSignal", phase=Phase.REFINE, doc=f"""
+Tasks srun reports ended by SIGUSR1 or SIGUSR2 ('User defined signal 1') when the job had asked Slurm for that warning
+signal (--signal=USR1@600: sent that many seconds, 60 by default, before the time limit) and they died when it was
+due - the limit minus the lead, within the clock-skew tolerance, the limit read from the same request's --time: the
+signal's default action ended a program that had no handler for it. `{_WARNED}` becomes a root candidate
+(configuration). A user signal at another time came from elsewhere (a library's own preemption signal, another
+process), and the report stays a candidate.
+""", cases=[
+    # https://github.com/martius-lab/cluster_utils/issues/87
+    RuleCase(title="the warning signal the job asked for ends its tasks", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z submit: sbatch --time=01:00:00 --signal=USR1@600 --nodes=2",
+        "2025-01-01T00:50:02Z srun: error: n1: tasks 0-3: User defined signal 1"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:50:05Z"},
+        expect=Expect(fired=True, sub_domain="configuration", root_symptom=_WARNED)),
+    RuleCase(title="SIGUSR2 seven minutes into a four-hour allocation", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z #SBATCH --signal=USR2@90 --time=240 --nodes=2",
+        "2025-01-01T00:07:02Z srun: error: n1: task 0: User defined signal 2"]},
+        context={"scheduler_state": "FAILED", "exit_code": "140:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:07:05Z"}, expect=Expect(fired=False)),
+])
+def unhandled_warning_signal(ws: Workspace) -> None:
+    start, skew = ws.context.start_time, timedelta(seconds=ws.params.clock_skew_s)
+    due = []
+    for request in ws.facts_of("warning_signal"):
+        limit = _SLURM_TIME.search(request.evidence.text)
+        if start is not None and limit is not None:
+            due.append(start + _slurm_duration(limit.group(1)) - timedelta(seconds=int(request.attributes.get("lead_s")
+                                                                                       or 60)))
+    for s in ws.select(prefix=_WARNED, status="interesting"):
+        if s.first_time is not None and any(abs(s.first_time - t) <= skew for t in due):
+            ws.promote(s, "the job asked Slurm for this warning signal before its limit, and its tasks did not handle it")
+
+
+# sbatch's --time, in the forms Slurm accepts: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds.
+_SLURM_TIME = re.compile(r"--time[= ](\d+(?:-\d+)?(?::\d+){0,2})\b")
+
+
+def _slurm_duration(text: str) -> timedelta:
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, seconds = {1: (0, parts[0], 0), 2: (0, parts[0], parts[-1])}.get(len(parts), tuple(parts))
+    return timedelta(days=int(days or 0), hours=hours, minutes=minutes, seconds=seconds)
+
+
 # containerd's record of an exec it ran in a container - a kubelet exec probe's command, every few seconds.
 _EXEC_PROBE = re.compile(r"\bExecSync for \\?\"[0-9a-f]+\\?\" returns with exit code")
 
@@ -898,7 +950,9 @@ survived (or belongs to the collection margin around the job, e.g. another job o
 demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
-completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED. A success report within
+completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
+task that exited with a non-zero code in the workload's last five minutes (the batch script ignored the step's
+failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count.
 """, cases=[
@@ -932,6 +986,11 @@ five minutes after such a root, with no training progress between, is a wrapper'
         "n1/applog": ["2025-01-01T00:05:00Z step 100 | loss 2.1", "2025-01-01T00:10:03Z training finished"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    # https://github.com/desihub/desispec/issues/2744 (a task failed; the batch script exited 0)
+    RuleCase(title="accounting says completed, srun says a task exited 1", evidence={"n1/applog": [
+        "2025-01-01T01:58:00Z srun: error: n1: task 26: Exited with exit code 1"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="FAILED")),
     RuleCase(title="accounting says completed, the job's own output says a step was OOM-killed", evidence={
         "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -943,6 +1002,8 @@ def completed_workload(ws: Workspace) -> None:
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
     roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
+    roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
+              and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
     succeeded = any(not _follows_a_kill(ws, report, roots) for report in ws.select(prefix="Workload completed"))
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
@@ -952,6 +1013,17 @@ def completed_workload(ws: Workspace) -> None:
         ws.demote(s, "the workload completed: this was survived")
 
 
+# srun's record of a task that exited with a non-zero code: a step of the job failed, whatever the batch script returned.
+_TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]")
+
+
+def _at_the_end(ws: Workspace, s: WorkSymptom) -> bool:
+    """The symptom's last report came in the last SUCCESS_AFTER_KILL_S of the workload (an earlier step's failure,
+    a preflight check the script went past, is not how the job ended)."""
+    end, first, last = ws.context.end_time, s.first_time, s.last_time or s.first_time
+    if end is None or first is None or last is None or (first == end and all(e.time_inferred for e in s.evidence)):
+        return False  # no time, or only the job-end fallback's
+    return end - last <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
 # A success report this soon after a root that ended a process, with no progress between, is a wrapper's message
 # printed whatever its child did (a shell script's echo, an entrypoint that always exits 0).
 SUCCESS_AFTER_KILL_S = 300.0
