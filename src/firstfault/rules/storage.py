@@ -178,10 +178,12 @@ _MOUNT_MISSING = "Shared filesystem missing on the node"
 
 
 @refiner("DirectoryMissingOnSomeNodes", phase=Phase.REFINE, doc=f"""
-slurmstepd could not enter the job's working directory on some nodes of the allocation but not on others (the
-others ran in it): the shared filesystem that holds it is not mounted on those nodes, and `{_MOUNT_MISSING}` there
-becomes a root candidate that blames them. On every node the directory is missing for all (a container's work
-directory that exists only inside the container, a mistyped path): nothing is promoted.
+slurmstepd could not enter the job's working directory, or the automounter could not mount the shared export, on some
+nodes of the allocation but not on others (the others ran in it): the shared filesystem is not mounted on those
+nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. The automounter failing on every node
+is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
+a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
+not promoted.
 """, cases=[
     # https://github.com/marbits-icm/marbits-public/issues/209
     RuleCase(title="one node of three cannot enter the run directory", evidence={
@@ -198,7 +200,8 @@ directory that exists only inside the container, a mistyped path): nothing is pr
 def directory_missing_on_some_nodes(ws: Workspace) -> None:
     missing = ws.select(prefix=_MOUNT_MISSING, status="interesting")
     nodes = {s.node for s in missing if s.node}
-    if nodes and nodes < set(ws.context.nodes):
+    automounter = any("automount" in e.text for s in missing for e in s.evidence)
+    if nodes and (nodes < set(ws.context.nodes) or automounter):
         for s in missing:
             ws.promote(s, f"the job's directory is missing on {', '.join(sorted(nodes))} only")
 
