@@ -20,6 +20,8 @@ from firstfault.rules.scheduler import TIME_LIMITS
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a node that keeps throttling
+# An overheating warning this long before a node was declared lost went with its loss (a hot part hangs a machine).
+OVERHEAT_BEFORE_LOSS_S = 3600.0
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
@@ -111,6 +113,58 @@ def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
         for s in throttled:
             ws.promote(s, f"{s.count} thermal-throttle reports on the one node that throttled, in a run that ran out "
                           "of time: its ranks set the pace")
+
+
+@refiner("LostAfterOverheating", phase=Phase.REFINE, doc=f"""
+A node whose BMC logged a temperature sensor going high (an IPMI upper-threshold event), or whose CPUs throttled at
+least {THROTTLE_MIN_REPORTS} times, in the {OVERHEAT_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
+that node alone lost, went down hot: a part overheating (a retimer, a VRM, a CPU) hangs or resets a machine without a
+kernel message, and the declared failure is what that looks like from outside. The node's earliest warning of those
+minutes becomes the root candidate (host) and the scheduler's reports of that node are demoted. A warning after the
+declaration, a declaration naming several nodes, or other nodes warning in the same minutes (a room too hot) is
+left alone.
+""", cases=[
+    RuleCase(title="a retimer's sensor warns, then the node stops answering", evidence={
+        "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
+                     "going high"],
+        "a/scheduler": ["[2025-01-01T00:47:15.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="BMC temperature warning",
+                      demoted=["Slurm node failure"])),
+    RuleCase(title="the warning came hours before the node was lost", evidence={
+        "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
+                     "going high"],
+        "a/scheduler": ["[2025-01-01T01:47:15.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
+    RuleCase(title="every node ran hot: the room, not the node", evidence={
+        "a/syslog": ["2025-01-01T00:20:03+00:00 a gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
+                     "going high"],
+        "b/syslog": ["2025-01-01T00:21:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
+                     "going high"],
+        "a/scheduler": ["[2025-01-01T00:47:15.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
+])
+def lost_after_overheating(ws: Workspace) -> None:
+    before, skew = timedelta(seconds=OVERHEAT_BEFORE_LOSS_S), timedelta(seconds=ws.params.clock_skew_s)
+    reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
+    lost = {n for r in reports for n in blamed_nodes(ws, r)}
+    declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
+    if len(lost) != 1 or declared is None:
+        return
+    (node,) = lost
+    warnings = [s for s in ws.select(prefix="BMC temperature warning", status="interesting")
+                + [t for t in ws.select(prefix="CPU thermal throttling", status="interesting")
+                   if t.count >= THROTTLE_MIN_REPORTS]
+                if s.node and s.first_time and not ws.undated(s) and declared - before <= s.first_time <= declared + skew]
+    if {s.node for s in warnings} != {node}:
+        return  # none, or other nodes ran hot too: a room too hot, a cause they share
+    first = min(warnings, key=lambda s: s.sort_key())
+    ws.promote(first, f"{first.name} at {first.first_time:%H:%M:%S}, then the scheduler lost {node} at "
+                      f"{declared:%H:%M:%S}: it went down hot")
+    for report in reports:
+        ws.demote(report, f"{node} overheated before it was lost ({first.name} at {first.first_time:%H:%M:%S})")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
