@@ -186,19 +186,28 @@ def mce_corrected_is_context(ws: Workspace) -> None:
 
 
 @refiner("AerCorrectedStorm", phase=Phase.CLEAN, doc=f"""
-PCIe AER corrected errors are context one at a time. {AER_STORM_MIN} or more on a node (counting the kernel's
+PCIe AER corrected errors are context one at a time. {AER_STORM_MIN} or more events on a node (each event counted
+once, from its header or its 'severity=Corrected' detail line, whichever the log kept more of, plus the kernel's
 'N Corrected errors received' summaries) are a storm on that link: a root candidate that blames the node.
 """, cases=[
     RuleCase(title="storm", evidence={"n1/syslog": [
         f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"
         for i in range(12)]}, expect=Expect(fired=True, active=["PCIe AER corrected errors"], culprits=["n1"])),
+    RuleCase(title="six events, each a header and a detail line, are six", evidence={"n1/syslog": [
+        line for i in range(6) for line in (
+            f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:03.0: AER: Corrected error message received from "
+            "0000:03:00.0",
+            f"Jan  1 00:10:{i:02d} n1 kernel: nvidia 0000:03:00.0: PCIe Bus Error: severity=Corrected, type=Physical "
+            "Layer, (Receiver ID)")]}, expect=Expect(fired=False, sub_domain="unknown")),
     RuleCase(title="single", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0"]},
         expect=Expect(fired=False, sub_domain="unknown")),
 ])
 def aer_corrected_storm(ws: Workspace) -> None:
     for s in ws.select(prefix="PCIe AER corrected errors", status="interesting"):
-        total = s.count + sum(int(v) - 1 for v in s.value_set("batch"))
+        details = sum(e.count for e in ws.events if e.symptom == s.name and e.attributes.get("detail")
+                      and ws.canonical_node(e.node) == s.node)
+        total = max(s.count - details, details) + sum(int(v) - 1 for v in s.value_set("batch"))
         if total >= AER_STORM_MIN:
             s.attributes["storm_events"] = total
             ws.promote(s, f"{total} corrected AER errors: a storm on this node's PCIe link")
