@@ -15,7 +15,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
-from firstfault.rules.scheduler import TIME_LIMITS
+from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, TIME_LIMITS
 
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
@@ -501,8 +501,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
             ws.demote(report, f"{first}: {how[first]}; the scheduler declared it lost")
 
 
-# Reports of a node the scheduler declared failed, and the records of a node shut down on purpose.
-NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure", "Ray node failure")
+# The records of a node shut down on purpose.
 _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
@@ -624,3 +623,40 @@ def node_booted_mid_run(ws: Workspace) -> None:
                          "meaning": f"its kernel booted at {boot.time:%H:%M:%S}, in the middle of the workload, with no "
                                     "orderly shutdown logged: it reset"}))
 
+
+@refiner("ResetExplainsItsNodeFailure", phase=Phase.REFINE_LATE, after=("FailedNodeExplainsPeerErrors",), doc=f"""
+A node that reset under the workload (`Node reset during the workload`) stopped answering before anyone declared it
+failed: the reports that name that node alone as failed (Slurm, Kubernetes, Ray's GCS marking it dead), from
+{REBOOT_AFTER_FAILURE_S / 60:.0f} minutes before the reset was placed until it, are how the reset looked from outside.
+They are demoted, so the earliest of them does not outrank the reset they report.
+""", cases=[
+    RuleCase(title="Ray marks the node dead, then Slurm finds it rebooted", evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"],
+        "h/scheduler": ["[2025-01-01T00:13:00.104] validate_node_specs: Node w unexpectedly rebooted boot_time=1735690350 "
+                        "last response=1735690180"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["h", "w"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["w"], root_symptom="Node reset during the workload",
+                      demoted=["Ray node failure"])),
+    RuleCase(title="Ray marks another node dead", evidence={
+        "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.3 and node name: 10.0.0.3 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "v/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.3"],
+        "h/scheduler": ["[2025-01-01T00:13:00.104] validate_node_specs: Node w unexpectedly rebooted boot_time=1735690350 "
+                        "last response=1735690180"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["h", "v", "w"]},
+        expect=Expect(fired=True, active=["Ray node failure"])),
+])
+def reset_explains_its_node_failure(ws: Workspace) -> None:
+    before, skew = timedelta(seconds=REBOOT_AFTER_FAILURE_S), timedelta(seconds=ws.params.clock_skew_s)
+    for reset in ws.active(prefix="Node reset during the workload"):
+        if reset.node is None or reset.first_time is None or ws.undated(reset):
+            continue
+        for report in [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]:
+            when = report.first_time
+            if (blamed_nodes(ws, report) == [reset.node] and when is not None and not ws.undated(report)
+                    and reset.first_time - before <= when <= reset.first_time + skew):
+                ws.demote(report, f"{reset.node} reset under the workload; this report is how that looked")

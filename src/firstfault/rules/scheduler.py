@@ -39,6 +39,8 @@ HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time li
 UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
+# Reports of a node declared failed: by the scheduler (Slurm, Kubernetes) or by Ray's GCS.
+NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure", "Ray node failure")  # the scheduler's first
 # What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel.
 WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled")
 
@@ -697,14 +699,14 @@ def suspended_collectives_timed_out(ws: Workspace) -> None:
 
 
 def _ray_node_went_silent(title: str) -> RuleCase:
-    """A case of Ray's GCS marking node w dead with nothing else in the logs: the node is blamed."""
+    """A case of Ray's GCS marking node w dead with nothing else in the logs: the node is blamed, the cause unknown."""
     return RuleCase(title=title, evidence={
         "h/applog": ["2025-01-01 00:10:00,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
                      "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
                      "heartbeats from it."],
         "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"]},
         context={"nodes": ["h", "w"]},
-        expect=Expect(fired=False, culprits=["w"], sub_domain="scheduler"))
+        expect=Expect(fired=False, culprits=["w"], sub_domain="unknown"))
 
 
 _UNPLACED = "Ray resource request never placed"
@@ -817,9 +819,12 @@ def _before(s: WorkSymptom, report: WorkSymptom) -> bool:
 
 @refiner("PreemptionKilledTheRayNodes", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
 A scheduler that preempted or evicted the workload (Kueue's 'Preempted to accommodate a workload', a preempted or
-evicted pod) killed its pods, so Ray's GCS then misses the heartbeats of the nodes they ran on and marks them dead:
-a Ray node failure within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes of the preemption is its consequence, not a node
-fault. It is demoted, the node is not blamed, and the preemption stays the root candidate.
+evicted pod, a node shut down for a preemption, a reclaimed spot instance) killed its pods, so Ray's GCS then misses
+the heartbeats of the nodes they ran on and marks them dead: a Ray node failure within
+{NODE_FAILURE_DETECTION_S / 60:.0f} minutes of the preemption is its consequence, not a node fault. It is demoted, the
+node is not blamed, and the preemption stays the root candidate. So is one within that time of the scheduler's own
+declaration that the node it names (or any node, when Ray's address resolves to none) failed (Slurm, Kubernetes): Ray
+reports the same loss, later and from further away.
 """, cases=[
     RuleCase(title="Kueue preempts a RayJob; Ray then loses the worker's node", evidence={
         "h/applog": ["2025-01-01 00:10:02,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
@@ -830,24 +835,37 @@ fault. It is demoted, the node is not blamed, and the preemption stays the root 
                         "workload (UID: 4f6c, JobUID: 7a9b) due to prioritization in the ClusterQueue"]},
         context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Ray node failure"])),
+    RuleCase(title="Kubernetes declares the node lost; Ray marks it dead after", evidence={
+        "h/applog": ["2025-01-01 00:10:20,000 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"],
+        "h/scheduler": ["2025-01-01T00:10:00Z   Warning   NodeNotReady   node/w   Node w status is now: NodeNotReady"]},
+        context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, culprits=["w"], demoted=["Ray node failure"])),
     _ray_node_went_silent("a node lost with no preemption"),
 ])
 def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
-    preempted = [s.first_time for s in ws.active(prefix="Kubernetes eviction")
-                 if s.attributes.get("terminal_state") == TerminalState.PREEMPTED.value and s.first_time is not None]
+    preempted = [s.first_time for s in ws.active(role="root") if s.first_time is not None
+                 and s.attributes.get("terminal_state") == TerminalState.PREEMPTED.value and s.name != "Ray node failure"]
+    declared = [(s.first_time, set(blamed_nodes(ws, s))) for name in NODE_FAILURE_REPORTS[:2]
+                for s in ws.active(prefix=name) if s.first_time is not None]
     for report in ws.active(prefix="Ray node failure"):
-        began = report.first_time
+        began, lost = report.first_time, set(blamed_nodes(ws, report))
         if began is not None and any(abs(began - t) <= window for t in preempted):
             ws.demote(report, "the scheduler preempted the workload: its pods were killed and Ray lost their nodes")
             report.attributes.pop("terminal_state", None)  # the nodes did not fail: the run was preempted
+        elif began is not None and any(abs(began - t) <= window and lost <= nodes for t, nodes in declared):
+            ws.demote(report, "the scheduler declared the node failed: Ray reports the same loss")
 
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
           after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
                  "PreemptionKilledTheRayNodes"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
-another root candidate started before it, or has no time of its own and may have: the job had already failed
+another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
+that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it. A cancel is also demoted when the program itself reported failing (an
 error in its own output, even one that names no cause) more than five minutes before it and training did not go
 on after that: someone ended a run that had already failed.
@@ -871,7 +889,8 @@ on after that: someone ended a run that had already failed.
 ])
 def scheduler_action_yields(ws: Workspace) -> None:
     actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
-    others = [s for s in ws.active(role="root") if s.sub_domain != SubDomain.SCHEDULER]
+    others = [s for s in ws.active(role="root") if s.sub_domain != SubDomain.SCHEDULER
+              and s.name not in NODE_FAILURE_REPORTS]
     for action in actions:
         earlier = [s for s in others if _not_after(ws, s, action)]
         if earlier:
