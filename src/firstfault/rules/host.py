@@ -22,6 +22,8 @@ HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'bloc
 THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a node that keeps throttling
 # An overheating warning this long before a node was declared lost went with its loss (a hot part hangs a machine).
 OVERHEAT_BEFORE_LOSS_S = 3600.0
+# A node declared failed that boots again within this long came back from that failure (not from a later repair).
+REBOOT_AFTER_FAILURE_S = 1800.0
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
@@ -165,6 +167,46 @@ def lost_after_overheating(ws: Workspace) -> None:
                       f"{declared:%H:%M:%S}: it went down hot")
     for report in reports:
         ws.demote(report, f"{node} overheated before it was lost ({first.name} at {first.first_time:%H:%M:%S})")
+
+
+@refiner("LostOnACloudHostFault", phase=Phase.REFINE, doc=f"""
+When the scheduler lost one node and the cloud provider reported that node's machine failing (an EC2 retirement
+notice for degraded hardware, a failed EC2 status check, a GCE host error) within {REBOOT_AFTER_FAILURE_S / 60:.0f}
+minutes of it, before or after (a status check fails a few minutes into an outage; a notice may come first), the
+provider's report is the root candidate (host) and the scheduler's reports of that node are demoted. A report
+about another node, or far from the loss, stays context.
+""", cases=[
+    RuleCase(title="a retirement notice, then the node stops answering", evidence={
+        "b/scheduler": ["2025-01-01 00:20:00,544 - [aws-health-forwarder] - WARNING - AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED b "
+                        "i-0b7c41e9: EC2 has detected degradation of the underlying hardware hosting your Amazon EC2 "
+                        "instance (instance-ID: i-0b7c41e9)"],
+        "a/scheduler": ["[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Cloud reported the instance's host failing", demoted=["Slurm node failure"])),
+    RuleCase(title="a status check failed on another node", evidence={
+        "a/scheduler": ["2025-01-01T00:40:02Z Instance reachability check failed",
+                        "[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
+])
+def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
+    near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
+    reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
+    lost = {n for r in reports for n in blamed_nodes(ws, r)}
+    declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
+    if len(lost) != 1 or declared is None:
+        return
+    (node,) = lost
+    faults = [s for s in ws.select(prefix="Cloud reported the instance's host failing", status="interesting", node=node)
+              if s.first_time and not ws.undated(s) and abs(s.first_time - declared) <= near]
+    if not faults:
+        return
+    first = min(faults, key=lambda s: s.sort_key())
+    ws.promote(first, f"the provider reported {node}'s machine failing at {first.first_time:%H:%M:%S}; the scheduler "
+                      f"lost it at {declared:%H:%M:%S}")
+    for report in reports:
+        ws.demote(report, f"the cloud provider reported {node}'s machine failing ({first.first_time:%H:%M:%S})")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
@@ -503,8 +545,6 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
 
 # The records of a node shut down on purpose.
 _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
-# A node declared failed that boots again within this long came back from that failure (not from a later repair).
-REBOOT_AFTER_FAILURE_S = 1800.0
 
 
 @filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
