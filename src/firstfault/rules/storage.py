@@ -183,7 +183,8 @@ nodes of the allocation but not on others (the others ran in it): the shared fil
 nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. The automounter failing on every node
 is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
 a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
-not promoted.
+not promoted. On a node whose mount failed while others have it, the filesystem client's errors logged up to the failure
+(LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node.
 """, cases=[
     # https://github.com/marbits-icm/marbits-public/issues/209
     RuleCase(title="one node of three cannot enter the run directory", evidence={
@@ -192,6 +193,14 @@ not promoted.
         "a/applog": ["2025-01-01T00:00:20Z srun: error: c: task 2: Exited with exit code 1"]},
         context={"nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=["c"], root_symptom=_MOUNT_MISSING)),
+    RuleCase(title="Lustre's mount failed on one node at boot; its LNet errors are why", evidence={
+        "b/syslog": ["Jan  1 00:01:25 b kernel: LNetError: 120-3: Refusing connection from 10.6.0.204 for "
+                     "10.6.0.204@tcp: No matching NI",
+                     "Jan  1 00:01:26 b mount: mount.lustre: mount 10.6.0.204@tcp:/fsx at /fsx failed: Input/output error"],
+        "a/applog": ["2025-01-01T00:10:20Z srun: error: b: task 1: Exited with exit code 2"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_MOUNT_MISSING,
+                      demoted=["Parallel filesystem client error"])),
     RuleCase(title="a container's work directory, missing on every node", evidence={
         f"n{i}/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/workspace': No such file or "
                          "directory: going to /tmp instead"] for i in (1, 2)},
@@ -204,6 +213,19 @@ def directory_missing_on_some_nodes(ws: Workspace) -> None:
     if nodes and (nodes < set(ws.context.nodes) or automounter):
         for s in missing:
             ws.promote(s, f"the job's directory is missing on {', '.join(sorted(nodes))} only")
+    if nodes and nodes < set(ws.context.nodes):
+        _client_errors_of_the_mount(ws, missing)
+
+
+def _client_errors_of_the_mount(ws: Workspace, missing: list[WorkSymptom]) -> None:
+    """A filesystem client's errors on a node whose mount failed, from before the failure, are why it failed there."""
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for s in missing:
+        if s.first_time is None or ws.undated(s):
+            continue
+        for error in ws.active(node=s.node, prefix="Parallel filesystem client error"):
+            if error.first_time is not None and error.first_time <= s.first_time + skew:
+                ws.demote(error, f"the client's errors as the mount failed on {s.node}, which the other nodes have")
 
 
 # A container runtime unpacking an image into its store on the node.
