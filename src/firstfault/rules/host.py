@@ -117,6 +117,35 @@ def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
                           "of time: its ranks set the pace")
 
 
+@refiner("DowntrainedLinkOnOneNode", phase=Phase.REFINE, doc="""
+The nodes of one workload are alike: when exactly one of them reported a GPU's or NIC's PCIe link trained below its
+capability, and the workload did not complete, that link (a riser, cable or slot fault) slowed every collective through
+it and its `PCIe link downtrained` becomes the root candidate (host). On several nodes (a platform whose slots are
+narrower by design) or in a completed workload it stays context.
+""", cases=[
+    RuleCase(title="one node's NIC at x8, the job runs out of time", evidence={
+        "b/syslog": ["Jan  1 00:12:52 b kernel: mlx5_core 0000:b3:00.0: 63.008 Gb/s available PCIe bandwidth, limited by "
+                     "8 GT/s x8 link at 0000:b2:00.0 (capable of 252.048 Gb/s with 16 GT/s x16 link)"],
+        "a/applog": ["2025-01-01T01:59:58Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T01:59:58 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="PCIe link downtrained")),
+    RuleCase(title="every node's NIC in an x8 slot", evidence={
+        f"{n}/syslog": [f"Jan  1 00:12:52 {n} kernel: mlx5_core 0000:b3:00.0: 63.008 Gb/s available PCIe bandwidth, "
+                        "limited by 8 GT/s x8 link at 0000:b2:00.0 (capable of 252.048 Gb/s with 16 GT/s x16 link)"]
+        for n in ("a", "b")},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def downtrained_link_on_one_node(ws: Workspace) -> None:
+    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED or ws.select(prefix="Workload completed"):
+        return
+    links = [s for s in ws.select(prefix="PCIe link downtrained", status="interesting") if s.node]
+    if len(ws.context.nodes) > 1 and len({s.node for s in links}) == 1:
+        for s in links:
+            ws.promote(s, f"{s.node} alone runs a PCIe link below its capability: every transfer through it is slower")
+
+
 @refiner("LostAfterOverheating", phase=Phase.REFINE, doc=f"""
 A node whose BMC logged a temperature sensor going high (an IPMI upper-threshold event), or whose CPUs throttled at
 least {THROTTLE_MIN_REPORTS} times, in the {OVERHEAT_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
