@@ -20,8 +20,11 @@ from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, TIME_LIMITS
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a node that keeps throttling
-# An overheating warning this long before a node was declared lost went with its loss (a hot part hangs a machine).
-OVERHEAT_BEFORE_LOSS_S = 3600.0
+# A hardware warning this long before a node was declared lost went with its loss (a hot or failing part hangs a machine).
+WARNED_BEFORE_LOSS_S = 3600.0
+WARNINGS_MIN = 3  # reports of a warning that repeats (throttling, corrected machine checks) that make a node that keeps warning
+# Warnings that count only when they repeat.
+_REPEATED_WARNINGS = ("CPU thermal throttling", "Machine check (corrected)")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
 AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make a storm
@@ -146,14 +149,15 @@ def downtrained_link_on_one_node(ws: Workspace) -> None:
             ws.promote(s, f"{s.node} alone runs a PCIe link below its capability: every transfer through it is slower")
 
 
-@refiner("LostAfterOverheating", phase=Phase.REFINE, doc=f"""
-A node whose BMC logged a temperature sensor going high (an IPMI upper-threshold event), or whose CPUs throttled at
-least {THROTTLE_MIN_REPORTS} times, in the {OVERHEAT_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
-that node alone lost, went down hot: a part overheating (a retimer, a VRM, a CPU) hangs or resets a machine without a
-kernel message, and the declared failure is what that looks like from outside. The node's earliest warning of those
-minutes becomes the root candidate (host) and the scheduler's reports of that node are demoted. A warning after the
-declaration, a declaration naming several nodes, or other nodes warning in the same minutes (a room too hot) is
-left alone.
+@refiner("LostAfterHardwareWarnings", phase=Phase.REFINE, doc=f"""
+A node that warned of its own hardware - its BMC logged a temperature sensor going high (an IPMI upper-threshold
+event), its CPUs throttled, or its machine checks logged corrected errors, at least {WARNINGS_MIN} times for the last two
+- in the {WARNED_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared that node alone lost, went down from
+that hardware: a part overheating or failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a
+kernel message, and the declared failure is what that looks like from outside. The node's earliest warning becomes the
+root candidate (host) and the scheduler's reports of that node are demoted. A warning after the declaration, a
+declaration naming several nodes, or other nodes warning in the same minutes (a room too hot, corrected errors every
+node logs) is left alone.
 """, cases=[
     RuleCase(title="a retimer's sensor warns, then the node stops answering", evidence={
         "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
@@ -162,6 +166,19 @@ left alone.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="BMC temperature warning",
                       demoted=["Slurm node failure"])),
+    # https://www.suse.com/support/kb/doc/?id=7003695 (mcelog's records of corrected bank-4 errors before a hang)
+    RuleCase(title="corrected machine checks, then the node stops answering", evidence={
+        "b/syslog": [f"Jan  1 00:{m}:03 b kernel: mce: [Hardware Error]: Machine check events logged" for m in (41, 42, 44)],
+        "a/scheduler": ["[2025-01-01T00:59:37.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="Machine check (corrected)",
+                      demoted=["Slurm node failure"])),
+    RuleCase(title="every node logs corrected errors", evidence={
+        f"{n}/syslog": [f"Jan  1 00:{m}:03 {n} kernel: mce: [Hardware Error]: Machine check events logged"
+                        for m in (11, 31, 44)] for n in ("a", "b")} | {
+        "a/scheduler": ["[2025-01-01T00:59:37.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
     RuleCase(title="the warning came hours before the node was lost", evidence={
         "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
                      "going high"],
@@ -177,25 +194,29 @@ left alone.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
-def lost_after_overheating(ws: Workspace) -> None:
-    before, skew = timedelta(seconds=OVERHEAT_BEFORE_LOSS_S), timedelta(seconds=ws.params.clock_skew_s)
+def lost_after_hardware_warnings(ws: Workspace) -> None:
+    before, skew = timedelta(seconds=WARNED_BEFORE_LOSS_S), timedelta(seconds=ws.params.clock_skew_s)
     reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
     lost = {n for r in reports for n in blamed_nodes(ws, r)}
     declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
     if len(lost) != 1 or declared is None:
         return
     (node,) = lost
+    since, until = declared - before, declared + skew
     warnings = [s for s in ws.select(prefix="BMC temperature warning", status="interesting")
-                + [t for t in ws.select(prefix="CPU thermal throttling", status="interesting")
-                   if t.count >= THROTTLE_MIN_REPORTS]
-                if s.node and s.first_time and not ws.undated(s) and declared - before <= s.first_time <= declared + skew]
+                + [t for name in _REPEATED_WARNINGS for t in ws.select(prefix=name, status="interesting")]
+                if s.node and s.first_time and not ws.undated(s) and s.first_time <= until
+                and (s.last_time or s.first_time) >= since]
     if {s.node for s in warnings} != {node}:
-        return  # none, or other nodes ran hot too: a room too hot, a cause they share
+        return  # none, or other nodes warned too: a room too hot, a cause they share, errors every node logs
+    warnings = [s for s in warnings if s.name not in _REPEATED_WARNINGS or s.count >= WARNINGS_MIN]
+    if not warnings:
+        return
     first = min(warnings, key=lambda s: s.sort_key())
-    ws.promote(first, f"{first.name} at {first.first_time:%H:%M:%S}, then the scheduler lost {node} at "
-                      f"{declared:%H:%M:%S}: it went down hot")
+    ws.promote(first, f"{first.name} from {first.first_time:%H:%M:%S}, then the scheduler lost {node} at "
+                      f"{declared:%H:%M:%S}: its hardware warned before it went down")
     for report in reports:
-        ws.demote(report, f"{node} overheated before it was lost ({first.name} at {first.first_time:%H:%M:%S})")
+        ws.demote(report, f"{node} warned of its hardware before it was lost ({first.name})")
 
 
 @refiner("LostOnACloudHostFault", phase=Phase.REFINE, doc=f"""
