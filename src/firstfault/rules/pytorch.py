@@ -658,11 +658,17 @@ def container_hook_reason(ws: Workspace) -> None:
 _HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library versions differ")
 
 
-@refiner("PodStatusFollowsTheGpuHook", phase=Phase.REFINE_EARLY, doc=f"""
+# What explains a pod that could not start or kept failing: the GPU container hook's report about its node, or the
+# kernel's or Kubernetes' record of its container killed for memory.
+_POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled")
+
+
+@refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, doc=f"""
 Kubernetes' status of a pod whose container could not start or kept failing (CrashLoopBackOff, RunContainerError,
 CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
-hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}) no later than that
-status, the hook's report is the reason and the pod status is demoted.
+hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}), or a container
+was killed for memory (the kernel's memory-cgroup OOM kill, Kubernetes' OOMKilled; runc's 'container init was
+OOM-killed'), no later than that status, that report is the reason and the pod status is demoted.
 """, cases=[
     # https://github.com/NVIDIA/gpu-operator/issues/898 (a node whose driver was upgraded under running pods)
     RuleCase(title="the pod crash-looped on the node whose driver the hook could not use", evidence={
@@ -672,22 +678,31 @@ status, the hook's report is the reason and the pod status is demoted.
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"],
                       root_symptom="NVIDIA driver and library versions differ")),
+    # https://github.com/GoogleCloudPlatform/gcs-fuse-csi-driver/issues/314 (a sidecar under a too-low memory limit)
+    RuleCase(title="the container's init was OOM-killed; the kubelet backs off", evidence={
+        "n1/syslog": ["Jan  1 00:10:00 n1 kernel: [2922307.434718] Memory cgroup out of memory: Killed process 410233 "
+                      "(runc:[2:INIT]) total-vm:1240812kB, anon-rss:259880kB, file-rss:9120kB, shmem-rss:0kB, UID:0 "
+                      "pgtables:700kB oom_score_adj:-997",
+                      'Jan  1 00:10:00 n1 kubelet[2231]: E0101 00:10:00.434718    2231 pod_workers.go:1298] "Error '
+                      'syncing pod, skipping" err="failed to \\"StartContainer\\" for \\"gke-gcsfuse-sidecar\\" with '
+                      'CrashLoopBackOff: \\"back-off 10s restarting failed container=gke-gcsfuse-sidecar"']},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="host_oom", demoted=["Container image or start error"])),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
 ])
-def pod_status_follows_the_gpu_hook(ws: Workspace) -> None:
-    hooks = [h for name in _HOOK_FAILURES for h in ws.active(prefix=name)]
-    if not hooks:
+def pod_status_follows_its_reason(ws: Workspace) -> None:
+    reasons = [h for name in _POD_STATUS_REASONS for h in ws.active(prefix=name)]
+    if not reasons:
         return
     skew = timedelta(seconds=ws.params.clock_skew_s)
     for status in ws.active(prefix="Container image or start error"):
-        explained = [h for h in hooks if ws.undated(status) or h.first_time is None or status.first_time is None
+        explained = [h for h in reasons if ws.undated(status) or h.first_time is None or status.first_time is None
                      or h.first_time <= status.first_time + skew]
         if explained:
-            ws.demote(status, f"the GPU container hook on {explained[0].node or '-'} could not set up its containers "
-                              f"({explained[0].name})")
+            ws.demote(status, f"{explained[0].name} on {explained[0].node or '-'} is why its container did not run")
 
 
 _NO_START = "GPU could not be initialised"
