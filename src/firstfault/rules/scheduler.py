@@ -817,7 +817,8 @@ def _before(s: WorkSymptom, report: WorkSymptom) -> bool:
     return s.first_time is not None and report.first_time is not None and s.first_time <= report.first_time
 
 
-@refiner("PreemptionKilledTheRayNodes", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
+@refiner("PreemptionKilledTheRayNodes", phase=Phase.REFINE_LATE,
+          after=("RayNodeAliveWhenMarkedDead", "LostNodeExplainsPeerErrors"), doc=f"""
 A scheduler that preempted or evicted the workload (Kueue's 'Preempted to accommodate a workload', a preempted or
 evicted pod, a node shut down for a preemption, a reclaimed spot instance) killed its pods, so Ray's GCS then misses
 the heartbeats of the nodes they ran on and marks them dead: a Ray node failure within
@@ -862,7 +863,7 @@ def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
           after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
-                 "PreemptionKilledTheRayNodes"), doc="""
+                 "PreemptionKilledTheRayNodes", "ResetExplainsItsNodeFailure"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
 that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
