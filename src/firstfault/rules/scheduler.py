@@ -41,8 +41,9 @@ UNDATED_PROGRESS_MARGIN = 0.25
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
 # Reports of a node declared failed: by the scheduler (Slurm, Kubernetes) or by Ray's GCS.
 NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure", "Ray node failure")  # the scheduler's first
-# What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel.
-WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled")
+# What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel, a
+# pod deleted or evicted (kubectl delete, a drain, a preemption).
+WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled", "Kubernetes eviction")
 
 
 def _megatron_iteration(iteration: int, ms: float) -> str:
