@@ -39,6 +39,7 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
      "2025-03-01T00:00:00.923844"),
     (":::MLL 1740787200.455 run_start: {\"value\": null}", "2025-03-01T00:00:00.455000"),
     ("1740787200.343966 rank: 0, batch:0", "2025-03-01T00:00:00.343966"),
+    ("  29 | 09/14/2022 | 12:59:46 | Power Unit Pwr Unit Status | Power off/down | Asserted", "2022-09-14T12:59:46"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
@@ -48,7 +49,8 @@ def test_formats(line: str, expected: str) -> None:
 @pytest.mark.parametrize("line", ["no stamp here", "[W Utils.hpp:135] Warning", "Feb 30 10:00:00 x y", "",
                                   "[titan] step 5 at 2026-05-12 17:07:23",
                                   "12/03/01 09:41:12 a log4j stamp years from the window is not read",
-                                  "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window"])
+                                  "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window",
+                                  "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

@@ -45,6 +45,9 @@ _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
 # log4j's default pattern as Spark and Hadoop log (yy/MM/dd HH:mm:ss): a two-digit year, read only near the window.
 _YY_MM_DD = re.compile(r"^\s*(\d{2})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s")
+# ipmitool's `sel list` / `sel elist` records: '<id> | MM/DD/YYYY | HH:MM:SS | <sensor> | <event> | ...' (the BMC's
+# own clock, read as UTC like every zone-less stamp).
+_IPMI_SEL = re.compile(r"^\s*[0-9a-fA-F]{1,6} \| (\d{2})/(\d{2})/(\d{4}) \| (\d{2}):(\d{2}):(\d{2}) \|")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
@@ -159,6 +162,10 @@ class TimestampParser:
                 when = datetime(2000 + int(y), int(mo), int(d), int(h), int(mi), int(s), _micro(frac), tzinfo=timezone.utc)
                 near = self.reference is not None and abs(when - self.reference) < _HALF_YEAR
                 return (when, False, m.group()) if near else None
+            if m := _IPMI_SEL.match(text):
+                mo, d, y, h, mi, s = m.groups()
+                return (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False,
+                        m.group())
             if m := _GLOG.match(text):
                 mo, d, h, mi, s, frac = m.groups()
                 return self._placed(self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), m)

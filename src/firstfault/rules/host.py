@@ -23,7 +23,8 @@ THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a 
 # A hardware warning this long before a node was declared lost went with its loss (a hot or failing part hangs a machine).
 WARNED_BEFORE_LOSS_S = 3600.0
 WARNINGS_MIN = 3  # reports of a warning that repeats (throttling, corrected machine checks) that make a node that keeps warning
-# Warnings that count only when they repeat.
+# A node's warnings of its own hardware: those that count once, and those that count only when they repeat.
+_ONE_OFF_WARNINGS = ("BMC temperature warning", "BMC logged a power-down")
 _REPEATED_WARNINGS = ("CPU thermal throttling", "Machine check (corrected)")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
@@ -151,13 +152,13 @@ def downtrained_link_on_one_node(ws: Workspace) -> None:
 
 @refiner("LostAfterHardwareWarnings", phase=Phase.REFINE, doc=f"""
 A node that warned of its own hardware - its BMC logged a temperature sensor going high (an IPMI upper-threshold
-event), its CPUs throttled, or its machine checks logged corrected errors, at least {WARNINGS_MIN} times for the last two
-- in the {WARNED_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared that node alone lost, went down from
-that hardware: a part overheating or failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a
+event) or its power unit going off, its CPUs throttled, or its machine checks logged corrected errors, at least
+{WARNINGS_MIN} times for the last two - in the {WARNED_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
+that node alone lost, with no orderly shutdown logged on it, went down from that hardware: a part overheating or failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a
 kernel message, and the declared failure is what that looks like from outside. The node's earliest warning becomes the
 root candidate (host) and the scheduler's reports of that node are demoted. A warning after the declaration, a
-declaration naming several nodes, or other nodes warning in the same minutes (a room too hot, corrected errors every
-node logs) is left alone.
+declaration naming several nodes, or a kind of warning other nodes gave in the same minutes too (a room too hot,
+corrected errors every node logs) is left alone.
 """, cases=[
     RuleCase(title="a retimer's sensor warns, then the node stops answering", evidence={
         "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
@@ -173,6 +174,17 @@ node logs) is left alone.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="Machine check (corrected)",
                       demoted=["Slurm node failure"])),
+    RuleCase(title="the BMC logged the power unit off, then the node stopped answering", evidence={
+        "b/scheduler": ["  29 | 01/01/2025 | 00:29:46 | Power Unit Pwr Unit Status | Power off/down | Asserted"],
+        "a/scheduler": ["[2025-01-01T00:36:12.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="BMC logged a power-down")),
+    RuleCase(title="an orderly shutdown, then the power off", evidence={
+        "b/syslog": ["Jan  1 00:29:30 b systemd-logind[912]: System is powering down."],
+        "b/scheduler": ["  29 | 01/01/2025 | 00:29:46 | Power Unit Pwr Unit Status | Power off/down | Asserted"],
+        "a/scheduler": ["[2025-01-01T00:36:12.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="every node logs corrected errors", evidence={
         f"{n}/syslog": [f"Jan  1 00:{m}:03 {n} kernel: mce: [Hardware Error]: Machine check events logged"
                         for m in (11, 31, 44)] for n in ("a", "b")} | {
@@ -203,13 +215,14 @@ def lost_after_hardware_warnings(ws: Workspace) -> None:
         return
     (node,) = lost
     since, until = declared - before, declared + skew
-    warnings = [s for s in ws.select(prefix="BMC temperature warning", status="interesting")
-                + [t for name in _REPEATED_WARNINGS for t in ws.select(prefix=name, status="interesting")]
-                if s.node and s.first_time and not ws.undated(s) and s.first_time <= until
-                and (s.last_time or s.first_time) >= since]
-    if {s.node for s in warnings} != {node}:
-        return  # none, or other nodes warned too: a room too hot, a cause they share, errors every node logs
-    warnings = [s for s in warnings if s.name not in _REPEATED_WARNINGS or s.count >= WARNINGS_MIN]
+    if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
+        return  # shut down on purpose: the warnings did not take it
+    warnings: list[WorkSymptom] = []
+    for name in _ONE_OFF_WARNINGS + _REPEATED_WARNINGS:
+        of_kind = [s for s in ws.select(prefix=name, status="interesting") if s.node and s.first_time
+                   and not ws.undated(s) and s.first_time <= until and (s.last_time or s.first_time) >= since]
+        if {s.node for s in of_kind} == {node}:  # other nodes warned alike: a room too hot, errors every node logs
+            warnings += [s for s in of_kind if name not in _REPEATED_WARNINGS or s.count >= WARNINGS_MIN]
     if not warnings:
         return
     first = min(warnings, key=lambda s: s.sort_key())
