@@ -75,3 +75,31 @@ def test_the_shortcut_for_utc_iso_stamps_reads_them_as_the_long_way_does(line: s
     fast, slow = parser.parse_stamp(line), parser._parse_stamp(line)
     assert fast == slow
     assert fast.time is None or fast.time.tzinfo is slow.time.tzinfo  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("start", "end", "line", "expected"), [
+    # Habana's spdlog pattern and MXNet's logging, inside a window of an afternoon
+    ("2023-05-03T14:28:22", "2023-05-03T14:48:55", "[14:28:26.076200][HCCL           ][info ][tid:10C53] x",
+     "2023-05-03T14:28:26.076200"),
+    ("2023-05-03T14:28:22", "2023-05-03T14:48:55", "[14:30:02] src/operator/nn/cudnn x", "2023-05-03T14:30:02"),
+    # a window across midnight: the time of day says which side
+    ("2023-05-03T23:10:00", "2023-05-04T02:00:00", "[00:41:12] step 30 loss 2.1", "2023-05-04T00:41:12"),
+    ("2023-05-03T23:10:00", "2023-05-04T02:00:00", "[23:41:12] step 10 loss 2.3", "2023-05-03T23:41:12"),
+])
+def test_a_time_of_day_is_placed_in_the_window(start: str, end: str, line: str, expected: str) -> None:
+    parser = TimestampParser(datetime.fromisoformat(start + "+00:00"), datetime.fromisoformat(end + "+00:00"))
+    parsed = parser.parse(line)
+    assert parsed is not None and parsed.replace(tzinfo=None).isoformat() == expected
+
+
+@pytest.mark.parametrize(("start", "end", "line"), [
+    (None, None, "[14:28:26] step 5"),                                         # no window: no date to give it
+    ("2023-05-03T14:28:22", None, "[14:28:26] step 5"),                        # no end: no window
+    ("2023-05-03T14:28:22", "2023-05-05T14:28:22", "[14:28:26] step 5"),       # two days long: every day fits
+    ("2023-05-03T14:28:22", "2023-05-03T14:48:55", "[03:00:00] step 5"),       # hours outside the window
+    ("2023-05-03T14:28:22", "2023-05-03T14:48:55", "[00:05:00<00:10:00, 2.1it/s]"),  # a progress bar's clock
+])
+def test_a_time_of_day_outside_a_known_short_window_is_not_read(start: str | None, end: str | None, line: str) -> None:
+    parser = TimestampParser(datetime.fromisoformat(start + "+00:00") if start else None,
+                             datetime.fromisoformat(end + "+00:00") if end else None)
+    assert parser.parse(line) is None

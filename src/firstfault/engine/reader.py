@@ -95,7 +95,8 @@ class LineReader:
         self.accumulator = accumulator
         self.block_size = block_size
         self.max_line_bytes = max_line_bytes
-        self.timestamps = TimestampParser(context.start_time or context.end_time)
+        self.timestamps = TimestampParser(context.start_time or context.end_time,
+                                          context.end_time if context.start_time else None)
         self._hosts: dict[str, str] = {}  # host names (full and short) of the allocated nodes -> node
         for allocated in context.nodes:
             self._hosts.setdefault(allocated.split(".")[0], allocated)

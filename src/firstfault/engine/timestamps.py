@@ -48,6 +48,10 @@ _YY_MM_DD = re.compile(r"^\s*(\d{2})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[
 # ipmitool's `sel list` / `sel elist` records: '<id> | MM/DD/YYYY | HH:MM:SS | <sensor> | <event> | ...' (the BMC's
 # own clock, read as UTC like every zone-less stamp).
 _IPMI_SEL = re.compile(r"^\s*[0-9a-fA-F]{1,6} \| (\d{2})/(\d{2})/(\d{4}) \| (\d{2}):(\d{2}):(\d{2}) \|")
+# A time of day alone, in brackets, ahead of the message: MXNet's logging ('[09:41:12] src/...'), spdlog's default
+# pattern as Habana's SynapseAI and HCCL log ('[14:28:26.076200][HCCL ][info ]'), scripts' own '[hh:mm:ss] step N'.
+# Placed only inside a known workload window shorter than a day, on the one date that puts it there.
+_TIME_OF_DAY = re.compile(r"^\s*\[(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\](?=[\s\[])")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
@@ -60,6 +64,8 @@ _EPOCH = re.compile(r"^\s*(?P<tag>:::NVLOGv[\d.]+ \S+ |:::MLL )?(?P<s>1\d{9})(?:
 # A stamp is a prefix: only this much of a line is looked at (a long line costs no more than a short one).
 _MAX_PREFIX_CHARS = 256
 _HALF_YEAR = timedelta(days=182)  # less than half of the shortest year: no other year can be as close
+_DAY = timedelta(days=1)
+_WINDOW_SLACK = timedelta(hours=1)  # a time of day alone is placed up to this far outside the workload window
 
 
 def _micro(fraction: str | None) -> int:
@@ -89,10 +95,12 @@ _new_stamp = tuple.__new__
 
 
 class TimestampParser:
-    """Parses the time of a log line. `reference` (the workload window) resolves year-less formats."""
+    """Parses the time of a log line. `reference` (the workload window's start) resolves year-less formats; with `until`
+    (the window's end) as well, a time of day alone is placed on the one date that puts it inside the window."""
 
-    def __init__(self, reference: datetime | None = None) -> None:
+    def __init__(self, reference: datetime | None = None, until: datetime | None = None) -> None:
         self.reference = reference
+        self.until = until
 
     def parse(self, line: str) -> datetime | None:
         return self.parse_stamp(line).time
@@ -166,6 +174,9 @@ class TimestampParser:
                 mo, d, y, h, mi, s = m.groups()
                 return (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False,
                         m.group())
+            if m := _TIME_OF_DAY.match(text):
+                h, mi, s, frac = m.groups()
+                return self._placed(self._in_window(int(h), int(mi), int(s), _micro(frac)), m)
             if m := _GLOG.match(text):
                 mo, d, h, mi, s, frac = m.groups()
                 return self._placed(self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), m)
@@ -184,6 +195,19 @@ class TimestampParser:
     def _placed(when: datetime | None, m: re.Match[str]) -> tuple[datetime | None, bool, str] | None:
         """A year-less stamp that found its year (zone-less), or no stamp (no reference to find it from)."""
         return None if when is None else (when, False, m.group())
+
+    def _in_window(self, hour: int, minute: int, second: int, micro: int) -> datetime | None:
+        """The one time on the window's dates with this time of day that lies in the window (with an hour's slack
+        either side), or None: no window, a window of a day or more, or no such time."""
+        start, end = self.reference, self.until
+        if start is None or end is None or not timedelta(0) <= end - start < _DAY - 2 * _WINDOW_SLACK:
+            return None
+        found = []
+        for day in (start.date() - _DAY, start.date(), end.date(), end.date() + _DAY):
+            candidate = datetime(day.year, day.month, day.day, hour, minute, second, micro, tzinfo=timezone.utc)
+            if start - _WINDOW_SLACK <= candidate <= end + _WINDOW_SLACK and candidate not in found:
+                found.append(candidate)
+        return found[0] if len(found) == 1 else None
 
     def _with_year(self, month: int, day: int, hour: int, minute: int, second: int, micro: int) -> datetime | None:
         ref = self.reference
