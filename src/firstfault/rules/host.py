@@ -207,14 +207,11 @@ corrected errors every node logs) is left alone.
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
 def lost_after_hardware_warnings(ws: Workspace) -> None:
-    before, skew = timedelta(seconds=WARNED_BEFORE_LOSS_S), timedelta(seconds=ws.params.clock_skew_s)
-    reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
-    lost = {n for r in reports for n in blamed_nodes(ws, r)}
-    declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
-    if len(lost) != 1 or declared is None:
+    if (loss := _one_node_lost(ws)) is None:
         return
-    (node,) = lost
-    since, until = declared - before, declared + skew
+    node, declared, reports = loss
+    since = declared - timedelta(seconds=WARNED_BEFORE_LOSS_S)
+    until = declared + timedelta(seconds=ws.params.clock_skew_s)
     if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
         return  # shut down on purpose: the warnings did not take it
     warnings: list[WorkSymptom] = []
@@ -225,11 +222,26 @@ def lost_after_hardware_warnings(ws: Workspace) -> None:
             warnings += [s for s in of_kind if name not in _REPEATED_WARNINGS or s.count >= WARNINGS_MIN]
     if not warnings:
         return
-    first = min(warnings, key=lambda s: s.sort_key())
-    ws.promote(first, f"{first.name} from {first.first_time:%H:%M:%S}, then the scheduler lost {node} at "
-                      f"{declared:%H:%M:%S}: its hardware warned before it went down")
+    _loss_explained(ws, min(warnings, key=lambda s: s.sort_key()), reports,
+                    f"its hardware warned before the scheduler lost it at {declared:%H:%M:%S}")
+
+
+def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:
+    """The one node the active node-failure reports name, when they first declared it (a time of their own), and the
+    reports; None when they name several nodes or none, or carry no time."""
+    reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
+    lost = {n for r in reports for n in blamed_nodes(ws, r)}
+    declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
+    if len(lost) != 1 or declared is None:
+        return None
+    return lost.pop(), declared, reports
+
+
+def _loss_explained(ws: Workspace, cause: WorkSymptom, reports: list[WorkSymptom], why: str) -> None:
+    """`cause` (a record of the lost node's own) becomes the root candidate; the reports of the loss are its echo."""
+    ws.promote(cause, f"{cause.name} on {cause.node} from {cause.first_time:%H:%M:%S}: {why}")
     for report in reports:
-        ws.demote(report, f"{node} warned of its hardware before it was lost ({first.name})")
+        ws.demote(report, f"{cause.node}'s own record explains the loss ({cause.name})")
 
 
 @refiner("LostOnACloudHostFault", phase=Phase.REFINE, doc=f"""
@@ -254,22 +266,15 @@ about another node, or far from the loss, stays context.
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
 def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
-    near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
-    reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
-    lost = {n for r in reports for n in blamed_nodes(ws, r)}
-    declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
-    if len(lost) != 1 or declared is None:
+    if (loss := _one_node_lost(ws)) is None:
         return
-    (node,) = lost
+    node, declared, reports = loss
+    near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
     faults = [s for s in ws.select(prefix="Cloud reported the instance's host failing", status="interesting", node=node)
               if s.first_time and not ws.undated(s) and abs(s.first_time - declared) <= near]
-    if not faults:
-        return
-    first = min(faults, key=lambda s: s.sort_key())
-    ws.promote(first, f"the provider reported {node}'s machine failing at {first.first_time:%H:%M:%S}; the scheduler "
-                      f"lost it at {declared:%H:%M:%S}")
-    for report in reports:
-        ws.demote(report, f"the cloud provider reported {node}'s machine failing ({first.first_time:%H:%M:%S})")
+    if faults:
+        _loss_explained(ws, min(faults, key=lambda s: s.sort_key()), reports,
+                        f"the provider's verdict on the machine the scheduler lost at {declared:%H:%M:%S}")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
