@@ -226,6 +226,39 @@ def lost_after_hardware_warnings(ws: Workspace) -> None:
                     f"its hardware warned before the scheduler lost it at {declared:%H:%M:%S}")
 
 
+@refiner("LostWithItsRuntimeStalled", phase=Phase.REFINE, doc=f"""
+A node whose kubelet found its container runtime stalled (PLEG not healthy) in the {WARNED_BEFORE_LOSS_S / 60:.0f}
+minutes before Kubernetes (or another scheduler) declared that node alone lost, while no other node's did, went NotReady
+because its runtime stopped answering: the kubelet's report becomes the root candidate (host, the node blamed) and
+the reports of the loss are its echo. A stall on several nodes, or with no node lost, stays context.
+""", cases=[
+    # https://github.com/gesiscss/orc/issues/21
+    RuleCase(title="PLEG stalls, then the node goes NotReady", evidence={
+        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
+                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"],
+        "a/scheduler": ["2025-01-01T00:11:40Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Node's container runtime stopped answering (PLEG)")),
+    RuleCase(title="a PLEG stall the node recovered from", evidence={
+        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
+                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, culprits=[])),
+])
+def lost_with_its_runtime_stalled(ws: Workspace) -> None:
+    if (loss := _one_node_lost(ws)) is None:
+        return
+    node, declared, reports = loss
+    since = declared - timedelta(seconds=WARNED_BEFORE_LOSS_S)
+    until = declared + timedelta(seconds=ws.params.clock_skew_s)
+    stalls = [s for s in ws.select(prefix="Node's container runtime stopped answering", status="interesting")
+              if s.node and s.first_time and not ws.undated(s) and since <= s.first_time <= until]
+    if stalls and {s.node for s in stalls} == {node}:
+        _loss_explained(ws, min(stalls, key=lambda s: s.sort_key()), reports,
+                        f"the kubelet could not reach its container runtime before the node was lost at {declared:%H:%M:%S}")
+
+
 def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:
     """The one node the active node-failure reports name, when they first declared it (a time of their own), and the
     reports; None when they name several nodes or none, or carry no time."""
