@@ -23,8 +23,9 @@ THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a 
 # A hardware warning this long before a node was declared lost went with its loss (a hot or failing part hangs a machine).
 WARNED_BEFORE_LOSS_S = 3600.0
 WARNINGS_MIN = 3  # reports of a warning that repeats (throttling, corrected machine checks) that make a node that keeps warning
-# A node's warnings of its own hardware: those that count once, and those that count only when they repeat.
-_ONE_OFF_WARNINGS = ("BMC temperature warning", "BMC logged a power-down")
+# A node's warnings of its own hardware or runtime: those that count once, and those that count only when they repeat.
+_ONE_OFF_WARNINGS = ("BMC temperature warning", "BMC logged a power-down",
+                     "Node's container runtime stopped answering (PLEG)")
 _REPEATED_WARNINGS = ("CPU thermal throttling", "Machine check (corrected)")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
@@ -150,12 +151,14 @@ def downtrained_link_on_one_node(ws: Workspace) -> None:
             ws.promote(s, f"{s.node} alone runs a PCIe link below its capability: every transfer through it is slower")
 
 
-@refiner("LostAfterHardwareWarnings", phase=Phase.REFINE, doc=f"""
-A node that warned of its own hardware - its BMC logged a temperature sensor going high (an IPMI upper-threshold
-event) or its power unit going off, its CPUs throttled, or its machine checks logged corrected errors, at least
+@refiner("LostAfterItsOwnWarnings", phase=Phase.REFINE, doc=f"""
+A node that warned of its own hardware or runtime - its BMC logged a temperature sensor going high (an IPMI
+upper-threshold event) or its power unit going off, its kubelet found its container runtime stalled (PLEG not
+healthy), its CPUs throttled, or its machine checks logged corrected errors, at least
 {WARNINGS_MIN} times for the last two - in the {WARNED_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
-that node alone lost, with no orderly shutdown logged on it, went down from that hardware: a part overheating or failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a
-kernel message, and the declared failure is what that looks like from outside. The node's earliest warning becomes the
+that node alone lost, with no orderly shutdown logged on it, went down from what it warned of: a part overheating or
+failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a kernel message, a runtime that stopped
+answering makes the kubelet report the node NotReady, and the declared failure is what that looks like from outside. The node's earliest warning becomes the
 root candidate (host) and the scheduler's reports of that node are demoted. A warning after the declaration, a
 declaration naming several nodes, or a kind of warning other nodes gave in the same minutes too (a room too hot,
 corrected errors every node logs) is left alone.
@@ -185,6 +188,19 @@ corrected errors every node logs) is left alone.
         "a/scheduler": ["[2025-01-01T00:36:12.000] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=False, culprits=[])),
+    # https://github.com/gesiscss/orc/issues/21
+    RuleCase(title="PLEG stalls, then the node goes NotReady", evidence={
+        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
+                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"],
+        "a/scheduler": ["2025-01-01T00:11:40Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Node's container runtime stopped answering (PLEG)")),
+    RuleCase(title="a PLEG stall the node recovered from", evidence={
+        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
+                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="every node logs corrected errors", evidence={
         f"{n}/syslog": [f"Jan  1 00:{m}:03 {n} kernel: mce: [Hardware Error]: Machine check events logged"
                         for m in (11, 31, 44)] for n in ("a", "b")} | {
@@ -206,7 +222,7 @@ corrected errors every node logs) is left alone.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
-def lost_after_hardware_warnings(ws: Workspace) -> None:
+def lost_after_its_own_warnings(ws: Workspace) -> None:
     if (loss := _one_node_lost(ws)) is None:
         return
     node, declared, reports = loss
@@ -223,40 +239,7 @@ def lost_after_hardware_warnings(ws: Workspace) -> None:
     if not warnings:
         return
     _loss_explained(ws, min(warnings, key=lambda s: s.sort_key()), reports,
-                    f"its hardware warned before the scheduler lost it at {declared:%H:%M:%S}")
-
-
-@refiner("LostWithItsRuntimeStalled", phase=Phase.REFINE, doc=f"""
-A node whose kubelet found its container runtime stalled (PLEG not healthy) in the {WARNED_BEFORE_LOSS_S / 60:.0f}
-minutes before Kubernetes (or another scheduler) declared that node alone lost, while no other node's did, went NotReady
-because its runtime stopped answering: the kubelet's report becomes the root candidate (host, the node blamed) and
-the reports of the loss are its echo. A stall on several nodes, or with no node lost, stays context.
-""", cases=[
-    # https://github.com/gesiscss/orc/issues/21
-    RuleCase(title="PLEG stalls, then the node goes NotReady", evidence={
-        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
-                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"],
-        "a/scheduler": ["2025-01-01T00:11:40Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
-        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
-        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
-                      root_symptom="Node's container runtime stopped answering (PLEG)")),
-    RuleCase(title="a PLEG stall the node recovered from", evidence={
-        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
-                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"]},
-        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
-        expect=Expect(fired=False, culprits=[])),
-])
-def lost_with_its_runtime_stalled(ws: Workspace) -> None:
-    if (loss := _one_node_lost(ws)) is None:
-        return
-    node, declared, reports = loss
-    since = declared - timedelta(seconds=WARNED_BEFORE_LOSS_S)
-    until = declared + timedelta(seconds=ws.params.clock_skew_s)
-    stalls = [s for s in ws.select(prefix="Node's container runtime stopped answering", status="interesting")
-              if s.node and s.first_time and not ws.undated(s) and since <= s.first_time <= until]
-    if stalls and {s.node for s in stalls} == {node}:
-        _loss_explained(ws, min(stalls, key=lambda s: s.sort_key()), reports,
-                        f"the kubelet could not reach its container runtime before the node was lost at {declared:%H:%M:%S}")
+                    f"it warned of its own state before the scheduler lost it at {declared:%H:%M:%S}")
 
 
 def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:

@@ -40,7 +40,8 @@ UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
 # Reports of a node declared failed: by the scheduler (Slurm, Kubernetes) or by Ray's GCS.
-NODE_FAILURE_REPORTS = ("Slurm node failure", "Kubernetes node failure", "Ray node failure")  # the scheduler's first
+SCHEDULER_NODE_FAILURES = ("Slurm node failure", "Kubernetes node failure")
+NODE_FAILURE_REPORTS = (*SCHEDULER_NODE_FAILURES, "Ray node failure")
 # What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel, a
 # pod deleted or evicted (kubectl delete, a drain, a preemption).
 WORKLOAD_ENDERS = (*TIME_LIMITS, "Job cancelled", "Kubernetes eviction")
@@ -851,7 +852,7 @@ def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
     preempted = [s.first_time for s in ws.active(role="root") if s.first_time is not None
                  and s.attributes.get("terminal_state") == TerminalState.PREEMPTED.value and s.name != "Ray node failure"]
-    declared = [(s.first_time, set(blamed_nodes(ws, s))) for name in NODE_FAILURE_REPORTS[:2]
+    declared = [(s.first_time, set(blamed_nodes(ws, s))) for name in SCHEDULER_NODE_FAILURES
                 for s in ws.active(prefix=name) if s.first_time is not None]
     for report in ws.active(prefix="Ray node failure"):
         began, lost = report.first_time, set(blamed_nodes(ws, report))
