@@ -39,8 +39,8 @@ HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time li
 UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
 TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded")
-# Reports of a node declared failed: by the scheduler (Slurm, Kubernetes) or by Ray's GCS.
-SCHEDULER_NODE_FAILURES = ("Slurm node failure", "Kubernetes node failure")
+# Reports of a node declared failed: by the scheduler (Slurm, Kubernetes, Flux) or by Ray's GCS.
+SCHEDULER_NODE_FAILURES = ("Slurm node failure", "Kubernetes node failure", "Flux node failure")
 NODE_FAILURE_REPORTS = (*SCHEDULER_NODE_FAILURES, "Ray node failure")
 # What ends a workload from outside whether or not it still works: a time limit, a user's or operator's cancel, a
 # pod deleted or evicted (kubectl delete, a drain, a preemption).
@@ -584,7 +584,7 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
              if s.node and s.first_time}
     began.update({node: s.first_time for s in ws.active(prefix="Node never resumed") if s.first_time
                   for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
-    for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
+    for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
         shut = sorted(n for n in lost if n in began and (ws.undated(report) or declared is None or
