@@ -15,7 +15,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes
-from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, TIME_LIMITS
+from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, SCHEDULER_NODE_FAILURES, TIME_LIMITS
 
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
@@ -90,6 +90,50 @@ def lockup_in_nvidia_driver(ws: Workspace) -> None:
         if task and _NVIDIA_THREAD.match(task["task"]):
             ws.reread(lockup, "Task hung in the NVIDIA driver",
                       f"a CPU stuck in the GPU driver: the stuck task, {task['task']}, is an NVIDIA driver thread")
+
+
+_CRASH_EVERYWHERE = "The same kernel crash on every node"
+# A panic whose reason is the hardware's own report (an uncorrected machine check, an NMI the platform raised).
+_HARDWARE_PANIC = re.compile(r"machine check|MCE|hardware|NMI", re.IGNORECASE)
+
+
+@filter_rule("KernelCrashOnEveryNode", phase=Phase.FILTER, doc=f"""
+A kernel crash (panic, oops, BUG) that every node of a multi-node job reports within clock_skew_s of the first is not
+each node's hardware failing at the same moment: it is a kernel or driver path the workload drove on all of them
+alike (a fabric driver's fault on a device buffer, a module bug). Each report becomes `{_CRASH_EVERYWHERE}` (no node
+blamed; the cause is unknown from logs). A panic the hardware itself raised (a machine check, an NMI) stays its
+node's, and so does a crash on some nodes only.
+""", cases=[
+    # https://bitbucket.org/berkeleylab/upcxx/issues/588 (a device-memory free over the CXI provider crashed the nodes)
+    RuleCase(title="both nodes oops in the same second", evidence={
+        f"{n}/syslog": [f"Nov 17 07:14:43 {n} kernel: [100212.644070] BUG: unable to handle page fault for address: "
+                        "ffffb8a1c2e01000"] for n in ("a", "b")},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], root_symptom=_CRASH_EVERYWHERE)),
+    RuleCase(title="one node panics", evidence={
+        "a/syslog": ["Nov 17 07:14:43 a kernel: [100212.644070] BUG: unable to handle page fault for address: "
+                     "ffffb8a1c2e01000"],
+        "b/syslog": ["Nov 17 07:10:00 b systemd[1]: Started Session 4 of user root."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="host", culprits=["a"])),
+    RuleCase(title="both nodes panic on machine checks", evidence={
+        f"{n}/syslog": [f"Nov 17 07:14:43 {n} kernel: Kernel panic - not syncing: Fatal machine check"]
+        for n in ("a", "b")},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="host", culprits=["a", "b"])),
+])
+def kernel_crash_on_every_node(ws: Workspace) -> None:
+    crashes = [e for e in ws.events_of(EventType.NODE_BAD)
+               if e.symptom == "Kernel panic or oops" and e.time is not None and not e.evidence.time_inferred]
+    nodes = set(ws.context.nodes)
+    if len(nodes) < 2 or {ws.canonical_node(e.node) for e in crashes} != nodes:
+        return
+    if any(_HARDWARE_PANIC.search(e.evidence.text) for e in crashes):
+        return
+    first = min(e.time for e in crashes if e.time is not None)
+    if any(e.time is not None and e.time > first + timedelta(seconds=ws.params.clock_skew_s) for e in crashes):
+        return
+    for event in crashes:
+        ws.reread(event, _CRASH_EVERYWHERE, f"every node's kernel crashed from {first:%H:%M:%S} on, none on a "
+                                            "hardware report: a path the workload drove on all of them")
 
 
 @refiner("ThermalThrottleSlowedTheRun", phase=Phase.REFINE, doc=f"""
@@ -619,7 +663,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
                 and (lo <= began <= hi if began is not None else n in stopped)]
         if dead:
             ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
-    for report in ws.active(prefix="Kubernetes node failure") + ws.active(prefix="Slurm node failure"):
+    for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
         if lost and all(n in echoes and declared and echoes[n][0] <= declared <= echoes[n][1] for n in lost):
