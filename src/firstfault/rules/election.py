@@ -116,6 +116,14 @@ def _elect_among_roots(ws: Workspace, roots: list[WorkSymptom]) -> None:
         group = groups[0]
         _decide(ws, group, group[0].sub_domain, f"{group[0].name} on {group[0].node or '-'} is the first fault")
         return
+    one_node = set().union(*(_concerns(ws, s) for s in leading))
+    if len(one_node) == 1 and all(g[0].sub_domain in HARDWARE for g in groups):
+        # two hardware reports of one node at once are one incident seen twice (a device and the bus under it): the
+        # node is at fault either way, and the report with a time of its own dates it
+        group = min(groups, key=lambda g: (_start(ws, g[0]) is None, _group_order(g[0])))
+        _decide(ws, group, group[0].sub_domain, f"{group[0].name} on {group[0].node or '-'} is the first fault; "
+                f"{', '.join(g[0].name for g in groups if g is not group)} on the same node started with it")
+        return
     ws.decision.candidates = groups
     _decide(ws, [g[0] for g in groups], SubDomain.AMBIGUOUS,
             "unrelated root candidates started together: " + ", ".join(g[0].name for g in groups), blame=False)
