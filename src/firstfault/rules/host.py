@@ -443,8 +443,14 @@ def _traffic_failed(ws: Workspace, down: WorkSymptom, back: datetime) -> bool:
     if began is None:
         return False
     until = max(back, began + timedelta(seconds=IB_RETRY_BUDGET_S))
-    return any(s.definition.blame == "peer" and s.first_time is not None and began <= s.first_time <= until
-               for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
+    own = any(s.definition.blame == "peer" and s.first_time is not None and began <= s.first_time <= until
+              for s in ws.active(role="root", node=down.node, sub_domain=SubDomain.NETWORK))
+    # its peers' completions failing in the same window: the traffic through this port (an NCCL WARN line's time is
+    # inherited, so the last dated occurrence is the one read)
+    peers = any(s.definition.blame == "peer" and s.node != down.node and s.last_time is not None
+                and began <= s.last_time <= until
+                for s in ws.active(role="root", sub_domain=SubDomain.NETWORK))
+    return own or peers
 
 
 
@@ -548,11 +554,17 @@ _KERNEL_UPTIME = re.compile(r"kernel: \[\s*(\d+)\.\d+\]")
 BOOT_LOG_S = 300.0
 
 
+# Records a node logs as it starts that describe what happened before: the machine-check banks, and the BMC's
+# event log that the IPMI event daemon reads when it starts.
+_READ_AT_BOOT = ("Machine check (uncorrected)", "BMC reported a hardware fault")
+
+
 def _left_from_previous_boot(ws: Workspace, s: WorkSymptom) -> bool:
-    """A machine check logged in the first minutes after its node booted (the kernel's uptime stamp, or the node's boot
-    banner shortly before it): Linux reads the banks at start-up and logs the machine checks a reset left in them,
-    and mcelog decodes them as it starts, so the fault happened before that boot, not when it was logged."""
-    if s.name != "Machine check (uncorrected)" or s.first_time is None:
+    """A machine check or BMC record logged in the first minutes after its node booted (the kernel's uptime stamp, or
+    the node's boot banner shortly before it): Linux reads the banks at start-up and logs the machine checks a reset
+    left in them, mcelog decodes them as it starts, and the IPMI event daemon logs the events the BMC recorded, so the
+    fault happened before that boot, not when it was logged."""
+    if s.name not in _READ_AT_BOOT or s.first_time is None:
         return False
     uptimes = [m for m in (_KERNEL_UPTIME.search(e.text) for e in s.evidence) if m]
     if uptimes:
@@ -568,8 +580,8 @@ CPU or memory, stops answering at once: its peers' network
 errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
 or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's
 own kernel record stays the root candidate. An error naming another node, or one from before, is kept. A machine check
-the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused: the
-node stopped before that boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo,
+the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused, and a
+BMC fault the IPMI event daemon logged then was recorded while the node was down: the node stopped before that boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo,
 and so is the scheduler's declared failure of that node in those minutes (it stopped answering because it was reset).
 A node that killed the workload's processes on it (its kernel's OOM killer, its kubelet evicting them for a full
 disk) is lost to its peers the same way from that moment, and their errors that begin from then on are its echo too.
@@ -644,7 +656,7 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
             stopped[s.node] = s.first_time
             if _left_from_previous_boot(ws, s):
                 echoes[s.node] = (s.first_time - echo, s.first_time + skew)
-                how[s.node] = f"the machine check its kernel logged after rebooting ({s.first_time:%H:%M:%S}) stopped it"
+                how[s.node] = f"the {s.name} it logged after rebooting ({s.first_time:%H:%M:%S}) stopped it"
             else:
                 echoes[s.node] = (s.first_time - skew, s.first_time + echo)
                 how[s.node] = f"{s.name} stopped it at {s.first_time:%H:%M:%S}"
