@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
+from firstfault.rules.host import HUNG_STACK_S
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
 # (the stall, the server answering again) for each shared-filesystem client
@@ -112,7 +113,8 @@ _STORAGE_HUNG = "Hung task in the node's storage stack"
 
 @filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
 Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, device-mapper and md workers, the
-LVM tools) that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for
+LVM tools), or of any task whose printed stack runs through ext4, jbd2 or XFS (a writeback worker, the training
+process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for
 minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
 stays context; a file server's stall on the same node takes them as its own (FileServerStallOutcome).
 """, cases=[
@@ -121,6 +123,15 @@ stays context; a file server's stall on the same node takes them as its own (Fil
         "Aug 19 02:04:26 n1 kernel: INFO: task lvm:1233013 blocked for more than 120 seconds.",
         "Aug 19 02:06:26 n1 kernel: INFO: task jbd2/dm-8-8:105408 blocked for more than 120 seconds.",
         "Aug 19 02:10:26 n1 kernel: INFO: task lvm:1233429 blocked for more than 120 seconds."]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
+    # https://github.com/Open-CAS/open-cas-linux/issues/746 (an ext4 on a cache device; the writeback worker and the
+    # trainer's fsync blocked in the journal)
+    RuleCase(title="writeback and the trainer blocked in ext4's journal for four minutes", evidence={"n1/syslog": [
+        "Apr  7 04:25:22 n1 kernel: [3170108.268135] INFO: task kworker/u146:16:495 blocked for more than 120 seconds.",
+        "Apr  7 04:25:22 n1 kernel: [3170108.349135]  jbd2_log_wait_commit+0xac/0x120 [jbd2]",
+        "Apr  7 04:29:27 n1 kernel: [3170353.268135] INFO: task python:55855 blocked for more than 241 seconds.",
+        "Apr  7 04:29:27 n1 kernel: [3170353.457135]  __ext4_journal_start_sb+0x6e/0x130 [ext4]"]},
+        context={"start_time": "2025-04-07T04:00:00Z", "end_time": "2025-04-07T05:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
     RuleCase(title="one slow journal commit", evidence={"n1/syslog": [
         "Dec  9 12:34:12 n1 kernel: [293631.000000] INFO: task jbd2/vdt-8:390 blocked for more than 120 seconds."]},
@@ -131,9 +142,21 @@ stays context; a file server's stall on the same node takes them as its own (Fil
         expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
 ])
 def storage_stack_hung(ws: Workspace) -> None:
+    window = timedelta(seconds=HUNG_STACK_S)
+    frames = [e for e in ws.events_of(EventType.NODE_INTERESTING)
+              if e.symptom == "Kernel stack in a local filesystem" and e.time is not None]
+
+    def in_local_filesystem(hung: Event) -> bool:
+        """Local-filesystem frames on the node from the report's first line to a stack's length after its last."""
+        first, last = hung.time, hung.last_time or hung.time
+        return first is not None and last is not None and any(
+            f.node == hung.node and f.time is not None and f.time <= last + window and (f.last_time or f.time) >= first
+            for f in frames)
+
     by_node: dict[str, list[Event]] = {}
     for event in ws.events_of(EventType.NODE_INTERESTING):
-        if event.symptom == "Hung task" and event.node and _STORAGE_STACK_TASK.match(str(event.attributes.get("task"))):
+        if event.symptom == "Hung task" and event.node and (
+                _STORAGE_STACK_TASK.match(str(event.attributes.get("task"))) or in_local_filesystem(event)):
             by_node.setdefault(event.node, []).append(event)
     for node, events in sorted(by_node.items()):
         times = [t for e in events for t in (e.time, e.last_time) if t is not None]
