@@ -169,6 +169,37 @@ def storage_stack_hung(ws: Workspace) -> None:
 _DISK_FULL = "Node's local disk full"
 
 
+_DAEMON_CRASHED = "Filesystem daemon crashed"
+
+
+@refiner("FilesystemDaemonCrashedOnOneNode", phase=Phase.REFINE, doc=f"""
+A FUSE filesystem's daemon that crashed on one node of the workload alone (`{_DAEMON_CRASHED}`: the kernel's segfault or
+general-protection line naming s3fs, ossfs, geesefs, gcsfuse, blobfuse ...) cut that node off its mount: the
+node's client failed, and it is the root candidate (storage, the node blamed); the ENOTCONN errors of the node's
+processes follow from it. The same daemon crashing on several nodes is its own bug meeting the same workload, or the
+store behind it: it stays context, and no node is blamed.
+""", cases=[
+    # https://github.com/s3fs-fuse/s3fs-fuse/issues/366 (random s3fs crashes; the trainer's reads then fail)
+    RuleCase(title="one node's s3fs crashes, its ranks lose the mount", evidence={
+        "b/syslog": ["Jul 19 09:36:48 b kernel: [2838451.000000] traps: s3fs[2952] general protection ip:441e7a "
+                     "sp:7f69627fb580 error:0 in s3fs[400000+63000]"],
+        "b/applog": ["2025-07-19T09:36:54Z [rank12]:OSError: [Errno 107] Transport endpoint is not connected: "
+                     "'/mnt/s3/coco2017/train2017/000000315242.jpg'"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
+    RuleCase(title="the same daemon crashes on both nodes", evidence={
+        f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 ip 00000000004a3c1f "
+                        "sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
+        context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
+        expect=Expect(fired=False, culprits=[])),
+])
+def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
+    crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node]
+    if len({s.node for s in crashed}) == 1:
+        for s in crashed:
+            ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
+
+
 @refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
 `{_DISK_FULL}` read from df's table or a program's warning without a time of its own (a snapshot printed by a
 script or pasted after the job) says what the disk held when it was printed, not when the failure began: while
