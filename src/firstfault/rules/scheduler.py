@@ -976,7 +976,8 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
 task that exited with a non-zero code in the workload's last five minutes (the batch script ignored the step's
 failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
-(an entrypoint that always exits 0): it does not count.
+(an entrypoint that always exits 0): it does not count. A requeue ended an earlier attempt of the same job, not the
+job that then completed (a script that requeues itself before its time limit, a preempted job that ran again).
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -996,6 +997,13 @@ five minutes after such a root, with no training progress between, is a wrapper'
         "2025-01-01T00:50:00Z n1 kernel: [1443371.3] watchdog: BUG: soft lockup - CPU#29 stuck for 22s! [python:274704]"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    # https://www.sherlock.stanford.edu/docs/advanced-topics/service-jobs/ (a job that requeues itself before its limit)
+    RuleCase(title="accounting says completed after the job requeued itself", evidence={"n1/applog": [
+        "2025-01-01T00:58:30Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T00:58:30 DUE TO JOB "
+        "REQUEUE ***"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T03:00:00Z"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
     RuleCase(title="accounting says completed, a step failed", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: KeyError: 'x'"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -1023,7 +1031,7 @@ def completed_workload(ws: Workspace) -> None:
     exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
-    roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s)]
+    roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
               and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
     succeeded = any(not _follows_a_kill(ws, report, roots) for report in ws.select(prefix="Workload completed"))
@@ -1035,6 +1043,8 @@ def completed_workload(ws: Workspace) -> None:
         ws.demote(s, "the workload completed: this was survived")
 
 
+# Records of an attempt the scheduler requeued: the job itself went on.
+_REQUEUES = ("Slurm requeue",)
 # srun's record of a task that exited with a non-zero code: a step of the job failed, whatever the batch script returned.
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]")
 
