@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import SourceKind, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -378,6 +378,17 @@ def before_the_start(ws: Workspace) -> None:
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
+
+
+def every_node_at_once(ws: Workspace, events: list[Event]) -> datetime | None:
+    """When the first of `events` (dated ones) came, if every node of a multi-node workload has one and they all came
+    within the clock-skew tolerance of it: the same thing happening to all of the nodes at once. None otherwise."""
+    nodes = set(ws.context.nodes)
+    times = [e.time for e in events if e.time is not None]
+    if len(nodes) < 2 or not times or {ws.canonical_node(e.node) for e in events} != nodes:
+        return None
+    first = min(times)
+    return None if max(times) > first + timedelta(seconds=ws.params.clock_skew_s) else first
 
 
 def last_progress(ws: Workspace) -> datetime | None:

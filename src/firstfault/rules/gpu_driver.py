@@ -22,6 +22,7 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SourceKind, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.election import every_node_at_once
 
 NVLINK5_CODES = range(144, 151)
 # Bits 25:20 of IntrInfo carry the NETIR link-down reason (decode sheet; gpud calculateSubCode).
@@ -287,13 +288,8 @@ report becomes `{_HANG_EVERYWHERE}` (application, no node blamed). A hang on som
 ])
 def gpu_hang_on_every_node(ws: Workspace) -> None:
     hangs = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _AMD_HANG and e.time is not None]
-    nodes = set(ws.context.nodes)
-    if len(nodes) < 2 or {ws.canonical_node(e.node) for e in hangs} != nodes:
-        return
-    if any(e.symptom in _AMD_HARDWARE for e in ws.events_of(EventType.NODE_BAD)):
-        return
-    first = min(e.time for e in hangs if e.time is not None)
-    if any(e.time is not None and e.time > first + timedelta(seconds=ws.params.clock_skew_s) for e in hangs):
+    first = every_node_at_once(ws, hangs)
+    if first is None or any(e.symptom in _AMD_HARDWARE for e in ws.events_of(EventType.NODE_BAD)):
         return
     for event in hangs:
         ws.reread(event, _HANG_EVERYWHERE, f"every node reported a GPU hang from {first:%H:%M:%S} on, and no GPU a "

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import blamed_nodes
+from firstfault.rules.election import blamed_nodes, every_node_at_once
 from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, SCHEDULER_NODE_FAILURES, TIME_LIMITS
 
 MCE_UC_BIT = 61
@@ -123,13 +123,8 @@ node's, and so does a crash on some nodes only.
 def kernel_crash_on_every_node(ws: Workspace) -> None:
     crashes = [e for e in ws.events_of(EventType.NODE_BAD)
                if e.symptom == "Kernel panic or oops" and e.time is not None and not e.evidence.time_inferred]
-    nodes = set(ws.context.nodes)
-    if len(nodes) < 2 or {ws.canonical_node(e.node) for e in crashes} != nodes:
-        return
-    if any(_HARDWARE_PANIC.search(e.evidence.text) for e in crashes):
-        return
-    first = min(e.time for e in crashes if e.time is not None)
-    if any(e.time is not None and e.time > first + timedelta(seconds=ws.params.clock_skew_s) for e in crashes):
+    first = every_node_at_once(ws, crashes)
+    if first is None or any(_HARDWARE_PANIC.search(e.evidence.text) for e in crashes):
         return
     for event in crashes:
         ws.reread(event, _CRASH_EVERYWHERE, f"every node's kernel crashed from {first:%H:%M:%S} on, none on a "
