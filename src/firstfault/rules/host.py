@@ -575,9 +575,10 @@ CPU or memory, stops answering at once: its peers' network
 errors that begin from then on (within the clock-skew tolerance before, up to {DEAD_NODE_ECHO_S / 60:.0f} minutes after,
 or with no time of their own) and name that node or no node are what losing it looks like, not a fabric fault. They are demoted, and the node's
 own kernel record stays the root candidate. An error naming another node, or one from before, is kept. A machine check
-the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused, and a
-BMC fault the IPMI event daemon logged then was recorded while the node was down: the node stopped before that boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo,
-and so is the scheduler's declared failure of that node in those minutes (it stopped answering because it was reset).
+the kernel logged in the first {BOOT_LOG_S / 60:.0f} minutes after a boot was left in the banks by the reset it caused,
+and a BMC fault the IPMI event daemon logged then was recorded while the node was down: the node stopped before that
+boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo, and so is the scheduler's
+declared failure of that node in those minutes (it stopped answering because it was reset).
 A node that killed the workload's processes on it (its kernel's OOM killer, its kubelet evicting them for a full
 disk) is lost to its peers the same way from that moment, and their errors that begin from then on are its echo too.
 """, cases=[

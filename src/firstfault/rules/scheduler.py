@@ -1031,7 +1031,8 @@ def completed_workload(ws: Workspace) -> None:
     exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
-    roots = [s for s in ws.active(role="root") if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
+    roots = [s for s in ws.active(role="root")
+             if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
               and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
     succeeded = any(not _follows_a_kill(ws, report, roots) for report in ws.select(prefix="Workload completed"))

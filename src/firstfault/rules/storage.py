@@ -188,8 +188,8 @@ store behind it: it stays context, and no node is blamed.
         context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
     RuleCase(title="the same daemon crashes on both nodes", evidence={
-        f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 ip 00000000004a3c1f "
-                        "sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
+        f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 "
+                        "ip 00000000004a3c1f sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
         context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
         expect=Expect(fired=False, culprits=[])),
 ])
