@@ -72,3 +72,22 @@ def test_slurmstepd_cancel_notice_is_dated_by_the_time_it_states(engine: Engine)
     cancels = [s for s in result.symptoms if s.symptom.startswith("Job cancelled") and s.node == "a"]
     assert cancels and cancels[0].evidence[0].time == datetime(2025, 1, 1, 0, 56, tzinfo=UTC)
     assert not cancels[0].evidence[0].time_inferred
+
+
+@pytest.mark.parametrize(("stamp", "recorded", "expected"), [
+    # a health check prints the BMC's event log eight minutes after the power supply failed: the record's time
+    ("Jan  1 00:22:31", "01/01/2025 | 00:14:51", datetime(2025, 1, 1, 0, 14, 51, tzinfo=UTC)),
+    # a record stamped after the line that printed it: the BMC's clock is ahead, the line's time stands
+    ("Jan  1 00:22:31", "01/01/2025 | 00:40:00", datetime(2025, 1, 1, 0, 22, 31, tzinfo=UTC)),
+    # a record days older than the line: a BMC clock that was never set, the line's time stands
+    ("Jan  1 00:22:31", "12/20/2024 | 00:14:51", datetime(2025, 1, 1, 0, 22, 31, tzinfo=UTC)),
+])
+def test_an_sel_record_printed_later_is_placed_at_its_own_time(engine: Engine, stamp: str, recorded: str,
+                                                                expected: datetime) -> None:
+    """An extractor's recorded_date/recorded_time captures date the event at the record's time, within bounds."""
+    case = RuleCase(title="SEL printed by a health check", evidence={"b/syslog": [
+        f"{stamp} b node-health[2231]: SEL:  1f2 | {recorded} | Power Supply PS1 Status | Failure detected | Asserted"]},
+        context={"start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T01:00:00Z"}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    faults = [s for s in result.symptoms if s.symptom == "BMC reported a hardware fault"]
+    assert faults and faults[0].evidence[0].time == expected and not faults[0].evidence[0].time_inferred

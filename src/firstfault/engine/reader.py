@@ -52,6 +52,12 @@ _TIME_LOOKBACK_LINES = 64
 # slurmstepd writes its cancel notice into the job's output without a stamp of its own but states when it happened:
 # '*** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:56:00 ***'. That stated time is the line's own (in the node's clock).
 _STATED_TIME = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
+# An extractor's captures of the time a record carries inside its line (an IPMI SEL entry's date and time, printed by
+# a tool that ran later): the event is placed at the record's time. docs/rule-authoring.md describes them.
+RECORDED_DATE, RECORDED_TIME = "recorded_date", "recorded_time"
+_RECORDED_FORMATS = ("%m/%d/%Y %H:%M:%S", "%Y-%m-%d %H:%M:%S")
+# How long before the line that printed it a record may have been made: longer is a BMC clock that is wrong.
+MAX_RECORD_LAG = timedelta(days=1)
 _PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
 _EMIT_EVENT_TYPE = {"bad": EventType.NODE_BAD, "interesting": EventType.NODE_INTERESTING,
                     "xid": EventType.XID_BURST}
@@ -296,7 +302,8 @@ class LineReader:
                     self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
-            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited, acc)
+            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited, acc,
+                            utc_offset)
             prev_end, prev_time = end, time
         return last_time
 
@@ -421,7 +428,7 @@ class LineReader:
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
-                   emits: list[_Emit], inherited: bool, acc: Accumulator) -> None:
+                   emits: list[_Emit], inherited: bool, acc: Accumulator, utc_offset: timedelta | None) -> None:
         shown = self._shown(text)
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
         # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
@@ -464,6 +471,13 @@ class LineReader:
             elif printed_by and not emit.event_type.startswith(EventType.CONTEXT):
                 attributes = {**attributes, "printed_by": printed_by}  # moved by RelayedOutput, like relayed_from
                 discriminator = (*discriminator, printed_by)
+            recorded = _recorded_time(captures, time, utc_offset, self.params.clock_skew_s)
+            if recorded is not None:
+                provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
+                acc.add(emit.event_type, node, symptom, emit.extractor.name, recorded,
+                        Evidence(source=source, node=node, time=recorded, text=shown, provenance=provenance),
+                        attributes, discriminator)
+                continue
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
 
@@ -526,3 +540,26 @@ def _emits(extractors: list[Extractor]) -> list[_Emit]:
         emits.append(_Emit(e, _EMIT_EVENT_TYPE[e.emit_type], None if templated else e.render_symptom({}), templated,
                            e.attributes))
     return emits
+
+
+def _recorded_time(captures: dict[str, Any], written: datetime | None, utc_offset: timedelta | None,
+                   skew_s: float) -> datetime | None:
+    """The time a record states inside its line (captures RECORDED_DATE and RECORDED_TIME, read in the line's zone),
+    when it is not after the line was written (beyond the clock-skew tolerance) nor more than MAX_RECORD_LAG before
+    it; None otherwise, and the line's own time stands."""
+    date, clock = captures.get(RECORDED_DATE), captures.get(RECORDED_TIME)
+    if not date or not clock:
+        return None
+    found: datetime | None = None
+    for fmt in _RECORDED_FORMATS:
+        try:
+            found = dated(datetime.strptime(f"{date} {clock}", fmt))
+            break
+        except ValueError:
+            continue
+    if found is None:
+        return None
+    found = found - utc_offset if utc_offset else found
+    if written is not None and not timedelta(seconds=-skew_s) <= written - found <= MAX_RECORD_LAG:
+        return None
+    return found

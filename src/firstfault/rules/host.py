@@ -599,6 +599,15 @@ disk) is lost to its peers the same way from that moment, and their errors that 
                      "vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host", culprits=["b"],
                                                      demoted=["IB Error-12"])),
+    # ipmitool sel elist's columns (id | date | time | sensor | event | direction), printed by a health check after the
+    # node came back: the record's own time places the failure (engine/reader.py, recorded_date/recorded_time)
+    RuleCase(title="peers lose a node whose power supply failure a health check printed later", evidence={
+        "b/syslog": ["Jan  1 00:22:31 b node-health[2231]: SEL:  1f2 | 01/01/2025 | 00:10:00 | Power Supply PS1 Status "
+                     "| Failure detected | Asserted"],
+        "a/applog": ["2025-01-01T00:10:20Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:30:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], demoted=["IB Error-12"])),
     # the reset left the machine check in the banks; the rebooted kernel logged it (Linux's MCE start-up poll)
     RuleCase(title="peers lost a node whose machine check was logged after its reboot", evidence={
         "b/syslog": ["2025-01-01T00:16:39+00:00 b kernel: [    2.188447] mce: [Hardware Error]: CPU 0: Machine Check: "
