@@ -52,9 +52,10 @@ _TIME_LOOKBACK_LINES = 64
 # slurmstepd writes its cancel notice into the job's output without a stamp of its own but states when it happened:
 # '*** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:56:00 ***'. That stated time is the line's own (in the node's clock).
 _STATED_TIME = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
-# An extractor's captures of the time a record carries inside its line (an IPMI SEL entry's date and time, printed by
-# a tool that ran later): the event is placed at the record's time. docs/rule-authoring.md describes them.
-RECORDED_DATE, RECORDED_TIME = "recorded_date", "recorded_time"
+# An extractor's captures of the time a record carries inside its line (an IPMI SEL entry's date and time, a cloud
+# operation's timestamp, printed by a tool that ran later): the event is placed at the record's time.
+# docs/rule-authoring.md describes them.
+RECORDED_AT, RECORDED_DATE, RECORDED_TIME = "recorded_at", "recorded_date", "recorded_time"
 _RECORDED_FORMATS = ("%m/%d/%Y %H:%M:%S", "%Y-%m-%d %H:%M:%S")
 # How long before the line that printed it a record may have been made: longer is a BMC clock that is wrong.
 MAX_RECORD_LAG = timedelta(days=1)
@@ -471,7 +472,7 @@ class LineReader:
             elif printed_by and not emit.event_type.startswith(EventType.CONTEXT):
                 attributes = {**attributes, "printed_by": printed_by}  # moved by RelayedOutput, like relayed_from
                 discriminator = (*discriminator, printed_by)
-            recorded = _recorded_time(captures, time, utc_offset, self.params.clock_skew_s)
+            recorded = self._recorded_time(captures, time, utc_offset)
             if recorded is not None:
                 provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
                 acc.add(emit.event_type, node, symptom, emit.extractor.name, recorded,
@@ -480,6 +481,28 @@ class LineReader:
                 continue
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
+
+    def _recorded_time(self, captures: dict[str, Any], written: datetime | None,
+                       utc_offset: timedelta | None) -> datetime | None:
+        """The time a record states inside its line (capture RECORDED_AT, a stamp; or RECORDED_DATE and RECORDED_TIME),
+        a zone-less one read in the line's zone, when it is not after the line was written (beyond the clock-skew
+        tolerance) nor more than MAX_RECORD_LAG before it; None otherwise, and the line's own time stands."""
+        found, zoned = None, False
+        if stamp := captures.get(RECORDED_AT):
+            found, zoned = self.timestamps.parse_zoned(stamp)
+        elif (date := captures.get(RECORDED_DATE)) and (clock := captures.get(RECORDED_TIME)):
+            for fmt in _RECORDED_FORMATS:
+                try:
+                    found = dated(datetime.strptime(f"{date} {clock}", fmt))
+                    break
+                except ValueError:
+                    continue
+        if found is None:
+            return None
+        found = found - utc_offset if utc_offset and not zoned else found
+        if written is not None and not timedelta(seconds=-self.params.clock_skew_s) <= written - found <= MAX_RECORD_LAG:
+            return None
+        return found
 
     def _printed_by(self, text: str, node: str | None) -> str | None:
         """The allocated node other than `node` whose host name the line's prefix gives (`_HOST_PREFIX`), if any."""
@@ -541,25 +564,3 @@ def _emits(extractors: list[Extractor]) -> list[_Emit]:
                            e.attributes))
     return emits
 
-
-def _recorded_time(captures: dict[str, Any], written: datetime | None, utc_offset: timedelta | None,
-                   skew_s: float) -> datetime | None:
-    """The time a record states inside its line (captures RECORDED_DATE and RECORDED_TIME, read in the line's zone),
-    when it is not after the line was written (beyond the clock-skew tolerance) nor more than MAX_RECORD_LAG before
-    it; None otherwise, and the line's own time stands."""
-    date, clock = captures.get(RECORDED_DATE), captures.get(RECORDED_TIME)
-    if not date or not clock:
-        return None
-    found: datetime | None = None
-    for fmt in _RECORDED_FORMATS:
-        try:
-            found = dated(datetime.strptime(f"{date} {clock}", fmt))
-            break
-        except ValueError:
-            continue
-    if found is None:
-        return None
-    found = found - utc_offset if utc_offset else found
-    if written is not None and not timedelta(seconds=-skew_s) <= written - found <= MAX_RECORD_LAG:
-        return None
-    return found

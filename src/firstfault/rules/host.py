@@ -281,13 +281,13 @@ def lost_after_its_own_warnings(ws: Workspace) -> None:
                     f"it warned of its own state before the scheduler lost it at {declared:%H:%M:%S}")
 
 
-def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:
+def _one_node_lost(ws: Workspace, *, undated: bool = False) -> tuple[str, datetime | None, list[WorkSymptom]] | None:
     """The one node the active node-failure reports name, when they first declared it (a time of their own), and the
-    reports; None when they name several nodes or none, or carry no time."""
+    reports; None when they name several nodes or none, or (unless `undated`) carry no time."""
     reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
     lost = {n for r in reports for n in blamed_nodes(ws, r)}
     declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
-    if len(lost) != 1 or declared is None:
+    if len(lost) != 1 or (declared is None and not undated):
         return None
     return lost.pop(), declared, reports
 
@@ -303,8 +303,10 @@ def _loss_explained(ws: Workspace, cause: WorkSymptom, reports: list[WorkSymptom
 When the scheduler lost one node and the cloud provider reported that node's machine failing (an EC2 retirement
 notice for degraded hardware, a failed EC2 status check, a GCE host error) within {REBOOT_AFTER_FAILURE_S / 60:.0f}
 minutes of it, before or after (a status check fails a few minutes into an outage; a notice may come first), the
-provider's report is the root candidate (host) and the scheduler's reports of that node are demoted. A report
-about another node, or far from the loss, stays context.
+provider's report is the root candidate (host) and the scheduler's reports of that node are demoted. When the
+scheduler's reports carry no time of their own (`kubectl get events`' relative ages), a provider's report of that node
+stamped inside the workload's run stands for 'around it'. A report about another node, or far from the loss, stays
+context.
 """, cases=[
     RuleCase(title="a retirement notice, then the node stops answering", evidence={
         "b/scheduler": ["2025-01-01 00:20:00,544 - [aws-health-forwarder] - WARNING - AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED b "
@@ -314,6 +316,24 @@ about another node, or far from the loss, stays context.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"],
                       root_symptom="Cloud reported the instance's host failing", demoted=["Slurm node failure"])),
+    # gcloud compute operations list, then kubectl get events (relative ages): the loss itself is undated
+    RuleCase(title="a GCE host error during the run, the node's NotReady event undated", evidence={
+        "b/scheduler": ["systemevent-1737624707412-62c5e1a0  compute.instances.hostError  us-east4-a/instances/b  200  "
+                        "DONE  2025-01-01T00:31:47.412Z",
+                        "6m          Warning   NodeNotReady       pod/train-0-1   Node is not ready"],
+        "b/applog": ["2025-01-01T00:00:01Z train-0-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.13<0>"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "FAILED", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:45:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Cloud reported the instance's host failing")),
+    RuleCase(title="a GCE host error the day before the run, the NotReady event undated", evidence={
+        "b/scheduler": ["systemevent-1737624707412-62c5e1a0  compute.instances.hostError  us-east4-a/instances/b  200  "
+                        "DONE  2024-12-31T00:31:47.412Z",
+                        "6m          Warning   NodeNotReady       pod/train-0-1   Node is not ready"],
+        "b/applog": ["2025-01-01T00:00:01Z train-0-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.13<0>"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "FAILED", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:45:00Z"},
+        expect=Expect(fired=False, culprits=["b"])),
     RuleCase(title="a status check failed on another node", evidence={
         "a/scheduler": ["2025-01-01T00:40:02Z Instance reachability check failed",
                         "[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
@@ -321,15 +341,19 @@ about another node, or far from the loss, stays context.
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
 def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
-    if (loss := _one_node_lost(ws)) is None:
+    if (loss := _one_node_lost(ws, undated=True)) is None:
         return
     node, declared, reports = loss
     near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
+    start, end = ws.context.start_time, ws.context.end_time
     faults = [s for s in ws.select(prefix="Cloud reported the instance's host failing", status="interesting", node=node)
-              if s.first_time and not ws.undated(s) and abs(s.first_time - declared) <= near]
+              if s.first_time and not ws.undated(s) and (
+                  abs(s.first_time - declared) <= near if declared is not None
+                  else start is not None and end is not None and start <= s.first_time <= end)]
     if faults:
+        when = f"at {declared:%H:%M:%S}" if declared is not None else "(its report undated) during the workload"
         _loss_explained(ws, min(faults, key=lambda s: s.sort_key()), reports,
-                        f"the provider's verdict on the machine the scheduler lost at {declared:%H:%M:%S}")
+                        f"the provider's verdict on the machine the scheduler lost {when}")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""
