@@ -281,13 +281,19 @@ def lost_after_its_own_warnings(ws: Workspace) -> None:
                     f"it warned of its own state before the scheduler lost it at {declared:%H:%M:%S}")
 
 
-def _one_node_lost(ws: Workspace, *, undated: bool = False) -> tuple[str, datetime | None, list[WorkSymptom]] | None:
-    """The one node the active node-failure reports name, when they first declared it (a time of their own), and the
-    reports; None when they name several nodes or none, or (unless `undated`) carry no time."""
+def _node_loss(ws: Workspace) -> tuple[set[str], datetime | None, list[WorkSymptom]]:
+    """The nodes the active node-failure reports name, when they first declared one (a time of their own; None when
+    no report has one), and the reports."""
     reports = [r for name in NODE_FAILURE_REPORTS for r in ws.active(prefix=name)]
-    lost = {n for r in reports for n in blamed_nodes(ws, r)}
     declared = min((r.first_time for r in reports if r.first_time and not ws.undated(r)), default=None)
-    if len(lost) != 1 or (declared is None and not undated):
+    return {n for r in reports for n in blamed_nodes(ws, r)}, declared, reports
+
+
+def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:
+    """The one node the node-failure reports name, when they first declared it, and the reports; None when they name
+    several nodes or none, or carry no time."""
+    lost, declared, reports = _node_loss(ws)
+    if len(lost) != 1 or declared is None:
         return None
     return lost.pop(), declared, reports
 
@@ -341,9 +347,10 @@ context.
         expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
 ])
 def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
-    if (loss := _one_node_lost(ws, undated=True)) is None:
+    lost, declared, reports = _node_loss(ws)
+    if len(lost) != 1:
         return
-    node, declared, reports = loss
+    node = lost.pop()
     near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
     start, end = ws.context.start_time, ws.context.end_time
     faults = [s for s in ws.select(prefix="Cloud reported the instance's host failing", status="interesting", node=node)
