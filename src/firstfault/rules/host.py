@@ -567,6 +567,13 @@ _NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU ha
 # Records a node writes when it ends the workload's processes on it (the kernel's OOM killer, the kubelet evicting
 # for a full disk): the node lives on, but its ranks are gone, and their peers' RDMA operations to them fail.
 _WORKLOAD_KILLERS = ("Host OOM kill", "Node disk pressure")
+# A launcher's report that the first of its workers to fail died of SIGKILL (torchelastic's 'failed (exitcode: -9)'
+# and 'Signal 9 (SIGKILL) received by PID', DeepSpeed's 'exits with return code = -9'): something outside the program
+# killed it, and its peers lost it. The launcher polls its workers (torchrun's --monitor-interval, 5 s by default before
+# PyTorch 2.3), so the death came up to that long before the report.
+_KILLED = "Worker killed by signal"
+_LAUNCHER_SIGKILL = ("signal", "signal_name", "ds_signal")
+LAUNCHER_POLL_S = 5.0
 
 
 def _stopped_at(s: WorkSymptom) -> bool:
@@ -611,7 +618,10 @@ and a BMC fault the IPMI event daemon logged then was recorded while the node wa
 boot, so its peers' errors of the {DEAD_NODE_ECHO_S / 60:.0f} minutes before it are the echo, and so is the scheduler's
 declared failure of that node in those minutes (it stopped answering because it was reset).
 A node that killed the workload's processes on it (its kernel's OOM killer, its kubelet evicting them for a full
-disk) is lost to its peers the same way from that moment, and their errors that begin from then on are its echo too.
+disk) is lost to its peers the same way from that moment, and their errors that begin from then on are its echo too;
+so is a node whose launcher reported the first of its workers to fail killed by SIGKILL (torchelastic's exitcode -9,
+DeepSpeed's return code -9), from {LAUNCHER_POLL_S:.0f} s before that report (the launcher's polling interval): a
+network fault does not end a rank with SIGKILL.
 """, cases=[
     RuleCase(title="peers lose a node that panicked", evidence={
         "b/syslog": ["Jan  1 00:10:00 b kernel: Kernel panic - not syncing: Fatal machine check on current CPU"],
@@ -624,6 +634,21 @@ disk) is lost to its peers the same way from that moment, and their errors that 
         "a/applog": ["2025-01-01T00:10:32Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
                      "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    # https://github.com/hiyouga/LLaMA-Factory/issues/6608 (torchelastic's report of rank 0 killed by SIGKILL)
+    RuleCase(title="peers lose a rank its launcher then reports killed by SIGKILL", evidence={
+        "b/applog": ["E0101 00:10:02.602000 92977 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+                     "failed (exitcode: -9) local_rank: 0 (pid: 93043) of binary: /usr/bin/python"],
+        "a/applog": ["2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Recv)"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:15:00Z"},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=["IB Error-12"])),
+    RuleCase(title="a rank killed by SIGKILL minutes after its peers' network errors", evidence={
+        "b/applog": ["E0101 00:13:02.602000 92977 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+                     "failed (exitcode: -9) local_rank: 0 (pid: 93043) of binary: /usr/bin/python"],
+        "a/applog": ["2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Recv)"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:15:00Z"},
+        expect=Expect(fired=False, sub_domain="network")),
     RuleCase(title="peers lose a node whose power supplies failed", evidence={
         "b/syslog": ["Jan  1 00:10:00 b ipmievd[2113]: Power Supply sensor PS1 Status Failure detected Asserted"],
         "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 "
@@ -701,14 +726,19 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         if s.node and s.node not in gone and s.first_time and not ws.undated(s) and s.name in _WORKLOAD_KILLERS:
             gone[s.node] = (s.first_time - skew, s.first_time + echo)
             how[s.node] = f"{s.name} ended the workload's processes on it at {s.first_time:%H:%M:%S}"
+    for s in ws.active(prefix=_KILLED):
+        if s.node and s.node not in gone and s.first_time and not ws.undated(s) and _killed_by_sigkill(s):
+            gone[s.node] = (s.first_time - timedelta(seconds=LAUNCHER_POLL_S) - skew, s.first_time + echo)
+            how[s.node] = f"its launcher reported a worker killed by SIGKILL at {s.first_time:%H:%M:%S}"
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         if s.node in stopped:
             continue
-        # an error without a time of its own cannot be placed before the node stopped: the death explains it too
-        began = None if ws.undated(s) else s.first_time
+        # an error without a time of its own cannot be placed before the node stopped: the death explains it too; one
+        # that only inherited the time of a line above it came no earlier than that
+        began = s.first_time
         dead = [n for n, (lo, hi) in sorted(gone.items()) if n != s.node and named <= {n}
-                and (lo <= began <= hi if began is not None else n in stopped)]
+                and ((began is not None and lo <= began <= hi) or (ws.undated(s) and n in stopped))]
         if dead:
             ws.demote(s, f"{dead[0]}: {how[dead[0]]}; its peers lost it")
     for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
@@ -717,6 +747,11 @@ def dead_node_explains_peer_errors(ws: Workspace) -> None:
         if lost and all(n in echoes and declared and echoes[n][0] <= declared <= echoes[n][1] for n in lost):
             first = sorted(lost)[0]
             ws.demote(report, f"{first}: {how[first]}; the scheduler declared it lost")
+
+
+def _killed_by_sigkill(s: WorkSymptom) -> bool:
+    """A launcher's report of a worker that died of SIGKILL."""
+    return any("9" in s.value_set(group) for group in _LAUNCHER_SIGKILL)
 
 
 # The records of a node shut down on purpose.
