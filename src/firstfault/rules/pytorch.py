@@ -68,12 +68,13 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
 # closed (a KV cache's KVTransferError, a library's ...TimeoutError or ...ConnectionError, Dask's CommClosedError,
-# Spark's RpcTimeoutException: the peer or the path is where the cause is); and a message that
+# Spark's RpcTimeoutException, gRPC's RpcError for a call that ended with a non-OK status - grpc.RpcError,
+# _InactiveRpcError, grpc.aio's AioRpcError: the peer or the path is where the cause is); and a message that
 # sends the reader to another error (an earlier one, another rank's) is a report of that error. None is the
 # program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
                     "TimeoutException", "ConnectionError", "DisconnectedError", "ClosedError", "CommunicationError",
-                    "NetworkError")
+                    "NetworkError", "RpcError")
 # ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
 # TensorFlow's FailedPreconditionError is the program's own (an op run in a state it cannot run in).
 _NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|Exception)$")
@@ -203,6 +204,9 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     _reports_elsewhere("a type named for a transport that gave up",
         "2026-07-21T08:04:43Z [TP0 EP0] Prefill transfer failed for request rank=0 with exception KVTransferError: "
         "remote agent not registered"),
+    # https://github.com/ray-project/ray/issues/31261 (Ray's dashboard agent publishing to a raylet that had died)
+    _reports_elsewhere("gRPC's report of a call that ended with a non-OK status",
+        "2022-12-20T14:02:12Z grpc.aio._call.AioRpcError: <AioRpcError of RPC that terminated with:"),
     _reports_elsewhere("a message that points to an earlier error",
         "2023-04-19 16:22:26 ray.train.base_trainer.TrainingRunError: The Ray Train run failed. Please inspect the "
         "previous error messages for a cause."),
