@@ -182,12 +182,42 @@ narrower by design) or in a completed workload it stays context.
         expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def downtrained_link_on_one_node(ws: Workspace) -> None:
+    _slowed_on_one_node(ws, "PCIe link downtrained", "runs a PCIe link below its capability: every transfer through "
+                                                     "it is slower")
+
+
+def _slowed_on_one_node(ws: Workspace, name: str, why: str) -> None:
+    """Promote `name` (a slowing fault) when exactly one node of a multi-node workload that did not complete reported
+    it."""
     if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED or ws.select(prefix="Workload completed"):
         return
-    links = [s for s in ws.select(prefix="PCIe link downtrained", status="interesting") if s.node]
-    if len(ws.context.nodes) > 1 and len({s.node for s in links}) == 1:
-        for s in links:
-            ws.promote(s, f"{s.node} alone runs a PCIe link below its capability: every transfer through it is slower")
+    reports = [s for s in ws.select(prefix=name, status="interesting") if s.node]
+    if len(ws.context.nodes) > 1 and len({s.node for s in reports}) == 1:
+        for s in reports:
+            ws.promote(s, f"{s.node} alone {why}")
+
+
+@refiner("HardwareSlowdownOnOneNode", phase=Phase.REFINE, doc="""
+The GPUs of one synchronous workload wait for the slowest: when exactly one node reported a GPU whose clocks the
+hardware holds down (a power brake, a hardware or thermal slowdown active) and the workload did not complete, that
+GPU slowed every step and its `GPU clocks held down by hardware` becomes the root candidate (gpu, that node). On
+several nodes (a room too hot, a facility power event) or in a completed workload it stays context.
+""", cases=[
+    RuleCase(title="one node's GPU power-braked, the job runs out of time", evidence={
+        "b/syslog": ["Jan  1 00:30:07 b health[5101]:             HW Power Brake Slowdown           : Active"],
+        "a/applog": ["2025-01-01T00:05:00Z step 100 | loss 2.1 | step_time 2.66s",
+                     "2025-01-01T01:59:00Z step 1900 | loss 1.9 | step_time 5.15s"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], root_symptom="GPU clocks held down by hardware")),
+    RuleCase(title="every node's GPUs slowed by heat", evidence={
+        f"{n}/syslog": [f"Jan  1 00:30:07 {n} health[5101]:             HW Thermal Slowdown           : Active"]
+        for n in ("a", "b")},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def hardware_slowdown_on_one_node(ws: Workspace) -> None:
+    _slowed_on_one_node(ws, "GPU clocks held down by hardware", "has a GPU the hardware slows down: every synchronous "
+                                                                "step waits for it")
 
 
 @refiner("LostAfterItsOwnWarnings", phase=Phase.REFINE, doc=f"""
