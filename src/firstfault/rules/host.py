@@ -182,16 +182,16 @@ narrower by design) or in a completed workload it stays context.
         expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def downtrained_link_on_one_node(ws: Workspace) -> None:
-    _slowed_on_one_node(ws, "PCIe link downtrained", "runs a PCIe link below its capability: every transfer through "
+    promote_on_one_node(ws, "PCIe link downtrained", "runs a PCIe link below its capability: every transfer through "
                                                      "it is slower")
 
 
-def _slowed_on_one_node(ws: Workspace, name: str, why: str) -> None:
-    """Promote `name` (a slowing fault) when exactly one node of a multi-node workload that did not complete reported
-    it."""
+def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
+    """Promote `name` (a state a node may be in) when exactly one node of a multi-node workload that did not complete
+    reported it: the nodes of one workload are alike, so that one differs."""
     if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED or ws.select(prefix="Workload completed"):
         return
-    reports = [s for s in ws.select(prefix=name, status="interesting") if s.node]
+    reports = [s for s in ws.select(prefix=name, status="interesting") if s.node and not s.demoted_by]  # not undone
     if len(ws.context.nodes) > 1 and len({s.node for s in reports}) == 1:
         for s in reports:
             ws.promote(s, f"{s.node} alone {why}")
@@ -216,7 +216,7 @@ several nodes (a room too hot, a facility power event) or in a completed workloa
         expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def hardware_slowdown_on_one_node(ws: Workspace) -> None:
-    _slowed_on_one_node(ws, "GPU clocks held down by hardware", "has a GPU the hardware slows down: every synchronous "
+    promote_on_one_node(ws, "GPU clocks held down by hardware", "has a GPU the hardware slows down: every synchronous "
                                                                 "step waits for it")
 
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
-from firstfault.rules.host import HUNG_STACK_S
+from firstfault.rules.host import HUNG_STACK_S, promote_on_one_node
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
 # (the stall, the server answering again) for each shared-filesystem client
@@ -354,6 +354,29 @@ def no_space_in_node_tmp(ws: Workspace) -> None:
         return
     for event in local:
         ws.reread(event, _DISK_FULL, f"ENOSPC in {event.node}'s own /tmp, on no other node: its local disk was full")
+
+
+@refiner("NodeDiskFullAlone", phase=Phase.REFINE, doc=f"""
+A node's own system logging that its disk is full (systemd-journald unable to write its journal for want of space)
+says a filesystem of that node filled, not whose writes filled it. When that node alone of a workload that did not
+complete logged it, its disk differs from its peers' (stale data left before the job, a smaller disk): the report
+becomes the root candidate `{_DISK_FULL}` (that node). On several nodes (the job's own spilling filled every disk) or
+in a completed workload it stays context.
+""", cases=[
+    # systemd-journald's message when its journal's filesystem has no room (src/journal/journald-server.c); a job's
+    # spill to that node failing at the same time
+    RuleCase(title="one node's journal has no room, the job's spill fails", evidence={
+        "n2/syslog": ["Jan  1 00:10:30 n2 systemd-journald[631]: Failed to open system journal: No space left on device"],
+        "n1/applog": ["2025-01-01T00:10:18Z OSError: [Errno 28] No space left on device"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n2"])),
+    RuleCase(title="every node's journal has no room", evidence={
+        f"{n}/syslog": [f"Jan  1 00:10:30 {n} systemd-journald[631]: Failed to open system journal: No space left on "
+                        "device"] for n in ("n1", "n2")},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"}, expect=Expect(fired=False, culprits=[])),
+])
+def node_disk_full_alone(ws: Workspace) -> None:
+    promote_on_one_node(ws, _DISK_FULL, "logged its own disk full: its disk differs from its peers'")
 
 
 _SHM_FULL = "Shared memory (/dev/shm) exhausted"
