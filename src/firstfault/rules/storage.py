@@ -238,7 +238,8 @@ nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. T
 is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
 a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
 not promoted. On a node whose mount failed while others have it, the filesystem client's errors logged up to the failure
-(LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node.
+(LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node; so is that node's
+program not finding a file under the directory the mount would have provided.
 """, cases=[
     # https://github.com/marbits-icm/marbits-public/issues/209
     RuleCase(title="one node of three cannot enter the run directory", evidence={
@@ -255,6 +256,21 @@ not promoted. On a node whose mount failed while others have it, the filesystem 
         context={"nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_MOUNT_MISSING,
                       demoted=["Parallel filesystem client error"])),
+    # https://cloud.google.com/managed-lustre/docs/troubleshooting (the Lustre module refused under Secure Boot)
+    RuleCase(title="Lustre's mount failed on one node; its ranks find no dataset under it", evidence={
+        "b/syslog": ["Jan  1 00:01:26 b mount[1183]: mount.lustre: mount 10.130.0.5@tcp:/lfs01 at /lustre failed: No "
+                     "such device"],
+        "b/applog": ["2025-01-01T00:10:20Z [rank16]: FileNotFoundError: [Errno 2] No such file or directory: "
+                     "'/lustre/datasets/c4/train_00000.bin'"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_MOUNT_MISSING,
+                      demoted=["Python exception"])),
+    RuleCase(title="Lustre's mount failed on one node; its program missed a file elsewhere before", evidence={
+        "b/syslog": ["Jan  1 00:01:26 b mount[1183]: mount.lustre: mount 10.130.0.5@tcp:/lfs01 at /lustre failed: No "
+                     "such device"],
+        "b/applog": ["2025-01-01T00:01:20Z [rank16]: FileNotFoundError: [Errno 2] No such file or directory: "
+                     "'/home/u/config.yaml'"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, active=["Python exception"])),
     RuleCase(title="a container's work directory, missing on every node", evidence={
         f"n{i}/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/workspace': No such file or "
                          "directory: going to /tmp instead"] for i in (1, 2)},
@@ -269,6 +285,24 @@ def directory_missing_on_some_nodes(ws: Workspace) -> None:
             ws.promote(s, f"the job's directory is missing on {', '.join(sorted(nodes))} only")
     if nodes and nodes < set(ws.context.nodes):
         _client_errors_of_the_mount(ws, missing)
+        _files_missing_under_the_mount(ws, missing)
+
+
+# Where a report of a missing mount names the directory: mount.lustre's 'at <dir> failed', automount's 'on <dir>',
+# slurmstepd's 'couldn't chdir to `<dir>''.
+_MISSING_DIRECTORY = re.compile(r" at (/\S+) failed: | on (/\S+)|couldn't chdir to `([^'\n]+)'")
+# A Python error naming the path it did not find ('[Errno 2] No such file or directory: '/lustre/x'').
+_FILE_NOT_FOUND = re.compile(r"No such file or directory: '(/[^'\n]+)'")
+
+
+def _files_missing_under_the_mount(ws: Workspace, missing: list[WorkSymptom]) -> None:
+    """A node's own 'No such file or directory' for a path under the directory its missing mount names is that mount."""
+    for s in missing:
+        dirs = {d.rstrip("/") for e in s.evidence for m in _MISSING_DIRECTORY.finditer(e.text) for d in m.groups() if d}
+        for error in ws.active(node=s.node, prefix="Python exception"):
+            paths = [m.group(1) for e in error.evidence for m in _FILE_NOT_FOUND.finditer(e.text)]
+            if any(p == d or p.startswith(d + "/") for p in paths for d in dirs):
+                ws.demote(error, f"its path lies under {sorted(dirs)[0]}, which is not mounted on {s.node}")
 
 
 def _client_errors_of_the_mount(ws: Workspace, missing: list[WorkSymptom]) -> None:
