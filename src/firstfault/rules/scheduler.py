@@ -548,7 +548,8 @@ was shut down on purpose; a powered-down node Slurm could not resume never came 
 failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed. The operating system's shutdown then stands as
-what took the node from the workload (scheduler, no node blamed).
+what took the node from the workload (scheduler, no node blamed). Not when the node came back and its slurmd then
+failed to start: that is why it was lost.
 """, cases=[
     RuleCase(title="a spot node reclaimed", evidence={
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
@@ -577,6 +578,19 @@ what took the node from the workload (scheduler, no node blamed).
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
                       demoted=["Slurm node failure"])),
+    # https://github.com/aws/aws-parallelcluster/wiki ((3.2.0-3.5.1) GPU nodes not coming back online after scontrol
+    # reboot: slurmd starts before the GPU device files exist)
+    RuleCase(title="a node Slurm rebooted came back, and its slurmd failed", evidence={
+        "b/syslog": ["Jan  1 00:00:09 b systemd-logind[1122]: The system will reboot now!",
+                     "Jan  1 00:04:57 b slurmd[1402]: slurmd: fatal: Invalid GRES record for gpu, count does not match "
+                     "File value"],
+        "a/scheduler": ["[2025-01-01T00:30:05.002] node b not resumed by ResumeTimeout(1800) - marking down and "
+                        "power_save",
+                        "[2025-01-01T00:30:05.003] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:03Z", "end_time": "2025-01-01T00:30:05Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"],
+                      root_symptom="slurmd failed to start on the node")),
 ])
 def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
@@ -584,6 +598,12 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
              if s.node and s.first_time}
     began.update({node: s.first_time for s in ws.active(prefix="Node never resumed") if s.first_time
                   for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
+    # a node that came back from a shutdown or a resume and whose slurmd then failed was lost to that
+    shutdowns = _shutdown_times(ws)
+    for broken in ws.active(prefix="slurmd failed to start on the node"):
+        since = shutdowns.get(broken.node or "", ws.context.start_time)
+        if broken.node in began and broken.first_time and (since is None or broken.first_time >= since):
+            del began[broken.node]
     for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
         declared = report.first_time
