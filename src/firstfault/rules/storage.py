@@ -44,6 +44,18 @@ stuck in the filesystem client).
         "Jan  1 00:11:20 n1 kernel: watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python3:612802]",
         "Jan  1 00:40:00 n1 kernel: nfs: server nfs01 OK"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["CPU soft lockup"])),
+    # https://docs.oracle.com/en/operating-systems/oracle-linux/ (kernel.hung_task_panic: a task blocked longer than
+    # hung_task_timeout_secs panics the node)
+    RuleCase(title="the NFS server stops answering; hung_task_panic turns the blocked writer into a panic", evidence={
+        "n1/syslog": ["Jan  1 00:52:38 n1 kernel: nfs: server nfs01 not responding, still trying",
+                      "Jan  1 00:54:13 n1 kernel: INFO: task python3:411162 blocked for more than 122 seconds.",
+                      "Jan  1 00:54:13 n1 kernel: Kernel panic - not syncing: hung_task: blocked tasks"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["Kernel panic or oops"])),
+    RuleCase(title="a hung_task panic long after the NFS server answered again", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
+        "Jan  1 00:10:30 n1 kernel: nfs: server nfs01 OK",
+        "Jan  1 00:54:13 n1 kernel: Kernel panic - not syncing: hung_task: blocked tasks"]},
+        expect=Expect(fired=False, sub_domain="host", culprits=["n1"])),
     RuleCase(title="a Lustre target lost until a time limit", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: Lustre: fs-OST0001-osc-ffff9d61: Connection to fs-OST0001 (at 10.0.0.8@tcp) was "
         "lost; in progress operations using this service will wait for recovery to complete",
@@ -69,8 +81,12 @@ def file_server_stall_outcome(ws: Workspace) -> None:
 
 
 def _stuck_while(ws: Workspace, stall: WorkSymptom, began: datetime, answered: datetime | None) -> None:
-    """Soft lockups and hung tasks of the stalled node while its file server was away are the stall's."""
-    for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task"):
+    """Soft lockups and hung tasks of the stalled node while its file server was away are the stall's, and so is the
+    panic the kernel's hung_task_panic setting makes of a hung task ('Kernel panic - not syncing: hung_task: blocked
+    tasks')."""
+    panics = [p for p in ws.active(node=stall.node, prefix="Kernel panic or oops")
+              if any(r.startswith("hung_task") for r in p.value_set("reason"))]
+    for stuck in ws.active(node=stall.node, prefix="CPU soft lockup") + ws.select(node=stall.node, prefix="Hung task") + panics:
         if stuck.first_time and stuck.first_time >= began and (answered is None or stuck.first_time <= answered):
             ws.demote(stuck, f"stuck while the file server was not answering (since {began:%H:%M:%S})")
 
