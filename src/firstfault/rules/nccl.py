@@ -411,6 +411,39 @@ def unopened_device_skipped(ws: Workspace) -> None:
             ws.demote(s, f"NCCL skipped the device it could not open and used {', '.join(sorted(using[s.node]))}")
 
 
+@refiner("NicWithoutFirmware", phase=Phase.REFINE, doc=f"""
+A node whose kernel could not load its Ethernet driver's firmware (`NIC firmware not loaded`) has no interface from
+that NIC: when the same node's NCCL then found no socket interface or device to use (`{_NO_INTERFACE_SYMPTOM}`, on
+that node and not on every node), the missing firmware is why. It becomes the root candidate (network, that node) and
+the node's interface error is demoted. Without such an error on that node the firmware message stays context.
+""", cases=[
+    # https://lists.debian.org/debian-kernel/ (a kernel update without the matching firmware-bnx2x)
+    RuleCase(title="one node's NIC without firmware; its NCCL finds no interface", evidence={
+        "b/syslog": ["Jan  1 00:04:42 b kernel: [   11.203000] bnx2x 0000:02:00.1: Direct firmware load for "
+                     "bnx2x/bnx2x-e2-7.13.21.0.fw failed with error -2"],
+        "b/applog": ["2025-01-01T00:10:53Z b:812215:812215 [0] NCCL WARN Bootstrap : no socket interface found"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom="NIC firmware not loaded",
+                      demoted=[_NO_INTERFACE_SYMPTOM])),
+    RuleCase(title="a NIC's firmware missing on one node; the job's interface setting is wrong everywhere", evidence={
+        "b/syslog": ["Jan  1 00:04:42 b kernel: [   11.203000] bnx2x 0000:02:00.1: Direct firmware load for "
+                     "bnx2x/bnx2x-e2-7.13.21.0.fw failed with error -2"],
+        "a/applog": ["2025-01-01T00:10:53Z a:812215:812215 [0] NCCL WARN Bootstrap : no socket interface found"],
+        "b/applog": ["2025-01-01T00:10:53Z b:812215:812215 [0] NCCL WARN Bootstrap : no socket interface found"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+])
+def nic_without_firmware(ws: Workspace) -> None:
+    missing = {s.node for s in ws.active(prefix=_NO_INTERFACE_SYMPTOM) if s.node}
+    if not missing or missing >= set(ws.context.nodes):
+        return
+    for firmware in ws.select(prefix="NIC firmware not loaded", status="interesting"):
+        if firmware.node in missing:
+            ws.promote(firmware, f"{firmware.node}'s NIC came up without its firmware; its programs then found no "
+                                 "interface")
+            for s in ws.active(prefix=_NO_INTERFACE_SYMPTOM, node=firmware.node):
+                ws.demote(s, f"{firmware.node}'s NIC has no firmware")
+
+
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
 NCCL on a loopback or bridge interface, a rendezvous address on loopback, or a launcher that started on its own node
 only, fails only jobs that span several nodes; on a single-node job it is harmless and is demoted.
