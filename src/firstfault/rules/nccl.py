@@ -411,6 +411,44 @@ def unopened_device_skipped(ws: Workspace) -> None:
             ws.demote(s, f"NCCL skipped the device it could not open and used {', '.join(sorted(using[s.node]))}")
 
 
+@refiner("JobInterfaceTakenDown", phase=Phase.REFINE, doc="""
+NetworkManager failing or deactivating a connection removes the device's addresses. When the device is the interface
+the workload's NCCL used on that same node ('Bootstrap : Using <if>:<address>', 'NET/Socket : Using'), and it happened
+while the workload ran, that node dropped off the job's network: `Interface taken down by NetworkManager` becomes the
+root candidate (network, that node). Another device of the node (a spare port, Wi-Fi) stays context.
+""", cases=[
+    RuleCase(title="NetworkManager fails the connection on the job's interface", evidence={
+        "b/syslog": ["Jan  1 00:10:25 b NetworkManager[1288]: <info>  [1770808825.2160] device (enp1s0f0np0): state "
+                     "change: ip-config -> failed (reason 'ip-config-unavailable', sys-iface-state: 'managed')"],
+        "b/applog": ["2025-01-01T00:05:00Z b:31877:31877 [0] NCCL INFO Bootstrap: Using enp1s0f0np0:10.10.0.1<0>",
+                     "2025-01-01T00:10:28Z [rank0]:[E101 00:10:28.342671090 ProcessGroupNCCL.cpp:2057] Process group "
+                     "watchdog thread terminated with exception: NCCL error: remote process exited or there was a "
+                     "network error"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:04:00Z", "end_time": "2025-01-01T00:20:00Z"},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"],
+                      root_symptom="Interface taken down by NetworkManager")),
+    RuleCase(title="NetworkManager cycles a port the job does not use", evidence={
+        "b/syslog": ["Jan  1 00:10:25 b NetworkManager[1288]: <info>  [1770808825.2160] device (enp2s0): state "
+                     "change: ip-config -> failed (reason 'ip-config-unavailable', sys-iface-state: 'managed')"],
+        "b/applog": ["2025-01-01T00:05:00Z b:31877:31877 [0] NCCL INFO Bootstrap: Using enp1s0f0np0:10.10.0.1<0>"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:04:00Z", "end_time": "2025-01-01T00:20:00Z"},
+        expect=Expect(fired=False)),
+])
+def job_interface_taken_down(ws: Workspace) -> None:
+    used: dict[str, set[str]] = {}
+    for fact in ws.facts_of("ip_map"):
+        if fact.node:
+            used.setdefault(fact.node, set()).update(
+                fact.values.get("interface", []) or [str(fact.attributes.get("interface", ""))])
+    start, end = ws.context.start_time, ws.context.end_time
+    for down in ws.select(prefix="Interface taken down by NetworkManager", status="interesting"):
+        when = None if ws.undated(down) else down.first_time
+        during = when is not None and (start is None or when >= start) and (end is None or when <= end)
+        interfaces = down.value_set("interface") & used.get(down.node or "", set())
+        if during and interfaces:
+            ws.promote(down, f"{sorted(interfaces)[0]} is the interface this node's NCCL used")
+
+
 @refiner("NicWithoutFirmware", phase=Phase.REFINE, doc=f"""
 A node whose kernel could not load its Ethernet driver's firmware (`NIC firmware not loaded`) has no interface from
 that NIC: when the same node's NCCL then found no socket interface or device to use (`{_NO_INTERFACE_SYMPTOM}`, on
