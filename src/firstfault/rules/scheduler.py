@@ -1095,7 +1095,7 @@ def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
 When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
 state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), OUT_OF_MEMORY for a
-host out of memory, FAILED for any other failure, COMPLETED when the workload reported success and nothing
+host out of memory under a scheduler (a bare launch the OOM killer ended failed: FAILED), FAILED for any other failure, COMPLETED when the workload reported success and nothing
 failed, CANCELLED when nothing failed and someone interrupted it from its terminal (Ctrl-C). A recorded FAILED is refined when the root itself is the scheduler's or runtime's report of a more
 specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
@@ -1115,6 +1115,11 @@ where a time limit or Job deadline ended the workload (even one that had hung or
         "deadline"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="no scheduler; the OOM killer ended a rank", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, "
+        "anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=True, sub_domain="host_oom", terminal_state="FAILED")),
     # https://github.com/NVIDIA/nccl/issues/1606 (nccl-tests that printed nothing, stopped by hand)
     RuleCase(title="no scheduler; a run that printed no error, interrupted from its terminal", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5",
@@ -1164,7 +1169,9 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
     if implied:
         state = TerminalState(implied)
     elif root and ws.decision.sub_domain != SubDomain.NONE:
-        state = TerminalState.OUT_OF_MEMORY if out_of_memory else TerminalState.FAILED
+        # OUT_OF_MEMORY is a state a scheduler records; a bare launch killed by the OOM killer failed
+        scheduled = ws.context.scheduler.strip().lower() not in ("", "none")
+        state = TerminalState.OUT_OF_MEMORY if out_of_memory and scheduled else TerminalState.FAILED
     elif ws.select(prefix="Workload completed"):
         state = TerminalState.COMPLETED
     elif ws.select(prefix="Interrupted by the user"):
