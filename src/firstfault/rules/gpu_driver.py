@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType, SourceKind, SubDomain
+from firstfault.engine.model import Event, EventType, SourceKind, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import every_node_at_once
@@ -565,6 +565,46 @@ def sxid_severity_not_logged(ws: Workspace) -> None:
 
 
 KERNEL_RECORD_BEFORE_S = 1800.0  # a node's kernel record of a GPU fault this long before an application's report
+
+
+# A link below this share of the fastest link of its node's status output trained down (half rate is the common case).
+NVLINK_BELOW_RATE = 0.75
+_SLOW_NVLINK = "NVLink running below its rate"
+
+
+@filter_rule("NvlinkBelowItsRate", phase=Phase.FILTER, doc=f"""
+The NVLinks of one node's GPUs run at one rate: when `nvidia-smi nvlink --status` on a node shows links at under
+{NVLINK_BELOW_RATE:.0%} of the fastest link it lists, in a workload that did not complete, the slowest of them trained
+down and `{_SLOW_NVLINK}` is placed on that node (nvlink, the node blamed), citing its line. Links that all run at one
+rate, or a completed workload, leave nothing.
+""", cases=[
+    RuleCase(title="one link at half rate on a node whose job failed", evidence={"n2/applog": [
+        "2025-01-01T00:12:40Z GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-6c1e0d52)",
+        "2025-01-01T00:12:40Z \t Link 0: 26.562 GB/s", "2025-01-01T00:12:40Z \t Link 10: 26.562 GB/s",
+        "2025-01-01T00:12:40Z \t Link 11: 13.281 GB/s",
+        "2025-01-01T00:12:43Z srun: error: n2: task 0: Exited with exit code 1"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["n2"], root_symptom=_SLOW_NVLINK)),
+    RuleCase(title="every link at one rate", evidence={"n2/applog": [
+        "2025-01-01T00:12:40Z \t Link 0: 26.562 GB/s", "2025-01-01T00:12:40Z \t Link 11: 26.562 GB/s",
+        "2025-01-01T00:12:43Z srun: error: n2: task 0: Exited with exit code 1"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"}, expect=Expect(fired=False)),
+])
+def nvlink_below_its_rate(ws: Workspace) -> None:
+    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED:
+        return
+    speeds: dict[str, list[tuple[float, Event]]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.nvlink_speed"):
+        if fact.node:
+            speeds.setdefault(fact.node, []).append((float(str(fact.attributes.get("speed", "0"))), fact))
+    for node, seen in sorted(speeds.items()):
+        fastest = max(speed for speed, _ in seen)
+        slow = [(speed, fact) for speed, fact in seen if speed < NVLINK_BELOW_RATE * fastest]
+        if slow:
+            speed, fact = min(slow, key=lambda item: item[0])
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_SLOW_NVLINK, evidence=fact.evidence,
+                             time=fact.time, attributes={"link": fact.attributes.get("link", ""),
+                                                         "speed_gbs": f"{speed:g}", "fastest_gbs": f"{fastest:g}"}))
 
 
 @refiner("KernelRecordLocatesGpuReport", phase=Phase.REFINE_LATE, doc=f"""
