@@ -124,7 +124,8 @@ def scan_expression(pattern: str) -> str | None:
     """A cheaper expression whose matches are necessary for `pattern` to match on a line, or None.
 
     A branch `X<gap>Y` of the pattern, where the gap is a top-level run of any characters of the line (`.*`, `.+`,
-    `.{m,n}`, `[^\\n]*`, `[^\\n]{m,n}`, lazy or not), cannot match a line unless `Y` matches there, ending where the
+    `.{m,n}`, `[^\\n]*`, `[^\\n]{m,n}`) or of non-space ones (`\\S*`), lazy or not, cannot match a line unless `Y`
+    matches there, ending where the
     whole match ends. Scanning for `Y` alone gives the same candidate lines or more, never fewer, and Python `re`
     decides on every candidate anyway. Each top-level branch is cut at its last gap on its own; the branches are
     alternatives, so the cut ones joined with the others are necessary for the pattern. It matters when `X` is
@@ -169,7 +170,7 @@ def _top_level_branches(pattern: str) -> list[str]:
     return [pattern[start + 1:end] for start, end in zip([-1, *cuts], [*cuts, len(pattern)], strict=True)]
 
 
-_LINE_GAP = re.compile(r"(?:\.|\[\^\\n\])(?:[*+]|\{\d*,\d*\})\??")
+_LINE_GAP = re.compile(r"(?:\.|\[\^\\n\]|\\S)(?:[*+]|\{\d*,\d*\})\??")
 
 
 def _tail_after_gap(branch: str) -> str | None:
@@ -467,7 +468,7 @@ def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hy
 
 # The version of what the cached databases are compiled from besides the patterns themselves: bump it whenever
 # scan_expression, _gate_expressions or the compile flags change what they derive.
-_CACHE_FORMAT = 4
+_CACHE_FORMAT = 5
 
 
 def _load_cached(path: Path) -> hyperscan.Database | None:
