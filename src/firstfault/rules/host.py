@@ -557,6 +557,47 @@ def hung_in_nvidia_driver(ws: Workspace) -> None:
     _promote_frames_of_hung_tasks(ws, "Task hung in the NVIDIA driver", "NVIDIA driver")
 
 
+# PyTorch's CUDA out-of-memory message lists the other processes holding the GPU's memory ('Process 1117159 has 127.15
+# GiB memory in use'); the kernel's hung-task report names the blocked task by name and pid ('task python3:1117159').
+_MEMORY_HOLDER = re.compile(r"Process (\d+) has [\d.]+ [KMGT]iB memory in use")
+_HUNG_PID = re.compile(r"INFO: task \S+?:(\d+) blocked for more than")
+
+
+@refiner("OomHeldByAHungProcess", phase=Phase.REFINE, doc="""
+A CUDA out-of-memory error that names another process holding the GPU's memory ('Process N has X GiB memory in use'),
+where that process is one the same node's kernel reported hung (blocked for minutes in the kernel), was not the job's
+own use: the memory belongs to a process that cannot exit (a rank of an earlier run stuck in the driver). The
+out-of-memory error is demoted; the hung process - and what it is stuck in - is the cause.
+""", cases=[
+    # https://github.com/aistabci/abci-docs/blob/main/en/docs/known-issues.md (processes stuck in D state keep their GPU
+    # memory), with PyTorch's message
+    RuleCase(title="the memory is held by a process hung in the NVIDIA driver", evidence={
+        "n2/syslog": ["Jan  1 00:57:40 n2 kernel: [1180480.983185] INFO: task python3:1117159 blocked for more than 122 "
+                      "seconds.",
+                      "Jan  1 00:57:40 n2 kernel: [1180480.983190]  os_acquire_mutex+0x30/0x50 [nvidia]"],
+        "n2/applog": ["2025-01-01T01:02:00Z torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 "
+                      "has a total capacity of 139.81 GiB of which 24.12 MiB is free. Process 1117159 has 127.15 GiB "
+                      "memory in use. Including non-PyTorch memory, this process has 12.62 GiB memory in use."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], demoted=["CUDA out of memory"])),
+    RuleCase(title="the memory is held by a sibling rank that is running", evidence={
+        "n2/syslog": ["Jan  1 00:57:40 n2 kernel: [1180480.983185] INFO: task python3:4242 blocked for more than 122 "
+                      "seconds."],
+        "n2/applog": ["2025-01-01T01:02:00Z torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 "
+                      "has a total capacity of 79.15 GiB of which 24.12 MiB is free. Process 3131 has 40.00 GiB memory in "
+                      "use. Including non-PyTorch memory, this process has 39.00 GiB memory in use."]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="gpu_oom")),
+])
+def oom_held_by_a_hung_process(ws: Workspace) -> None:
+    for oom in ws.active(prefix="CUDA out of memory"):
+        holders = {m.group(1) for e in oom.evidence for m in _MEMORY_HOLDER.finditer(e.text)}
+        hung = {m.group(1) for s in ws.select(node=oom.node, prefix="Hung task") for e in s.evidence
+                for m in [_HUNG_PID.search(e.text)] if m}
+        if holders & hung:
+            ws.demote(oom, f"the GPU memory is held by process {sorted(holders & hung)[0]}, which the node's kernel "
+                           "reported hung")
+
+
 @refiner("HungInFilesystemClient", phase=Phase.CLEAN, doc=f"""
 A hung task whose kernel stack, printed right after it (within {HUNG_STACK_S:.0f} s), runs through a shared
 filesystem's client (Storage Scale's mmfs26/mmfslinux, Lustre's llite/ptlrpc/obdclass, NFS and its sunrpc, BeeGFS,
