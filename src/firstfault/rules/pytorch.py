@@ -96,8 +96,10 @@ _POINTS_ELSEWHERE = re.compile(
 _SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
-# connection): the process it called is gone or not listening, which is where the cause is.
-_PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused")
+# connection, libp2p's daemon that reached none of its bootstrap peers): the process it called is gone or not
+# listening, or the address it was given is wrong, which is where the cause is.
+_PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused|"
+                               r"failed to connect to bootstrap peers")
 
 # A message saying a collective operation failed ('Allreduce failed', XGBoost's rabit when a worker of the ring is
 # gone): what every surviving participant sees of the one that left, not where it began.
@@ -231,6 +233,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     _reports_elsewhere("a call to a peer that is not listening",
         "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
         "ipv4:10.64.3.17:8265: Failed to connect to remote host: Connection refused"),
+    # https://github.com/learning-at-home/hivemind/issues/628 (the libp2p daemon given a peer's loopback address)
+    _reports_elsewhere("a daemon that reached none of its bootstrap peers",
+        "2024-10-09T16:36:41Z hivemind.p2p.p2p_daemon_bindings.utils.P2PDaemonError: Daemon failed to start: 2024/10/09 "
+        "16:36:41 failed to connect to bootstrap peers"),
     # https://github.com/ray-project/ray/issues/18132 (XGBoost-Ray after one worker node died)
     _reports_elsewhere("a collective that failed",
         "2025-01-01T00:10:00Z xgboost.core.XGBoostError: [14:13:22] ../rabit/include/rabit/internal/utils.h:90: "
