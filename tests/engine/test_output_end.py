@@ -17,7 +17,7 @@ _LINES = [
     "an unstamped line of the program",
     "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***",
     "2025-01-01T01:59:01Z Traceback (most recent call last):",
-    "2025-01-01T01:59:01Z KeyboardInterrupt",
+    '2025-01-01T01:59:01Z   File "train.py", line 88, in <module>',
 ]
 
 
@@ -38,7 +38,7 @@ def test_the_last_stamped_lines_no_extractor_read_are_kept_with_the_unstamped_on
     # the slurmstepd line is an extractor's; the shutdown's two lines one second apart stand as one point; 'saved'
     # and 'saving' are 4 s apart, closer than a point's spacing
     assert _points(session) == [
-        ("2025-01-01T01:59:01Z KeyboardInterrupt", 7, 0),
+        ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, 0),
         ("2025-01-01T00:10:04Z saved", 3, 1),
         ("2025-01-01T00:05:00Z epoch 1 validation accuracy 0.71", 1, 1)]
 
@@ -54,7 +54,7 @@ def test_of_a_streams_batches_the_later_report_stands(engine: Engine) -> None:
     session = _session(engine)
     session.ingest_lines("n1", SourceKind.APPLOG, _LINES[4:], "loki:n1", first_line=5)
     session.ingest_lines("n1", SourceKind.APPLOG, _LINES[:4], "loki:n1")  # an earlier batch, arriving late
-    assert _points(session)[0] == ("2025-01-01T01:59:01Z KeyboardInterrupt", 7, 0)
+    assert _points(session)[0] == ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, 0)
 
 
 def test_a_stream_found_in_local_time_moves_its_output_end_with_its_events(engine: Engine) -> None:

@@ -563,4 +563,3 @@ def _emits(extractors: list[Extractor]) -> list[_Emit]:
         emits.append(_Emit(e, _EMIT_EVENT_TYPE[e.emit_type], None if templated else e.render_symptom({}), templated,
                            e.attributes))
     return emits
-

@@ -1095,9 +1095,10 @@ def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
 When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
 state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), OUT_OF_MEMORY for a
-host out of memory under a scheduler (a bare launch the OOM killer ended failed: FAILED), FAILED for any other failure, COMPLETED when the workload reported success and nothing
-failed, CANCELLED when nothing failed and someone interrupted it from its terminal (Ctrl-C). A recorded FAILED is refined when the root itself is the scheduler's or runtime's report of a more
-specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
+host out of memory under a scheduler (a bare launch the OOM killer ended failed: FAILED), FAILED for any other
+failure, COMPLETED when the workload reported success and nothing failed, CANCELLED when nothing failed and someone
+interrupted it from its terminal (Ctrl-C). A recorded FAILED is refined when the root itself is the scheduler's or
+runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
 where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
 """, cases=[

@@ -406,12 +406,12 @@ def no_space_in_node_tmp(ws: Workspace) -> None:
         ws.reread(event, _DISK_FULL, f"ENOSPC in {event.node}'s own /tmp, on no other node: its local disk was full")
 
 
-@refiner("NodeDiskFullAlone", phase=Phase.REFINE, doc=f"""
+@refiner("NodeDiskFullAlone", phase=Phase.REFINE, doc="""
 A node's own system logging that its disk is full (systemd-journald unable to write its journal for want of space)
 says a filesystem of that node filled, not whose writes filled it. When that node alone of a workload that did not
-complete logged it, its disk differs from its peers' (stale data left before the job, a smaller disk): the report
-becomes the root candidate `{_DISK_FULL}` (that node). On several nodes (the job's own spilling filled every disk) or
-in a completed workload it stays context.
+complete logged it, its disk differs from its peers' (stale data left before the job, a smaller disk): the report,
+`Node's journal out of space`, becomes a root candidate (storage, that node). On several nodes (the job's own spilling
+filled every disk) or in a completed workload it stays context.
 """, cases=[
     # systemd-journald's message when its journal's filesystem has no room (src/journal/journald-server.c); a job's
     # spill to that node failing at the same time
@@ -426,7 +426,8 @@ in a completed workload it stays context.
         context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"}, expect=Expect(fired=False, culprits=[])),
 ])
 def node_disk_full_alone(ws: Workspace) -> None:
-    promote_on_one_node(ws, _DISK_FULL, "logged its own disk full: its disk differs from its peers'")
+    promote_on_one_node(ws, "Node's journal out of space", "logged its own disk full: its disk differs from its "
+                                                           "peers'")
 
 
 _SHM_FULL = "Shared memory (/dev/shm) exhausted"
