@@ -472,7 +472,7 @@ class LineReader:
             elif printed_by and not emit.event_type.startswith(EventType.CONTEXT):
                 attributes = {**attributes, "printed_by": printed_by}  # moved by RelayedOutput, like relayed_from
                 discriminator = (*discriminator, printed_by)
-            recorded = self._recorded_time(captures, time, utc_offset)
+            recorded = self._recorded_time(captures, time, utc_offset) if emit.records_time else None
             if recorded is not None:
                 provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
                 acc.add(emit.event_type, node, symptom, emit.extractor.name, recorded,
@@ -546,6 +546,7 @@ class _Emit:
     symptom: str | None  # a context fact's is None; a template's is filled per line (`templated`)
     templated: bool
     attributes: dict[str, Any]  # the extractor's own attributes (a line's captures are laid over them)
+    records_time: bool  # its pattern captures a record's own time (RECORDED_AT, or RECORDED_DATE and RECORDED_TIME)
 
 
 # How each source's extractors emit, worked out once per compiled catalog: a session reads with a LineReader of its
@@ -557,9 +558,10 @@ def _emits(extractors: list[Extractor]) -> list[_Emit]:
     emits = []
     for e in extractors:
         if e.emit_type == "context":
-            emits.append(_Emit(e, f"{EventType.CONTEXT}.{e.fact}", None, False, e.attributes))
+            emits.append(_Emit(e, f"{EventType.CONTEXT}.{e.fact}", None, False, e.attributes, False))
             continue
         templated = e.symptom is not None and any(f for _, f, _, _ in string.Formatter().parse(e.symptom))
+        records_time = any(f"(?P<{name}>" in e.match_re for name in (RECORDED_AT, RECORDED_DATE))
         emits.append(_Emit(e, _EMIT_EVENT_TYPE[e.emit_type], None if templated else e.render_symptom({}), templated,
-                           e.attributes))
+                           e.attributes, records_time))
     return emits
