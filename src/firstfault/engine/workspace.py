@@ -287,3 +287,20 @@ class Workspace:
     def undated(self, symptom: WorkSymptom) -> bool:
         """True when the symptom's time is only the job-end fallback (no line carried or inherited a time)."""
         return symptom.first_time is None or all(e.time_inferred for e in symptom.evidence)
+
+    def dated_during_run(self, symptom: WorkSymptom) -> bool:
+        """True when the symptom carries a time of its own inside the workload's recorded start and end (both known)."""
+        start, end = self.context.start_time, self.context.end_time
+        when = symptom.first_time
+        return (not self.undated(symptom) and when is not None and start is not None and end is not None
+                and start <= when <= end)
+
+    def values_by_node(self, fact: str, key: str) -> dict[str, set[str]]:
+        """Per node, the values of `key` its `fact` events captured (every match of a repeated capture, else the
+        attribute)."""
+        values: dict[str, set[str]] = {}
+        for event in self.facts_of(fact):
+            if event.node:
+                values.setdefault(event.node, set()).update(
+                    event.values.get(key, []) or [str(event.attributes.get(key, ""))])
+        return values

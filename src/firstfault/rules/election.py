@@ -380,6 +380,14 @@ def before_the_start(ws: Workspace) -> None:
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
 
 
+def workload_completed(ws: Workspace) -> bool:
+    """The scheduler recorded the workload COMPLETED, or, where no scheduler state was recorded, a line reported its
+    completion (a step that completed inside a job the scheduler failed is not the workload's end)."""
+    recorded = normalise_state(ws.context.scheduler_state)
+    return recorded == TerminalState.COMPLETED or (
+        recorded == TerminalState.UNKNOWN and any(e.symptom == "Workload completed" for e in ws.events))
+
+
 def every_node_at_once(ws: Workspace, events: list[Event]) -> datetime | None:
     """When the first of `events` (dated ones) came, if every node of a multi-node workload has one and they all came
     within the clock-skew tolerance of it: the same thing happening to all of the nodes at once. None otherwise."""

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType, SourceKind, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, EventType, SourceKind, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import every_node_at_once
+from firstfault.rules.election import every_node_at_once, workload_completed
 
 NVLINK5_CODES = range(144, 151)
 # Bits 25:20 of IntrInfo carry the NETIR link-down reason (decode sheet; gpud calculateSubCode).
@@ -591,7 +591,7 @@ rate, or a completed workload, leave nothing.
         context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"}, expect=Expect(fired=False)),
 ])
 def nvlink_below_its_rate(ws: Workspace) -> None:
-    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED:
+    if workload_completed(ws):
         return
     speeds: dict[str, list[tuple[float, Event]]] = {}
     for fact in ws.events_of(f"{EventType.CONTEXT}.nvlink_speed"):

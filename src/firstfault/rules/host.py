@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import blamed_nodes, every_node_at_once
+from firstfault.rules.election import blamed_nodes, every_node_at_once, workload_completed
 from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, SCHEDULER_NODE_FAILURES, TIME_LIMITS
 
 MCE_UC_BIT = 61
@@ -189,7 +189,7 @@ def downtrained_link_on_one_node(ws: Workspace) -> None:
 def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
     """Promote `name` (a state a node may be in) when exactly one node of a multi-node workload that did not complete
     reported it: the nodes of one workload are alike, so that one differs."""
-    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED or ws.select(prefix="Workload completed"):
+    if workload_completed(ws):
         return
     reports = [s for s in ws.select(prefix=name, status="interesting") if s.node and not s.demoted_by]  # not undone
     if len(ws.context.nodes) > 1 and len({s.node for s in reports}) == 1:
@@ -382,11 +382,9 @@ def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
         return
     node = lost.pop()
     near = timedelta(seconds=REBOOT_AFTER_FAILURE_S)
-    start, end = ws.context.start_time, ws.context.end_time
     faults = [s for s in ws.select(prefix="Cloud reported the instance's host failing", status="interesting", node=node)
               if s.first_time and not ws.undated(s) and (
-                  abs(s.first_time - declared) <= near if declared is not None
-                  else start is not None and end is not None and start <= s.first_time <= end)]
+                  abs(s.first_time - declared) <= near if declared is not None else ws.dated_during_run(s))]
     if faults:
         when = f"at {declared:%H:%M:%S}" if declared is not None else "(its report undated) during the workload"
         _loss_explained(ws, min(faults, key=lambda s: s.sort_key()), reports,

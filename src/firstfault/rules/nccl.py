@@ -401,11 +401,7 @@ Using [0]mlx5_0:1/IB'), the unopened one cost nothing and the warning is demoted
         context={"nodes": ["a"]}, expect=Expect(fired=False, sub_domain="configuration")),
 ])
 def unopened_device_skipped(ws: Workspace) -> None:
-    using: dict[str, set[str]] = {}
-    for event in ws.facts_of("rdma_in_use"):
-        if event.node:
-            using.setdefault(event.node, set()).update(
-                event.values.get("device", []) or [str(event.attributes.get("device", ""))])
+    using = ws.values_by_node("rdma_in_use", "device")
     for s in ws.active(prefix=_NO_INTERFACE_SYMPTOM):
         if s.node in using and all(any(m in e.text for m in _UNOPENED_DEVICE) for e in s.evidence):
             ws.demote(s, f"NCCL skipped the device it could not open and used {', '.join(sorted(using[s.node]))}")
@@ -435,17 +431,10 @@ root candidate (network, that node). Another device of the node (a spare port, W
         expect=Expect(fired=False)),
 ])
 def job_interface_taken_down(ws: Workspace) -> None:
-    used: dict[str, set[str]] = {}
-    for fact in ws.facts_of("ip_map"):
-        if fact.node:
-            used.setdefault(fact.node, set()).update(
-                fact.values.get("interface", []) or [str(fact.attributes.get("interface", ""))])
-    start, end = ws.context.start_time, ws.context.end_time
+    used = ws.values_by_node("ip_map", "interface")
     for down in ws.select(prefix="Interface taken down by NetworkManager", status="interesting"):
-        when = None if ws.undated(down) else down.first_time
-        during = when is not None and (start is None or when >= start) and (end is None or when <= end)
         interfaces = down.value_set("interface") & used.get(down.node or "", set())
-        if during and interfaces:
+        if ws.dated_during_run(down) and interfaces:
             ws.promote(down, f"{sorted(interfaces)[0]} is the interface this node's NCCL used")
 
 

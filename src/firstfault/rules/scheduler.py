@@ -955,12 +955,7 @@ def _own_output(s: WorkSymptom) -> bool:
 def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
     """The symptom happened while the workload ran (not in the collection margin around it). A line of the
     workload's own output (applog: its stdout and stderr) was written while it ran, stamped or not."""
-    if _own_output(s):
-        return True
-    start, end = ws.context.start_time, ws.context.end_time
-    if ws.undated(s) or s.first_time is None or start is None or end is None:
-        return False
-    return start <= s.first_time <= end
+    return _own_output(s) or ws.dated_during_run(s)
 
 
 _KERNEL_KILL_RECORDS = ("Process crashed",)  # the kernel's own record of a process it crashed (host_oom: killed)
