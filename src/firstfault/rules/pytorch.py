@@ -1231,6 +1231,8 @@ def _order(event: Event) -> tuple[bool, float, str]:
 
 BUSY_MARGIN_S = 120.0  # progress this long into a collective's wait is work that went on while peers waited
 _TRAINING_BAR = re.compile(r"\bloss\b", re.IGNORECASE)
+# A tqdm bar's counter and elapsed time ('1582/1818 [30:02<04:26'), drawn on the line the watchdog's report then ended.
+_BAR_ELAPSED = re.compile(r"\|\s*\d+/\d+ \[(?:(\d+):)?(\d+):(\d\d)<[^\]]*\][^|]*Watchdog caught")
 
 
 def _watchdog_line(ts: str, rank: int) -> str:
@@ -1247,7 +1249,10 @@ at least {BUSY_MARGIN_S / 60:.0f} minutes (or a quarter of the wait, if longer) 
 timeout, some rank was working while its peers waited: it was busy outside the collective (an evaluation, sampling or
 indexing loop only it runs) for longer than the timeout. Training-progress lines are not read this way: a step can
 log while a collective it did not wait for is still pending. A `Rank busy outside a collective` root (application, no node
-blamed) is placed at that progress line.
+blamed) is placed at that progress line. A bar without stamps counts when the watchdog's report was printed on the
+bar's own line (tqdm redraws a line without ending it) and the bar's elapsed time matches the wait the report gives
+(within {BUSY_MARGIN_S / 60:.0f} minutes): the loop began when the peers began to wait, and was still running when
+they gave up. A bar on that line whose elapsed time differs (a training bar last drawn before a hang) is not read.
 """, cases=[
     RuleCase(title="rank 0 indexes a file while the others wait", evidence={
         "a/applog": ["2025-01-01T00:10:00Z  35%|████      | 73811/208140 [30:01<54:44, 41.0it/s]"],
@@ -1261,6 +1266,17 @@ blamed) is placed at that progress line.
         "a/applog": ["2025-01-01T00:10:00Z Epoch 2:  35%|████      | 766/2188 [30:01<54:44, 2.06it/s, loss=0.0305]"],
         "b/applog": [_watchdog_line("2025-01-01T00:10:10Z", 9)]},
         expect=Expect(fired=False)),
+    # https://github.com/kohya-ss/sd-scripts/issues/971 (the main process still caching latents after 30 minutes)
+    RuleCase(title="the timeout printed on the line of a bar that had run for 30 minutes", evidence={
+        "a/applog": [" 87%|███▉     | 1582/1818 [30:02<04:26,  1.13s/it][E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, Timeout(ms)=1800000) ran "
+                     "for 1802130 milliseconds before timing out."]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom="Rank busy outside a collective")),
+    RuleCase(title="the timeout printed on the line of a bar that had run for hours (a training bar)", evidence={
+        "a/applog": [" 99%|█████████▉| 23054/23316 [2:22:47<01:34,  2.79it/s][E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, Timeout(ms)=1800000) ran "
+                     "for 1802130 milliseconds before timing out."]},
+        expect=Expect(fired=False)),
     RuleCase(title="a bar that carries no stamp of its own", evidence={
         "a/applog": ["2025-01-01T00:09:00Z starting", " 70%|███████   | 700/1000 [26:57<11:33,  2.31s/it]"],
         "b/applog": [_watchdog_line("2025-01-01T00:10:10Z", 9)]},
@@ -1272,6 +1288,18 @@ def rank_worked_through_the_wait(ws: Workspace) -> None:
         waited = next(iter(event.value_set("ran_ms") or event.value_set("timeout_ms")), None)
         if waited is not None and event.time is not None:
             waits.append((event.time, float(waited) / 1000.0))
+    for event in (e for e in ws.events if e.symptom == "NCCL watchdog timeout"):
+        bar = _BAR_ELAPSED.search(event.evidence.text)
+        ran_ms = next(iter(event.value_set("ran_ms")), None)
+        if bar and ran_ms and not _TRAINING_BAR.search(event.evidence.text[:bar.end()]):
+            hours, minutes, seconds = (int(g or 0) for g in bar.groups())
+            if abs(hours * 3600 + minutes * 60 + seconds - float(ran_ms) / 1000.0) <= BUSY_MARGIN_S:
+                ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Rank busy outside a collective",
+                                 evidence=event.evidence, time=event.time, attributes={
+                                     "meaning": f"a progress bar that had run {hours * 60 + minutes} min, as "
+                                                "long as the collective's wait, was being drawn when the watchdog gave "
+                                                "up: a rank was working while its peers waited"}))
+                return
     if not waits:
         return
     timed_out, waited_s = min(waits)
