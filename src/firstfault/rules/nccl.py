@@ -329,6 +329,12 @@ def _odd_one_out(names: dict[str, set[str]]) -> str | None:
     return None
 
 
+def _other_root_found(ws: Workspace) -> bool:
+    """A root candidate other than the scheduler's ending of the run is on the event stream."""
+    return any(definition.role == "root" and definition.sub_domain != SubDomain.SCHEDULER
+               for definition in (ws.catalog.symptom(e.symptom or "") for e in ws.events_of(EventType.NODE_BAD)))
+
+
 _ODD_NETWORK_SYMPTOM = "NCCL network differs between nodes"
 
 
@@ -371,13 +377,45 @@ def network_differs_between_nodes(ws: Workspace) -> None:
     odd = _odd_one_out({node: set(names) for node, names in networks.items()})
     if odd is None or "Socket" in networks[odd]:
         return
-    for event in ws.events_of(EventType.NODE_BAD):
-        definition = ws.catalog.symptom(event.symptom or "")
-        if definition.role == "root" and definition.sub_domain != SubDomain.SCHEDULER:
-            return
+    if _other_root_found(ws):
+        return
     first = min(networks[odd].values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_NETWORK_SYMPTOM, evidence=first.evidence,
                      time=first.time, attributes={"network": min(networks[odd])}))
+
+
+_FAMILIES_DIFFER = "NCCL bootstrap address families differ between nodes"
+
+
+@filter_rule("BootstrapFamiliesDiffer", phase=Phase.FILTER, doc=f"""
+NCCL's bootstrap prints the interface and address each node's ranks advertise ('Bootstrap : Using bond0:10.44.0.12<0>',
+or an IPv6 address such as an IPoIB link-local 'ib0:fe80::...%ib0'). When some nodes of the workload advertise only
+IPv4 addresses and others only IPv6 ones, the two groups cannot connect, and when the run has no other root candidate
+than the scheduler's ending of it (a hang in the bootstrap to a time limit, NCCL's own downstream errors), `{_FAMILIES_DIFFER}`
+is placed (configuration, no node blamed) at the first IPv6 line. One family everywhere leaves nothing.
+""", cases=[
+    RuleCase(title="one node on ib0's link-local address, the other on bond0; the job hangs to its time limit", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:fe80::a288:c203:d2:aaf2%ib0<0>",
+                     "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON a CANCELLED AT 2025-01-01T01:59:00 DUE "
+                     "TO TIME LIMIT ***"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using bond0:10.44.0.12<0>"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_FAMILIES_DIFFER)),
+    RuleCase(title="IPv6 on every node", evidence={
+        n + "/applog": [f"2025-01-01T00:00:01Z {n}:1:1 [0] NCCL INFO Bootstrap : Using ib0:fe80::a288:c203:d2:aaf{i}"
+                        "%ib0<0>"] for i, n in enumerate("ab")},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def bootstrap_families_differ(ws: Workspace) -> None:
+    ipv6 = {e.node: e for e in reversed(ws.events_of(f"{EventType.CONTEXT}.bootstrap_ipv6")) if e.node}
+    ipv4 = {e.node for e in ws.events_of(f"{EventType.CONTEXT}.ip_map") if e.node and "Bootstrap" in e.evidence.text}
+    if not set(ipv6) - ipv4 or not ipv4 - set(ipv6):
+        return
+    if _other_root_found(ws):
+        return
+    first = min(ipv6.values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_FAMILIES_DIFFER, evidence=first.evidence,
+                     time=first.time))
 
 
 _NO_INTERFACE_SYMPTOM = "NCCL: no usable network interface"
