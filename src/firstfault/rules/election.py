@@ -196,8 +196,17 @@ device or fabric up (a symptom marked `setup`: NVLink SHARP's multicast set-up, 
 every node, and its sub_domain becomes configuration: the devices are fine, the way every node sets them up is not.
 Nodes the scheduler declared failed together with no fault of their own on record (the root is the scheduler's
 node-failure report, naming two or more nodes) lost something they share - a power feed, a switch - more likely than
-each its own hardware: none is blamed.
+each its own hardware: none is blamed. So did nodes whose network links all failed in the same moment (within the
+clock-skew tolerance), every node of the job: their switch went down or was reconfigured.
 """, cases=[
+    RuleCase(title="the RoCE links of both nodes go down in the same second", evidence={
+        f"n{i}/syslog": [f"Jan  1 00:10:07 n{i} kernel: [625205.000000] mlx5_core 0000:0c:00.0 enp12s0f0np0: Link down"]
+        for i in range(2)},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=True, culprits=[], sub_domain="network")),
+    RuleCase(title="one node's link down, the other's minutes later", evidence={
+        "n0/syslog": ["Jan  1 00:10:07 n0 kernel: [625205.000000] mlx5_core 0000:0c:00.0 enp12s0f0np0: Link down"],
+        "n1/syslog": ["Jan  1 00:19:41 n1 kernel: [614405.300000] mlx5_core 0000:0c:00.0 enp12s0f0np0: Link down"]},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=False, culprits=["n0"], sub_domain="network")),
     RuleCase(title="same xid everywhere", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:0{i} n{i} kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
         for i in range(4)},
@@ -234,7 +243,13 @@ def systemic_guard(ws: Workspace) -> None:
                         and all(s.definition.setup for s in ws.decision.root))
     everywhere = total >= 2 and len(culprits) == total and ws.decision.sub_domain not in HARDWARE
     lost_together = len(culprits) >= 2 and ws.decision.sub_domain == SubDomain.SCHEDULER
-    if lost_together:
+    links_together = (total >= 2 and len(culprits) == total and ws.decision.sub_domain == SubDomain.NETWORK
+                      and _all_at_once(ws, ws.decision.root))
+    if links_together:
+        ws.note("systemic", f"{ws.decision.root[0].name} on all {total} nodes in the same moment: the switch or fabric "
+                "they share changed, not each node's NIC; no node is blamed")
+        ws.decision.culprits = {}
+    elif lost_together:
         ws.note("systemic", f"the scheduler declared {len(culprits)} nodes failed together, none with a fault of its own "
                 "on record: a cause they share (power, a switch), no single node is blamed")
         ws.decision.culprits = {}
@@ -248,6 +263,12 @@ def systemic_guard(ws: Workspace) -> None:
         ws.note("systemic", f"{ws.decision.root[0].name} blames {len(culprits)} of {total} nodes: "
                 "a shared cause, no single node is blamed")
         ws.decision.culprits = {}
+
+
+def _all_at_once(ws: Workspace, reports: list[WorkSymptom]) -> bool:
+    """Every report carries a time of its own and they all began within the clock-skew tolerance of each other."""
+    times = [s.first_time for s in reports if not ws.undated(s) and s.first_time is not None]
+    return len(times) == len(reports) and max(times) - min(times) <= timedelta(seconds=ws.params.clock_skew_s)
 
 
 @refiner("DemoteExplained", phase=Phase.FINAL, after=("SystemicGuard",), doc="""
