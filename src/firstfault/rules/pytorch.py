@@ -162,7 +162,7 @@ def _reports_elsewhere(title: str, line: str) -> RuleCase:
     return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
 
 
-@filter_rule("PythonExceptionFamily", phase=Phase.FILTER, doc="""
+@filter_rule("PythonExceptionFamily", phase=Phase.FILTER, after=("ContainerHookReason",), doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
