@@ -228,9 +228,10 @@ healthy), its CPUs throttled, or its machine checks logged corrected errors, at 
 that node alone lost, with no orderly shutdown logged on it, went down from what it warned of: a part overheating or
 failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a kernel message, a runtime that stopped
 answering makes the kubelet report the node NotReady, and the declared failure is what that looks like from outside. The node's earliest warning becomes the
-root candidate (host) and the scheduler's reports of that node are demoted. A warning after the declaration, a
-declaration naming several nodes, or a kind of warning other nodes gave in the same minutes too (a room too hot,
-corrected errors every node logs) is left alone.
+root candidate (host) and the scheduler's reports of that node are demoted. When no report of the loss carries a time
+of its own (`kubectl get events` prints ages), the workload's recorded end stands for the declaration: the loss came
+before it. A warning after the declaration, a declaration naming several nodes, or a kind of warning other nodes gave
+in the same minutes too (a room too hot, corrected errors every node logs) is left alone.
 """, cases=[
     RuleCase(title="a retimer's sensor warns, then the node stops answering", evidence={
         "b/syslog": ["2025-01-01T00:20:03+00:00 b gpu-monitor[2210]: ipmi: Temperature sensor #0x10 | Upper Non-critical "
@@ -263,6 +264,15 @@ corrected errors every node logs) is left alone.
                      "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"],
         "a/scheduler": ["2025-01-01T00:11:40Z   Warning   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
         context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Node's container runtime stopped answering (PLEG)")),
+    # kubectl get events prints ages, not times: the loss is known only to have come before the workload's end
+    RuleCase(title="PLEG stalls, then an undated NotReady event", evidence={
+        "b/syslog": ["Jan  1 00:10:32 b kubelet[1734]: I0101 00:10:32.000000    1734 kubelet.go:1895] skipping pod "
+                     "synchronization - [PLEG is not healthy: pleg was last seen active 3m1.597123s ago; threshold is 3m0s]"],
+        "a/scheduler": ["Normal NodeNotReady node/b Node b status is now: NodeNotReady"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:40:00Z"},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"],
                       root_symptom="Node's container runtime stopped answering (PLEG)")),
     RuleCase(title="a PLEG stall the node recovered from", evidence={
@@ -320,9 +330,11 @@ def _node_loss(ws: Workspace) -> tuple[set[str], datetime | None, list[WorkSympt
 
 
 def _one_node_lost(ws: Workspace) -> tuple[str, datetime, list[WorkSymptom]] | None:
-    """The one node the node-failure reports name, when they first declared it, and the reports; None when they name
-    several nodes or none, or carry no time."""
+    """The one node the node-failure reports name, when they first declared it (when no report carries a time of its
+    own, `kubectl get events`' relative ages, the workload's recorded end: the loss came before it), and the reports;
+    None when they name several nodes or none, or no time is known."""
     lost, declared, reports = _node_loss(ws)
+    declared = declared or ws.context.end_time
     if len(lost) != 1 or declared is None:
         return None
     return lost.pop(), declared, reports
