@@ -119,9 +119,16 @@ _PROGRAM_ERRNOS = {2: "No such file or directory", 9: "Bad file descriptor", 14:
 _ERRNO = re.compile(r"\[Errno (\d{1,3})\] ([^:\n']+)")
 
 
+# transformers' OSError for a model or checkpoint directory without the file it names (utils/hub.py): ENOENT in the
+# library's own words, the path the program was given.
+_LIBRARY_MISSING_FILE = re.compile(r"does not appear to have a file named \S+")
+
+
 def _program_errno(text: str) -> bool:
     match = _ERRNO.search(text)
-    return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
+    if match is None:
+        return _LIBRARY_MISSING_FILE.search(text) is not None
+    return _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
 
 
 # Extractors whose events another rule consumes and replaces with its reading (the CUDA error code's meaning).
@@ -174,7 +181,9 @@ not be reached (gRPC's 'failed to connect to all addresses', a refused connectio
 server's 5xx reply ('Error code: 500', '500 Server Error'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
-address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS) is kept as the program's.
+address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS), or transformers' OSError
+for a directory without the file it names ('does not appear to have a file named config.json'), is kept as the
+program's.
 """, cases=[
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
@@ -226,6 +235,13 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
     RuleCase(title="a container state's reason in a controller's log of a pod", evidence={"n1/applog": [
         "      Reason:       StartError"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    # https://github.com/HEISENYAN/openvla-oft/blob/4257e4f497a0c81a68064614dbf4575f1552ef1c/slurm.out (a policy server
+    # started on a checkpoint directory without its config)
+    RuleCase(title="transformers' OSError for a directory without the file it needs", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z OSError: /home/user/ws/aloha_adjust_bottle_100000 does not appear to have a file named "
+        "config.json. Checkout 'https://huggingface.co//home/user/ws/aloha_adjust_bottle_100000/tree/None' for "
+        "available files."]},
+        expect=Expect(sub_domain="application", culprits=[], root_symptom="Python exception")),
     RuleCase(title="an OSError whose errno says the program's call was wrong", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z OSError: [Errno 14] Bad address"]},
         expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
