@@ -268,7 +268,8 @@ def systemic_guard(ws: Workspace) -> None:
 def _all_at_once(ws: Workspace, reports: list[WorkSymptom]) -> bool:
     """Every report carries a time of its own and they all began within the clock-skew tolerance of each other."""
     times = [s.first_time for s in reports if not ws.undated(s) and s.first_time is not None]
-    return len(times) == len(reports) and max(times) - min(times) <= timedelta(seconds=ws.params.clock_skew_s)
+    return bool(times) and len(times) == len(reports) and max(times) - min(times) <= timedelta(
+        seconds=ws.params.clock_skew_s)
 
 
 @refiner("DemoteExplained", phase=Phase.FINAL, after=("SystemicGuard",), doc="""
