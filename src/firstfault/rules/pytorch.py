@@ -126,9 +126,7 @@ _LIBRARY_MISSING_FILE = re.compile(r"does not appear to have a file named \S+")
 
 def _program_errno(text: str) -> bool:
     match = _ERRNO.search(text)
-    if match is None:
-        return _LIBRARY_MISSING_FILE.search(text) is not None
-    return _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
+    return match is not None and _PROGRAM_ERRNOS.get(int(match.group(1))) == match.group(2).strip()
 
 
 # Extractors whose events another rule consumes and replaces with its reading (the CUDA error code's meaning).
@@ -282,7 +280,8 @@ def python_exception_family(ws: Workspace) -> None:
         name = _innermost_exception(event.evidence.text, str(event.attributes.get("exception", "")))
         if explained(event):
             ws.drop(event, f"{name}: another rule explains this line")
-        elif name in _ERRNO_WRAPPERS and _program_errno(event.evidence.text):
+        elif name in _ERRNO_WRAPPERS and (_program_errno(event.evidence.text)
+                                          or _LIBRARY_MISSING_FILE.search(event.evidence.text)):
             continue
         elif name in NOT_THE_PROGRAMS_FAULT or name.endswith(_FAILED_SUFFIXES) or _NAMES_A_FAILURE.search(name):
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
@@ -1310,11 +1309,8 @@ def rank_worked_through_the_wait(ws: Workspace) -> None:
         if bar and ran_ms and not _TRAINING_BAR.search(event.evidence.text[:bar.end()]):
             hours, minutes, seconds = (int(g or 0) for g in bar.groups())
             if abs(hours * 3600 + minutes * 60 + seconds - float(ran_ms) / 1000.0) <= BUSY_MARGIN_S:
-                ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Rank busy outside a collective",
-                                 evidence=event.evidence, time=event.time, attributes={
-                                     "meaning": f"a progress bar that had run {hours * 60 + minutes} min, as "
-                                                "long as the collective's wait, was being drawn when the watchdog gave "
-                                                "up: a rank was working while its peers waited"}))
+                _emit_busy_rank(ws, event, event.time, f"a progress bar that had run {hours * 60 + minutes} min, as "
+                                "long as the collective's wait, was being drawn when the watchdog gave up")
                 return
     if not waits:
         return
@@ -1329,13 +1325,16 @@ def rank_worked_through_the_wait(ws: Workspace) -> None:
                    if t is not None and busy_from <= t <= until), None)
         if at is None:
             continue
-        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Rank busy outside a collective",
-                         evidence=event.evidence, time=at, attributes={
-                             "meaning": f"progress on {event.node or '-'} at {at:%H:%M:%S}, "
-                                        f"{(at - began).total_seconds() / 60:.0f} min into a {waited_s / 60:.0f}-min "
-                                        "collective wait that then timed out: a rank was working while its peers "
-                                        "waited"}))
+        _emit_busy_rank(ws, event, at, f"progress on {event.node or '-'} at {at:%H:%M:%S}, "
+                        f"{(at - began).total_seconds() / 60:.0f} min into a {waited_s / 60:.0f}-min collective wait "
+                        "that then timed out")
         return
+
+
+def _emit_busy_rank(ws: Workspace, event: Event, at: datetime | None, seen: str) -> None:
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom="Rank busy outside a collective",
+                     evidence=event.evidence, time=at,
+                     attributes={"meaning": f"{seen}: a rank was working while its peers waited"}))
 
 
 # Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
