@@ -1084,6 +1084,53 @@ def tiny_mapping_refused(ws: Workspace) -> None:
                       "process's mapping limit, not the host's memory")
 
 
+_RANK_TWICE = "Global rank claimed on two nodes"
+RANK_CLAIM_WINDOW_S = 60.0  # claims this close are one start-up; further apart, a restart that moved the ranks
+
+
+def _claim_line(rank: str, world: int) -> str:
+    return f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {int(rank) + 1}/{world}"
+
+
+@filter_rule("GlobalRankOnTwoNodes", phase=Phase.FILTER, doc=f"""
+A run's global ranks are distinct. When processes on two nodes initialise with the same global rank and world size
+(Lightning's 'Initializing distributed: GLOBAL_RANK: R, MEMBER: R+1/N') within {RANK_CLAIM_WINDOW_S:.0f} s of each other,
+every node was given the same node rank: `{_RANK_TWICE}` (configuration, no node blamed) is placed at the second
+node's claim. Claims further apart are a restart that placed the ranks anew; claims without a time of their own
+are not compared.
+""", cases=[
+    RuleCase(title="two nodes both start ranks 0 and 1 of four", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(r), 4)}" for i, r in enumerate((0, 1))]
+        + ["2025-01-01T00:01:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, internal error, NCCL "
+           "version 2.14.3"] for n in "ab"},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_RANK_TWICE)),
+    RuleCase(title="distinct ranks on each node", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(2 * k + i), 4)}" for i in range(2)]
+        for k, n in enumerate("ab")}, context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    RuleCase(title="rank 1 moved to another node when the workers restarted", evidence={
+        "a/applog": [f"2025-01-01T00:00:00Z {_claim_line('1', 2)}"],
+        "b/applog": [f"2025-01-01T00:20:00Z {_claim_line('1', 2)}"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def global_rank_on_two_nodes(ws: Workspace) -> None:
+    claims: dict[tuple[str, str], list[tuple[datetime, Event]]] = {}
+    for event in ws.events_of(f"{EventType.CONTEXT}.global_rank"):
+        at = _dated(event)
+        if event.node and at is not None:
+            for rank in event.value_set("global_rank"):
+                for world in event.value_set("world"):
+                    claims.setdefault((rank, world), []).append((at, event))
+    window = timedelta(seconds=RANK_CLAIM_WINDOW_S)
+    clashes = [max(one, other, key=lambda c: (c[0], c[1].node or ""))
+               for events in claims.values() for i, one in enumerate(events) for other in events[i + 1:]
+               if one[1].node != other[1].node and abs(one[0] - other[0]) <= window]
+    if clashes:
+        at, second = min(clashes, key=lambda c: (c[0], c[1].node or ""))
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=second.node, symptom=_RANK_TWICE, evidence=second.evidence,
+                         time=at))
+
+
 _RENDEZVOUS_TIMEOUT = "Rendezvous or store timeout"
 # Symptoms that show the ranks did meet: progress, or collectives that ran (and timed out or failed) between them.
 _RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL heartbeat monitor timeout",
