@@ -18,6 +18,7 @@ from datetime import timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.election import workload_completed
 from firstfault.rules.host import DEAD_NODE_ECHO_S
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -382,6 +383,45 @@ def network_differs_between_nodes(ws: Workspace) -> None:
     first = min(networks[odd].values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_NETWORK_SYMPTOM, evidence=first.evidence,
                      time=first.time, attributes={"network": min(networks[odd])}))
+
+
+_ODD_DRIVER = "CUDA driver differs on one node"
+
+
+@filter_rule("DriverDiffersOnOneNode", phase=Phase.FILTER, doc=f"""
+NCCL prints the CUDA driver version on every rank it initialises ('cudaDriverVersion 12040'). The nodes of one
+workload are installed alike: when every node but one (at least two others) read the same version and the odd node
+another, and the run did not complete and has no other root candidate than the scheduler's ending of it (a hang to a
+time limit, NCCL's own downstream errors), `{_ODD_DRIVER}` names the odd node (gpu). Two versions spread over several
+nodes, or a completed run, leave nothing.
+""", cases=[
+    RuleCase(title="one node on a newer driver; the collective hangs to the time limit", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:01Z {n}:1:1 [0] NCCL INFO cudaDriverVersion {v}"]
+        for n, v in (("a", 12040), ("b", 12040), ("c", 12080))}
+        | {"a/scheduler": ["[2025-01-01T01:59:58.114] Time limit exhausted for JobId=1"]},
+        context={"nodes": ["a", "b", "c"], "scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_ODD_DRIVER)),
+    RuleCase(title="the same in a run that completed", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:01Z {n}:1:1 [0] NCCL INFO cudaDriverVersion {v}"]
+        for n, v in (("a", 12040), ("b", 12040), ("c", 12080))},
+        context={"nodes": ["a", "b", "c"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False, sub_domain="none")),
+    RuleCase(title="two nodes only: which one is odd is not known", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:01Z {n}:1:1 [0] NCCL INFO cudaDriverVersion {v}"]
+        for n, v in (("a", 12040), ("b", 12080))},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def driver_differs_on_one_node(ws: Workspace) -> None:
+    reports = [e for e in ws.events_of(f"{EventType.CONTEXT}.cuda_driver") if e.node]
+    versions: dict[str, set[str]] = {}
+    for event in reports:
+        versions.setdefault(str(event.node), set()).update(event.value_set("version"))
+    odd = _odd_one_out(versions)
+    if odd is None or workload_completed(ws) or _other_root_found(ws):
+        return
+    first = min((e for e in reports if e.node == odd), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_DRIVER, evidence=first.evidence, time=first.time))
 
 
 _FAMILIES_DIFFER = "NCCL bootstrap address families differ between nodes"
