@@ -33,6 +33,9 @@ AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make 
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
 FLAPPING_DOWNS = 3
+# A node's own reports of its fabric port going down, and of it coming back (InfiniBand/RoCE, Slingshot).
+LINK_DOWN_EVENTS = ("IB port error", "IB link down", "Slingshot link down")
+_LINK_UP_EVENTS = ("IB port active", "IB link up", "Slingshot link up")
 # Work a port posted while it was down fails only when its transport retries run out: NCCL_IB_TIMEOUT (18 or 20 by
 # NCCL version: 4.096 us x 2^timeout, 1.1-4.3 s per attempt) times 1 + NCCL_IB_RETRY_CNT (7) - up to ~35 s.
 IB_RETRY_BUDGET_S = 35.0
@@ -490,11 +493,11 @@ out of retries.
 ])
 def recovered_link_flap(ws: Workspace) -> None:
     window = timedelta(seconds=FLAP_RECOVERY_S)
-    for down in ws.active(prefix="IB port error") + ws.active(prefix="IB link down"):
+    for down in [s for name in LINK_DOWN_EVENTS for s in ws.active(prefix=name)]:
         last = down.last_time or down.first_time
         if last is None or down.count >= FLAPPING_DOWNS:
             continue
-        for up in ws.select(node=down.node, prefix="IB port active") + ws.select(node=down.node, prefix="IB link up"):
+        for up in [s for name in _LINK_UP_EVENTS for s in ws.select(node=down.node, prefix=name)]:
             up_last = up.last_time or up.first_time
             if up_last is not None and last <= up_last <= last + window and not _traffic_failed(ws, down, up_last):
                 ws.demote(down, f"the port came back ({up.name}) {(up_last - last).total_seconds():.0f} s after "

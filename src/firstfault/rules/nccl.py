@@ -19,13 +19,12 @@ from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import workload_completed
-from firstfault.rules.host import DEAD_NODE_ECHO_S
+from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 # A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the
 # clock-skew tolerance after it) is corroborated by its own kernel: the NIC that stopped answering is its NIC.
 OWN_LINK_WINDOW_S = 300.0
-_OWN_LINK_EVENTS = ("IB link down", "IB port error")
 
 
 def _resolve(ws: Workspace, peer: str) -> str | None:
@@ -107,7 +106,7 @@ def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool
     before, after = timedelta(seconds=OWN_LINK_WINDOW_S), timedelta(seconds=ws.params.clock_skew_s)
     return any(event.first_time is not None and not ws.undated(event)
                and first - before <= (event.last_time or event.first_time) and event.first_time <= first + after
-               for name in _OWN_LINK_EVENTS for event in ws.select(node=peer, prefix=name))
+               for name in LINK_DOWN_EVENTS for event in ws.select(node=peer, prefix=name))
 
 
 def _routable(address: str) -> bool:
