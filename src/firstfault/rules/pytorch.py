@@ -1384,6 +1384,58 @@ def _emit_busy_rank(ws: Workspace, event: Event, at: datetime | None, seen: str)
                      attributes={"meaning": f"{seen}: a rank was working while its peers waited"}))
 
 
+STORE_TIMEOUT_MIN_S = 300.0  # c10d's Store::kDefaultTimeout: no store wait gives up sooner unless a program sets it
+# A tqdm bar's elapsed time, before the remaining one ('1582/1818 [30:02<04:26').
+_ELAPSED = re.compile(r"\|\s*\d+/\d+ \[(?:(\d+):)?(\d+):(\d\d)<")
+
+
+@filter_rule("RankWorkedThroughTheStoreWait", phase=Phase.FILTER, after=("RankWorkedThroughTheWait",), doc=f"""
+Ranks that wait at a barrier on the TCPStore (a `Rendezvous or store timeout`: 'DistStoreError: Socket Timeout',
+'wait timeout after N ms') give up after the store's timeout, at least {STORE_TIMEOUT_MIN_S / 60:.0f} minutes unless the
+program sets a shorter one (c10d's default). When, within {BUSY_MARGIN_S / 60:.0f} minutes before the first such
+timeout, a tqdm bar that reports no loss (a preprocessing, indexing or evaluation loop, not the training loop) printed a
+line with a stamp of its own showing that its loop had already run at least that long (the elapsed time the bar
+prints, plus how long it went on being drawn), that loop was running through the wait: the rank drawing it was busy outside the barrier the others waited at (rank 0 tokenising a dataset while
+the rest wait). A `Rank busy outside a collective` root (application, no node blamed) is placed at that line.
+""", cases=[
+    RuleCase(title="rank 0 maps a dataset for 30 minutes while the others wait at the store", evidence={
+        "a/applog": ["2025-01-01T00:40:00Z Map (num_proc=64):  99%|█████████▉| 133813/135065 [29:59<00:16, 41.0 "
+                     "examples/s]"],
+        "b/applog": ["2025-01-01T00:41:00Z [rank9]: torch.distributed.DistStoreError: Socket Timeout"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom="Rank busy outside a collective")),
+    RuleCase(title="a loop that began just before the timeout", evidence={
+        "a/applog": ["2025-01-01T00:40:00Z Map (num_proc=64):  10%|█         | 13506/135065 [01:30<13:30, 150.0 "
+                     "examples/s]"],
+        "b/applog": ["2025-01-01T00:41:00Z [rank9]: torch.distributed.DistStoreError: Socket Timeout"]},
+        expect=Expect(fired=False)),
+    RuleCase(title="a long loop that ended well before the timeout", evidence={
+        "a/applog": ["2025-01-01T00:20:00Z Map (num_proc=64): 100%|██████████| 135065/135065 [29:59<00:00, 75.0 "
+                     "examples/s]"],
+        "b/applog": ["2025-01-01T00:41:00Z [rank9]: torch.distributed.DistStoreError: Socket Timeout"]},
+        expect=Expect(fired=False)),
+])
+def rank_worked_through_the_store_wait(ws: Workspace) -> None:
+    if any(e.symptom == "Rank busy outside a collective" for e in ws.events):
+        return
+    gave_up = [t for t in (_dated(e) for e in ws.events if e.symptom == _RENDEZVOUS_TIMEOUT
+                           and "GetKeyValue" not in e.evidence.text) if t is not None]
+    if not gave_up:
+        return
+    first = min(gave_up)
+    since, until = first - timedelta(seconds=BUSY_MARGIN_S), first + timedelta(seconds=ws.params.clock_skew_s)
+    for event in sorted((e for e in ws.events if e.symptom == "Progress bar"), key=_order):
+        at, elapsed = _dated(event), _ELAPSED.search(event.evidence.text)
+        if at is None or elapsed is None or _TRAINING_BAR.search(event.evidence.text) or not since <= at <= until:
+            continue
+        hours, minutes, seconds = (int(g or 0) for g in elapsed.groups())
+        # the elapsed time its (first) line shows, plus how long the bar went on being drawn after that line
+        ran = hours * 3600 + minutes * 60 + seconds + (at - (event.time or at)).total_seconds()
+        if ran >= STORE_TIMEOUT_MIN_S:
+            _emit_busy_rank(ws, event, at, f"a loop on {event.node or '-'} that had run {ran / 60:.0f} min was still "
+                            f"drawing its bar at {at:%H:%M:%S}, as the ranks waiting at the store gave up")
+            return
+
+
 # Reports that a kernel touched memory or ran code it should not: the program's bug or a faulty GPU (CUDA 700/715
 # and the host's Xid 13 / Xid 31 for the same event). Where they recur tells the two apart.
 KERNEL_FAULT_REPORTS = ("CUDA illegal memory access", "XID-13", "XID-31")
