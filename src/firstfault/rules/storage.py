@@ -94,30 +94,23 @@ def _stuck_while(ws: Workspace, stall: WorkSymptom, began: datetime, answered: d
 _FS_CLIENT_ERROR = "Parallel filesystem client error"
 
 
-@refiner("LnetRecoveryPingsAlone", phase=Phase.CLEAN, doc=f"""
+@filter_rule("LnetRecoveryPingsAreHealthChecks", phase=Phase.FILTER, after=("PythonExceptionFamily",), doc=f"""
 LNet's health feature marks a peer interface unhealthy, routes around it and keeps pinging it; each failed ping is an
-'LNetError: ... lnet_handle_recovery_reply()) peer NI (<nid>) recovery failed' line. A node whose only
-`{_FS_CLIENT_ERROR}` lines are such pings had no filesystem operation fail: the symptom is demoted to context.
+'LNetError: ... lnet_handle_recovery_reply()) peer NI (<nid>) recovery failed' line. No filesystem operation failed
+in it: such lines are set aside and do not make or date a `{_FS_CLIENT_ERROR}`.
 """, cases=[
     RuleCase(title="recovery pings to a router's interface, nothing else", evidence={"n1/syslog": [
         f"Jan  1 00:{m:02d}:41 n1 kernel: LNetError: 2933:0:(lib-move.c:4005:lnet_handle_recovery_reply()) peer NI "
         "(10.253.2.18@kfi) recovery failed with -110" for m in (10, 20, 30)]},
-        expect=Expect(fired=True, demoted=[_FS_CLIENT_ERROR])),
-    RuleCase(title="recovery pings and an RDMA timeout", evidence={"n1/syslog": [
-        "Jan  1 00:10:41 n1 kernel: LNetError: 2933:0:(lib-move.c:4005:lnet_handle_recovery_reply()) peer NI "
-        "(10.253.2.18@kfi) recovery failed with -110",
+        expect=Expect(fired=True, sub_domain="unknown")),
+    RuleCase(title="an RDMA timeout to a server", evidence={"n1/syslog": [
         "Jan  1 00:11:02 n1 kernel: LNetError: 2871:0:(o2iblnd_cb.c:3410:kiblnd_check_conns()) Timed out RDMA with "
         "10.30.0.14@o2ib (52): c: 0, oc: 0, rc: 8"]},
         expect=Expect(fired=False, active=[_FS_CLIENT_ERROR])),
 ])
-def lnet_recovery_pings_alone(ws: Workspace) -> None:
-    pings: dict[str, int] = {}
-    for event in ws.facts_of("lnet_recovery_ping"):
-        if event.node:
-            pings[event.node] = pings.get(event.node, 0) + event.count
-    for s in ws.active(prefix=_FS_CLIENT_ERROR):
-        if s.node and s.count <= pings.get(s.node, 0):
-            ws.demote(s, f"its {s.count} line(s) are LNet's recovery pings to a peer interface it routes around")
+def lnet_recovery_pings_are_health_checks(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.value_set("health")]:
+        ws.drop(event, "LNet health's recovery ping to a peer interface it routes around, not a filesystem operation")
 
 
 @refiner("NetworkBlockDeviceIsNotLocal", phase=Phase.REFINE_EARLY, doc="""
