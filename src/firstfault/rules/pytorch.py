@@ -38,10 +38,12 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "ProcessExitedException", "ProcessRaisedException",
     # Ray: an actor, worker, node or object owner died elsewhere (ray.exceptions); a remote task's exception wrapped
     # for its caller (RayTaskError; ray.get's RayGetError before Ray 0.7); Ray Train's run-level error after a
-    # worker failed ("Please inspect the previous error messages")
+    # worker failed ("Please inspect the previous error messages"), and Train v2's WorkerGroupError ('Training failed
+    # due to worker errors:', each worker's exception after it)
     "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "RayTaskError",
     "RayGetError",
     "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
+    "WorkerGroupError",
     # vLLM: the API server's report that its engine core process died ('EngineCore encountered an issue'; before V1,
     # AsyncEngineDeadError's 'Background loop has errored already'); why it died is in the engine's or worker's lines
     "EngineDeadError", "AsyncEngineDeadError",
