@@ -1397,8 +1397,9 @@ Ranks that wait at a barrier on the TCPStore (a `Rendezvous or store timeout`: '
 program sets a shorter one (c10d's default). When, within {BUSY_MARGIN_S / 60:.0f} minutes before the first such
 timeout, a tqdm bar that reports no loss (a preprocessing, indexing or evaluation loop, not the training loop) printed a
 line with a stamp of its own showing that its loop had already run at least that long (the elapsed time the bar
-prints, plus how long it went on being drawn), that loop was running through the wait: the rank drawing it was busy outside the barrier the others waited at (rank 0 tokenising a dataset while
-the rest wait). A `Rank busy outside a collective` root (application, no node blamed) is placed at that line.
+prints, plus how long it went on being drawn), that loop was running through the wait: the rank drawing it was busy
+outside the barrier the others waited at (rank 0 tokenising a dataset while the rest wait). A `Rank busy outside a
+collective` root (application, no node blamed) is placed at that line.
 """, cases=[
     RuleCase(title="rank 0 maps a dataset for 30 minutes while the others wait at the store", evidence={
         "a/applog": ["2025-01-01T00:40:00Z Map (num_proc=64):  99%|█████████▉| 133813/135065 [29:59<00:16, 41.0 "
