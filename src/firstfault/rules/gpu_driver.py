@@ -264,16 +264,17 @@ _WALKTHROUGH_CASE = RuleCase(
 )
 
 
-_AMD_HANG = "AMD GPU hang"
+_GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")
 _HANG_EVERYWHERE = "The same GPU hang on every node"
-_AMD_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed")
+_GPU_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed", "Intel GPU reset failed")
 
 
 @filter_rule("GpuHangOnEveryNode", phase=Phase.FILTER, doc=f"""
-A GPU hang (ROCm's 'HW Exception by GPU node-N ... reason :GPU Hang') that every node of a multi-node job reports
-within clock_skew_s of the first, while no GPU logged an uncorrectable hardware error or a failed reset, is what the workload's kernels
-did to every GPU they ran on (an index past an embedding table hangs some AMD GPUs instead of raising an error): each
-report becomes `{_HANG_EVERYWHERE}` (application, no node blamed). A hang on some nodes only stays that GPU's.
+A GPU hang (ROCm's 'HW Exception by GPU node-N ... reason :GPU Hang', an Intel driver's 'Timedout job' or 'GPU HANG')
+that every node of a multi-node job reports within clock_skew_s of the first, while no GPU logged an uncorrectable
+hardware error or a failed reset, is what the workload's kernels did to every GPU they ran on (an index past an
+embedding table hangs some AMD GPUs instead of raising an error; a runtime regression hangs every card): each report
+becomes `{_HANG_EVERYWHERE}` (application, no node blamed). A hang on some nodes only stays that GPU's.
 """, cases=[
     # https://github.com/ROCm/legacy-rocm-build/issues/1724 (an out-of-range embedding index; both nodes read the data)
     RuleCase(title="both nodes' GPUs hang within a minute", evidence={
@@ -285,11 +286,16 @@ report becomes `{_HANG_EVERYWHERE}` (application, no node blamed). A hang on som
         "a/applog": ["2025-01-01T00:10:00Z HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang"],
         "b/applog": ["2025-01-01T00:09:00Z step 10 loss 2.1"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+    RuleCase(title="both nodes' Intel GPUs time out a job in the same minute", evidence={
+        f"{n}/syslog": [f"Jan  1 00:10:{i}0 {n} kernel: xe 0000:3d:00.0: [drm] Tile0: GT0: Timedout job: seqno=15, "
+                        "lrc_seqno=15, guc_id=9, flags=0x20 in python [2693]"] for i, n in enumerate("ab")},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom=_HANG_EVERYWHERE)),
 ])
 def gpu_hang_on_every_node(ws: Workspace) -> None:
-    hangs = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _AMD_HANG and e.time is not None]
+    hangs = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _GPU_HANGS and e.time is not None]
     first = every_node_at_once(ws, hangs)
-    if first is None or any(e.symptom in _AMD_HARDWARE for e in ws.events_of(EventType.NODE_BAD)):
+    if first is None or any(e.symptom in _GPU_HARDWARE for e in ws.events_of(EventType.NODE_BAD)):
         return
     for event in hangs:
         ws.reread(event, _HANG_EVERYWHERE, f"every node reported a GPU hang from {first:%H:%M:%S} on, and no GPU a "
