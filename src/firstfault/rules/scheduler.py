@@ -111,6 +111,37 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
 _WARNED = "Tasks killed by an unhandled warning signal"
 
 
+_FIRST_TASK_EXITED = "srun ended the step after its first task exited"
+# srun's report of a task that ended with a non-zero code (not one it killed).
+_TASK_EXIT_CODE = re.compile(r"task \d+: Exited with exit code [1-9]")
+
+
+@refiner("FirstTaskFailedFirst", phase=Phase.REFINE, doc=f"""
+`{_FIRST_TASK_EXITED}` reads the first task's exit as the end of its work. When srun reported a task exiting with a
+non-zero code before its --wait timer ran out ('task N: Exited with exit code C'), the first task failed and its
+failure is the cause: the symptom is demoted.
+""", cases=[
+    RuleCase(title="the first task had finished; srun killed the others", evidence={"a/applog": [
+        "2025-01-01T00:42:25Z srun: First task exited 30s ago",
+        "2025-01-01T00:42:25Z srun: Terminating StepId=1.0",
+        "2025-01-01T00:43:26Z srun: error: b: task 1: Killed"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="configuration", root_symptom=_FIRST_TASK_EXITED)),
+    RuleCase(title="the first task failed", evidence={"a/applog": [
+        "2025-01-01T00:41:55Z srun: error: a: task 0: Exited with exit code 1",
+        "2025-01-01T00:42:25Z srun: First task exited 30s ago",
+        "2025-01-01T00:43:26Z srun: error: b: task 1: Killed"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, demoted=[_FIRST_TASK_EXITED])),
+])
+def first_task_failed_first(ws: Workspace) -> None:
+    for ended in ws.active(prefix=_FIRST_TASK_EXITED):
+        failed = [s for s in ws.select(prefix="Step task failed") if any(_TASK_EXIT_CODE.search(e.text) for e in s.evidence)
+                  and (s.first_time is None or ended.first_time is None or s.first_time <= ended.first_time)]
+        if failed:
+            ws.demote(ended, f"a task exited with an error first ({failed[0].node or '-'}): its failure ended the step")
+
+
 @refiner("UnhandledWarningSignal", phase=Phase.REFINE, doc=f"""
 Tasks srun reports ended by SIGUSR1 or SIGUSR2 ('User defined signal 1') when the job had asked Slurm for that warning
 signal (--signal=USR1@600: sent that many seconds, 60 by default, before the time limit) and they died when it was
