@@ -957,6 +957,44 @@ def scheduler_action_yields(ws: Workspace) -> None:
                       f"{minutes:.0f} min before the cancel, which only ended it")
 
 
+# Kernel reports a node gives while processes are being torn down: a CPU stuck in the kernel as killed processes free
+# their memory and devices.
+_TEARDOWN_STALLS = ("CPU soft lockup",)
+
+
+@refiner("StallsAfterTheEnd", phase=Phase.REFINE, doc=f"""
+When the scheduler ended the workload from outside (a cancel, a time limit, an eviction), a kernel stall that began at
+or after that moment ({", ".join(_TEARDOWN_STALLS)}, dated from when the CPU got stuck) is the teardown's - processes
+killed while freeing their memory and devices - not why the workload ended: it is demoted before the scheduler's
+action is weighed against the other candidates. A stall that began before the action stays a candidate.
+""", cases=[
+    RuleCase(title="soft lockups on one node as the cancelled job's processes are killed", evidence={
+        "a/applog": ["2025-01-01T03:05:10Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T03:05:10 ***"],
+        "b/syslog": ["Jan  1 03:05:34 b kernel: [295714.000000] watchdog: BUG: soft lockup - CPU#113 stuck for 22s! "
+                     "[python:884211]"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "CANCELLED", "exit_code": "0:15",
+                 "start_time": "2025-01-01T02:00:00Z", "end_time": "2025-01-01T03:06:13Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["CPU soft lockup"])),
+    RuleCase(title="a node stuck before the cancel", evidence={
+        "a/applog": ["2025-01-01T03:05:10Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T03:05:10 ***"],
+        "b/syslog": ["Jan  1 03:01:34 b kernel: [295714.000000] watchdog: BUG: soft lockup - CPU#113 stuck for 22s! "
+                     "[python:884211]"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "CANCELLED", "exit_code": "0:15",
+                 "start_time": "2025-01-01T02:00:00Z", "end_time": "2025-01-01T03:06:13Z"},
+        expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+])
+def stalls_after_the_end(ws: Workspace) -> None:
+    ended = [s.first_time for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)
+             if s.first_time is not None and not ws.undated(s)]
+    if not ended:
+        return
+    end = min(ended)
+    for stall in [s for name in _TEARDOWN_STALLS for s in ws.active(prefix=name)]:
+        if stall.first_time is not None and not ws.undated(stall) and stall.first_time >= end:
+            ws.demote(stall, f"stuck from {stall.first_time:%H:%M:%S}, after the scheduler ended the workload at "
+                             f"{end:%H:%M:%S}: its processes' teardown")
+
+
 CANCELLED_AFTER_FAILURE_S = 300.0  # a cancel this long after the program reported failing is a reaction to it
 
 
