@@ -962,26 +962,25 @@ def scheduler_action_yields(ws: Workspace) -> None:
 _TEARDOWN_STALLS = ("CPU soft lockup",)
 
 
+def _lockup_and_cancel(title: str, stuck_at: str, expect: Expect) -> RuleCase:
+    """A rule case: a cancel at 03:05:10 on node a, a soft lockup reported on node b at `stuck_at` (stuck for 22 s)."""
+    return RuleCase(title=title, evidence={
+        "a/applog": ["2025-01-01T03:05:10Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T03:05:10 ***"],
+        "b/syslog": [f"Jan  1 {stuck_at} b kernel: [295714.000000] watchdog: BUG: soft lockup - CPU#113 stuck for 22s! "
+                     "[python:884211]"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "CANCELLED", "exit_code": "0:15",
+                 "start_time": "2025-01-01T02:00:00Z", "end_time": "2025-01-01T03:06:13Z"}, expect=expect)
+
+
 @refiner("StallsAfterTheEnd", phase=Phase.REFINE, doc=f"""
 When the scheduler ended the workload from outside (a cancel, a time limit, an eviction), a kernel stall that began at
 or after that moment ({", ".join(_TEARDOWN_STALLS)}, dated from when the CPU got stuck) is the teardown's - processes
 killed while freeing their memory and devices - not why the workload ended: it is demoted before the scheduler's
 action is weighed against the other candidates. A stall that began before the action stays a candidate.
 """, cases=[
-    RuleCase(title="soft lockups on one node as the cancelled job's processes are killed", evidence={
-        "a/applog": ["2025-01-01T03:05:10Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T03:05:10 ***"],
-        "b/syslog": ["Jan  1 03:05:34 b kernel: [295714.000000] watchdog: BUG: soft lockup - CPU#113 stuck for 22s! "
-                     "[python:884211]"]},
-        context={"nodes": ["a", "b"], "scheduler_state": "CANCELLED", "exit_code": "0:15",
-                 "start_time": "2025-01-01T02:00:00Z", "end_time": "2025-01-01T03:06:13Z"},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["CPU soft lockup"])),
-    RuleCase(title="a node stuck before the cancel", evidence={
-        "a/applog": ["2025-01-01T03:05:10Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T03:05:10 ***"],
-        "b/syslog": ["Jan  1 03:01:34 b kernel: [295714.000000] watchdog: BUG: soft lockup - CPU#113 stuck for 22s! "
-                     "[python:884211]"]},
-        context={"nodes": ["a", "b"], "scheduler_state": "CANCELLED", "exit_code": "0:15",
-                 "start_time": "2025-01-01T02:00:00Z", "end_time": "2025-01-01T03:06:13Z"},
-        expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+    _lockup_and_cancel("soft lockups on one node as the cancelled job's processes are killed", "03:05:34",
+                       Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["CPU soft lockup"])),
+    _lockup_and_cancel("a node stuck before the cancel", "03:01:34", Expect(fired=False, sub_domain="host", culprits=["b"])),
 ])
 def stalls_after_the_end(ws: Workspace) -> None:
     ended = [s.first_time for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)
