@@ -264,6 +264,40 @@ _WALKTHROUGH_CASE = RuleCase(
 )
 
 
+_NO_FABRIC = "NVLink fabric not initialised on the node"
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@filter_rule("FabricMissingOnSomeNodes", phase=Phase.FILTER, doc=f"""
+On multi-node NVLink systems nvidia-smi -q shows each GPU's fabric ClusterUUID. When some nodes of the workload show
+a rack's ClusterUUID and others only the all-zero one, the fabric was not initialised on the latter: `{_NO_FABRIC}`
+(nvlink) names each of them at its first such line. All-zero everywhere (a system without a multi-node fabric, or one
+whose fabric is down everywhere) names no node.
+""", cases=[
+    RuleCase(title="one tray's GPUs outside the rack's fabric", evidence={
+        f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {u}"]
+        for n, u in (("a", "5d2b8f04-91ce-4c77-a3e1-0b6f2c9d7e18"), ("b", _ZERO_UUID),
+                     ("c", "5d2b8f04-91ce-4c77-a3e1-0b6f2c9d7e18"))},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"], root_symptom=_NO_FABRIC)),
+    RuleCase(title="no node in a fabric", evidence={
+        f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {_ZERO_UUID}"] for n in "ab"},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def fabric_missing_on_some_nodes(ws: Workspace) -> None:
+    reports = [e for e in ws.events_of(f"{EventType.CONTEXT}.cluster_uuid") if e.node]
+    in_fabric = {e.node for e in reports if e.value_set("uuid") - {_ZERO_UUID}}
+    if not in_fabric:
+        return
+    outside: dict[str, Event] = {}
+    for event in sorted(reports, key=lambda e: (e.time is None, e.time or e.evidence.time)):
+        if event.node not in in_fabric and _ZERO_UUID in event.value_set("uuid"):
+            outside.setdefault(str(event.node), event)
+    for node, event in sorted(outside.items()):
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_NO_FABRIC, evidence=event.evidence,
+                         time=event.time))
+
+
 _GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")
 _HANG_EVERYWHERE = "The same GPU hang on every node"
 _GPU_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed", "Intel GPU reset failed")
