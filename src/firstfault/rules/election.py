@@ -410,6 +410,11 @@ def workload_completed(ws: Workspace) -> bool:
         recorded == TerminalState.UNKNOWN and any(e.symptom == "Workload completed" for e in ws.events))
 
 
+def time_order(event: Event) -> tuple[bool, datetime | None]:
+    """Sort key: dated events by their time, then undated ones by the time of their evidence."""
+    return event.time is None, event.time or event.evidence.time
+
+
 def every_node_at_once(ws: Workspace, events: list[Event]) -> datetime | None:
     """When the first of `events` (dated ones) came, if every node of a multi-node workload has one and they all came
     within the clock-skew tolerance of it: the same thing happening to all of the nodes at once. None otherwise."""

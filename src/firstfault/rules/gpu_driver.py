@@ -22,7 +22,7 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SourceKind, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import every_node_at_once, workload_completed
+from firstfault.rules.election import every_node_at_once, time_order, workload_completed
 
 NVLINK5_CODES = range(144, 151)
 # Bits 25:20 of IntrInfo carry the NETIR link-down reason (decode sheet; gpud calculateSubCode).
@@ -272,7 +272,7 @@ _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 On multi-node NVLink systems nvidia-smi -q shows each GPU's fabric ClusterUUID. When some nodes of the workload show
 a rack's ClusterUUID and others only the all-zero one, the fabric was not initialised on the latter: `{_NO_FABRIC}`
 (nvlink) names each of them at its first such line. All-zero everywhere (a system without a multi-node fabric, or one
-whose fabric is down everywhere) names no node.
+whose fabric is down everywhere) names no node, and neither does a run that completed (it did not need the fabric).
 """, cases=[
     RuleCase(title="one tray's GPUs outside the rack's fabric", evidence={
         f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {u}"]
@@ -283,14 +283,19 @@ whose fabric is down everywhere) names no node.
     RuleCase(title="no node in a fabric", evidence={
         f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {_ZERO_UUID}"] for n in "ab"},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    RuleCase(title="one tray outside the fabric in a run that completed", evidence={
+        f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {u}"]
+        for n, u in (("a", "5d2b8f04-91ce-4c77-a3e1-0b6f2c9d7e18"), ("b", _ZERO_UUID))},
+        context={"nodes": ["a", "b"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False)),
 ])
 def fabric_missing_on_some_nodes(ws: Workspace) -> None:
     reports = [e for e in ws.events_of(f"{EventType.CONTEXT}.cluster_uuid") if e.node]
     in_fabric = {e.node for e in reports if e.value_set("uuid") - {_ZERO_UUID}}
-    if not in_fabric:
+    if not in_fabric or workload_completed(ws):
         return
     outside: dict[str, Event] = {}
-    for event in sorted(reports, key=lambda e: (e.time is None, e.time or e.evidence.time)):
+    for event in sorted(reports, key=time_order):
         if event.node not in in_fabric and _ZERO_UUID in event.value_set("uuid"):
             outside.setdefault(str(event.node), event)
     for node, event in sorted(outside.items()):

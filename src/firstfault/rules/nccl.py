@@ -18,7 +18,7 @@ from datetime import timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import workload_completed
+from firstfault.rules.election import time_order, workload_completed
 from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -311,7 +311,7 @@ def odd_interface_unreachable(ws: Workspace) -> None:
     failures = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SOCKET_FAILURE_SYMPTOM
                 and e.node != odd and str(e.attributes.get("peer", "")) in own]
     if failures:
-        first = min(failures, key=lambda e: (e.time is None, e.time or e.evidence.time, e.node or ""))
+        first = min(failures, key=lambda e: (*time_order(e), e.node or ""))
         ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_INTERFACE_SYMPTOM, evidence=first.evidence,
                          time=first.time, attributes={"interface": min(interfaces[odd]),
                                                       "peer": str(first.attributes.get("peer", ""))}))
@@ -379,7 +379,7 @@ def network_differs_between_nodes(ws: Workspace) -> None:
         return
     if _other_root_found(ws):
         return
-    first = min(networks[odd].values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    first = min(networks[odd].values(), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_NETWORK_SYMPTOM, evidence=first.evidence,
                      time=first.time, attributes={"network": min(networks[odd])}))
 
@@ -419,7 +419,7 @@ def driver_differs_on_one_node(ws: Workspace) -> None:
     odd = _odd_one_out(versions)
     if odd is None or workload_completed(ws) or _other_root_found(ws):
         return
-    first = min((e for e in reports if e.node == odd), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    first = min((e for e in reports if e.node == odd), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_DRIVER, evidence=first.evidence, time=first.time))
 
 
@@ -452,7 +452,7 @@ def bootstrap_families_differ(ws: Workspace) -> None:
         return
     if _other_root_found(ws):
         return
-    first = min(ipv6.values(), key=lambda e: (e.time is None, e.time or e.evidence.time))
+    first = min(ipv6.values(), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_FAMILIES_DIFFER, evidence=first.evidence,
                      time=first.time))
 
