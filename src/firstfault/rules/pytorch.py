@@ -169,7 +169,34 @@ def _reports_elsewhere(title: str, line: str) -> RuleCase:
     return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
 
 
-@filter_rule("PythonExceptionFamily", phase=Phase.FILTER, after=("ContainerHookReason",), doc="""
+@filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
+Before the generic Python exceptions are sorted (PythonExceptionFamily keeps only those that say the program failed), keep
+the fact that a process of the workload ended in an uncaught exception: its node's first one becomes the context fact
+`program_raised`. Whatever the exception reports, a process that raised it exited with an error (TerminalStateFromEvidence
+reads the workload as FAILED from it when nothing else says how it ended).
+""", cases=[
+    RuleCase(title="a wrapper of a failure elsewhere, with no scheduler state", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="FAILED")),
+    RuleCase(title="an NCCL warning, no exception, no scheduler state", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z n1:41:41 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=False, sub_domain="unknown", terminal_state="UNKNOWN")),
+])
+def program_raised(ws: Workspace) -> None:
+    first: dict[str | None, Event] = {}
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.rule == GENERIC_EXCEPTION_RULE:
+            first.setdefault(event.node, event)
+    for node, event in first.items():
+        exception = str(event.attributes.get("exception", "")) or "an exception"
+        ws.emit(EmitSpec(type=f"{EventType.CONTEXT}.program_raised", node=node, symptom=None, evidence=event.evidence,
+                         time=event.time, attributes={"exception": exception}))
+        ws.note("fact", f"a process raised {exception}", node=node)
+
+
+@filter_rule("PythonExceptionFamily", phase=Phase.FILTER, after=("ContainerHookReason", "ProgramRaised"), doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,

@@ -1160,7 +1160,8 @@ When the scheduler state is missing (bare mpirun, unknown), derive the terminal 
 state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), OUT_OF_MEMORY for a
 host out of memory under a scheduler (a bare launch the OOM killer ended failed: FAILED), FAILED for any other
 failure, COMPLETED when the workload reported success and nothing failed, CANCELLED when nothing failed and someone
-interrupted it from its terminal (Ctrl-C). A recorded FAILED is refined when the root itself is the scheduler's or
+interrupted it from its terminal (Ctrl-C), FAILED when no root was found but a process ended in an uncaught exception
+(ProgramRaised). A recorded FAILED is refined when the root itself is the scheduler's or
 runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
 where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
@@ -1240,6 +1241,8 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         state = TerminalState.COMPLETED
     elif ws.select(prefix="Interrupted by the user"):
         state = TerminalState.CANCELLED  # nothing failed that we can see: someone stopped it from its terminal
+    elif ws.facts_of("program_raised"):
+        state = TerminalState.FAILED  # a process ended in an uncaught exception, whatever it reported
     else:
         return
     ws.decision.terminal_state = state
