@@ -162,6 +162,11 @@ mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself 
         "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 seconds for other agents to finish."]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
         expect=Expect(sub_domain="none", culprits=[], terminal_state="COMPLETED")),
+    RuleCase(title="no scheduler; a step reports success, then the program raises", evidence={"a/applog": [
+        "2025-01-01T01:00:00Z   Exit Code: 0",
+        "2025-01-01T01:00:14Z RuntimeError: [enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(sub_domain="unknown", culprits=[], terminal_state="FAILED")),
     RuleCase(title="no scheduler and no success report", evidence={"a/applog": [
         "2025-01-01T01:00:00Z [rank0]: step 100 loss 2.31"]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
@@ -180,10 +185,21 @@ def elect_root_cause(ws: Workspace) -> None:
         return
     recorded = ws.decision.terminal_state or normalise_state(ws.context.scheduler_state)
     reported = recorded == TerminalState.UNKNOWN and bool(ws.select(prefix="Workload completed"))
-    if recorded == TerminalState.COMPLETED or reported:
+    if reported and raised_after_completion(ws):
+        _decide(ws, [], SubDomain.UNKNOWN, "a completion was reported, but a process ended in an uncaught exception "
+                "after it: the workload did not complete, and nothing says why")
+    elif recorded == TerminalState.COMPLETED or reported:
         _decide(ws, [], SubDomain.NONE, "the workload completed and no failure evidence remains")
     else:
         _decide(ws, [], SubDomain.UNKNOWN, "no failure evidence in the available logs")
+
+
+def raised_after_completion(ws: Workspace) -> bool:
+    """A process ended in an uncaught exception (fact program_raised) after the last completion report: what completed
+    was a step of the workload, not the workload."""
+    reports = [t for s in ws.select(prefix="Workload completed") for t in (s.last_time or s.first_time,) if t]
+    raised = [e.time for e in ws.facts_of("program_raised") if e.time is not None]
+    return bool(reports) and any(t > max(reports) for t in raised)
 
 
 @refiner("SystemicGuard", phase=Phase.FINAL, after=("ElectRootCause",), doc="""

@@ -24,7 +24,7 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes, last_progress
+from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes, last_progress, raised_after_completion
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -1237,7 +1237,7 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         # OUT_OF_MEMORY is a state a scheduler records; a bare launch killed by the OOM killer failed
         scheduled = ws.context.scheduler.strip().lower() not in ("", "none")
         state = TerminalState.OUT_OF_MEMORY if out_of_memory and scheduled else TerminalState.FAILED
-    elif ws.select(prefix="Workload completed"):
+    elif ws.select(prefix="Workload completed") and not raised_after_completion(ws):
         state = TerminalState.COMPLETED
     elif ws.select(prefix="Interrupted by the user"):
         state = TerminalState.CANCELLED  # nothing failed that we can see: someone stopped it from its terminal
