@@ -652,6 +652,38 @@ def nvlink_below_its_rate(ws: Workspace) -> None:
                                                          "speed_gbs": f"{speed:g}", "fastest_gbs": f"{fastest:g}"}))
 
 
+_LINKS_DOWN = "NVLinks down on a GPU"
+
+
+@filter_rule("NvlinkInactiveWhereOthersRun", phase=Phase.FILTER, doc=f"""
+nvidia-smi says 'all links are inactive' for a GPU without NVLink as well as for one that lost its links. When other
+GPUs of the workload list their NVLinks up (`Link N: <rate> GB/s`), the GPUs are NVLink-connected, and a GPU with none
+up in a workload that did not complete lost them: `{_LINKS_DOWN}` (nvlink, that node) at its first such line. Where no
+GPU lists a link up, or the workload completed, nothing is said.
+""", cases=[
+    RuleCase(title="one node's GPU has no link up, the others run theirs", evidence={
+        "n1/applog": ["2025-01-01T00:01:00Z \t Link 0: 26.562 GB/s", "2025-01-01T00:01:00Z \t Link 1: 26.562 GB/s"],
+        "n2/applog": ["2025-01-01T00:01:00Z NVML: Unable to retrieve NVLink information as all links are inactive",
+                      "2025-01-01T00:01:00Z \t Link 0: 26.562 GB/s"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["n2"], root_symptom=_LINKS_DOWN)),
+    RuleCase(title="PCIe GPUs: no node lists a link", evidence={
+        f"{n}/applog": ["2025-01-01T00:01:00Z NVML: Unable to retrieve NVLink information as all links are inactive"]
+        for n in ("n1", "n2")},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"}, expect=Expect(fired=False)),
+])
+def nvlink_inactive_where_others_run(ws: Workspace) -> None:
+    if workload_completed(ws) or not any(f.node for f in ws.events_of(f"{EventType.CONTEXT}.nvlink_speed")):
+        return
+    first: dict[str, Event] = {}
+    for fact in sorted(ws.events_of(f"{EventType.CONTEXT}.nvlink_all_inactive"), key=time_order):
+        if fact.node:
+            first.setdefault(fact.node, fact)
+    for node, fact in sorted(first.items()):
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_LINKS_DOWN, evidence=fact.evidence,
+                         time=fact.time))
+
+
 @refiner("KernelRecordLocatesGpuReport", phase=Phase.REFINE_LATE, doc=f"""
 An application's report of a GPU fault (CUDA's uncorrectable ECC, unknown or initialisation errors) names no GPU by
 itself and is printed wherever the job's output is collected - under Slurm, every task's output lands in the batch
