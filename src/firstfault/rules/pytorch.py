@@ -74,7 +74,7 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # _InactiveRpcError, grpc.aio's AioRpcError: the peer or the path is where the cause is); and a message that
 # sends the reader to another error (an earlier one, another rank's) is a report of that error. None is the
 # program's own fault.
-_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "TransferError", "TimeoutError",
+_FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "FailureException", "TransferError", "TimeoutError",
                     "TimeoutException", "ConnectionError", "DisconnectedError", "ClosedError", "CommunicationError",
                     "NetworkError", "RpcError")
 # ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
