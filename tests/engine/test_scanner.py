@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import pytest
+
 from firstfault.engine.scanner import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_LINE_BYTES, SourceScanner, required_literals
 
 PATTERNS = [r"NVRM: Xid \(PCI:[0-9a-f:]+\): \d+", r"NCCL WARN .*status=12", r"(?i:out of memory)"]
@@ -246,21 +248,33 @@ def test_every_positive_case_of_the_catalog_contains_a_required_literal() -> Non
     gated = 0
     for extractor in load_catalog().extractors:
         scanner = SourceScanner([extractor.match_re], sampled=frozenset({0}))
-        if scanner._gate_db is None:  # no literal every match needs: never gated
+        ((_id, _first, gate),) = scanner._sampled
+        if gate is None:  # no literal every match needs: never gated
             continue
         gated += 1
         for case in extractor.cases:
             if case.expect != "none":
                 line = case.line.encode()
-                assert scanner._contains_literal(line, len(line)), (extractor.name, case.line)
+                assert scanner._contains_literal(0, gate, line, len(line)), (extractor.name, case.line)
     assert gated > 100
 
 
-def test_a_block_without_a_required_literal_skips_the_sampled_scans() -> None:
-    scanner = SourceScanner([r"ERROR", r"(?i:step) \d+ loss"], sampled=frozenset({1}))
-    assert scanner._gate_db is not None
+def test_a_block_without_a_required_literal_skips_the_sampled_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the tqdm-like bar (2) needs no literal of three characters: it is always scanned, and does not open the
+    # progress pattern's gate
+    scanner = SourceScanner([r"ERROR", r"(?i:step) \d+ loss", r"\d+%\|"], sampled=frozenset({1, 2}))
+    assert [gate is not None for _id, _first, gate in scanner._sampled] == [True, False]
+    scanned: list[str] = []
+    first_match = scanner._first_match
+
+    def counted(name: str, *args: object) -> int | None:
+        scanned.append(name)
+        return first_match(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scanner, "_first_match", counted)
     quiet = b"ERROR one\nnothing here\n" * 1000
     assert [ids for _s, _e, ids in scanner.scan(quiet)] == [[0]] * 1000
+    assert scanned == ["first-2"]
     busy = quiet + b"STEP 7 loss\n" + quiet + b"step 9 loss"
     progress = [busy[s:e] for s, e, ids in scanner.scan(busy) if ids == [1]]
     assert progress == [b"STEP 7 loss", b"step 9 loss"]

@@ -231,12 +231,9 @@ def required_literals(pattern: str) -> list[tuple[str, bool]] | None:
     return None if found is None else sorted(found)
 
 
-def _gate_expressions(sampled: list[str]) -> list[str]:
-    """Hyperscan expressions of the literals the sampled patterns need (none when one of them needs none)."""
-    needed = [required_literals(pattern) for pattern in sampled]
-    if not needed or any(literals is None for literals in needed):
-        return []
-    literals = {(text, caseless) for found in needed for text, caseless in found or []}
+def _gate_expressions(pattern: str) -> list[str]:
+    """Hyperscan expressions of the literals a sampled pattern needs (none when it needs none)."""
+    literals = set(required_literals(pattern) or [])
     literals -= {(text, False) for text, caseless in literals if caseless}  # met anyway when any case is
     return [("(?i)" if caseless else "") + "".join(f"\\x{byte:02x}" for byte in text.encode("utf-8"))
             for text, caseless in sorted(literals)]
@@ -291,9 +288,11 @@ class SourceScanner:
     Sampled patterns (progress markers that may match most lines) get their own databases: one per pattern
     stops at its first match in a block (HS_FLAG_SINGLEMATCH), another is run on growing tails of the block to find
     the last one, so their matches never cost a callback per line. They are always scanned exactly (a first
-    match that re rejected would hide the real one). A block holding none of the literals their matches need
-    (`required_literals`; found by hyperscan's literal matcher, which stops at the first) is not scanned for
-    them at all: a training-progress pattern costs a full scan of every syslog block otherwise.
+    match that re rejected would hide the real one). A block holding none of the literals a sampled pattern's
+    matches need (`required_literals`; found by hyperscan's literal matcher, which stops at the first) is not
+    scanned for that pattern at all: a training-progress pattern costs a full scan of every syslog block
+    otherwise. Each sampled pattern has its own gate, so one that needs no literal (a tqdm bar) does not open
+    the others'.
     """
 
     # Growing tails searched for the last match of a sampled pattern. Any sizes give the same result; a small
@@ -310,12 +309,16 @@ class SourceScanner:
         self.exact: list[bool] = [index in sampled for index in range(len(patterns))]
         regular = [i for i in range(len(patterns)) if i not in sampled]
         sampled_ids = sorted(sampled)
-        gate = _gate_expressions([patterns[i] for i in sampled_ids])
-        gate_ids = list(range(len(patterns), len(patterns) + len(gate)))
+        gate: list[str] = []  # the gates' expressions, after the patterns in id order
+        gate_ids: dict[int, list[int]] = {}
+        for i in sampled_ids:
+            expressions = _gate_expressions(patterns[i])
+            gate_ids[i] = [len(patterns) + len(gate) + k for k in range(len(expressions))]
+            gate += expressions
         plan = [("main", regular, hyperscan.HS_FLAG_PREFILTER),
                 *((f"first-{i}", [i], hyperscan.HS_FLAG_SINGLEMATCH) for i in sampled_ids),
                 ("tail", sampled_ids, 0),
-                ("gate", gate_ids, hyperscan.HS_FLAG_SINGLEMATCH)]
+                *((f"gate-{i}", gate_ids[i], hyperscan.HS_FLAG_SINGLEMATCH) for i in sampled_ids)]
         dbs: dict[str, hyperscan.Database] = {}
         cache_files: dict[str, Path] = {}
         if cache_dir is not None and patterns:
@@ -340,9 +343,10 @@ class SourceScanner:
                     if name in cache_files:
                         _save_cached(cache_files[name], dbs[name])
         self._db: hyperscan.Database | None = dbs.get("main")
-        self._first_dbs: list[tuple[int, hyperscan.Database]] = [(i, dbs[f"first-{i}"]) for i in sampled_ids]
+        # Per sampled pattern: its first-match database and its literal gate (None if it needs no literal).
+        self._sampled: list[tuple[int, hyperscan.Database, hyperscan.Database | None]] = [
+            (i, dbs[f"first-{i}"], dbs.get(f"gate-{i}")) for i in sampled_ids]
         self._tail_db: hyperscan.Database | None = dbs.get("tail")
-        self._gate_db: hyperscan.Database | None = dbs.get("gate")
 
     def _scratch(self, name: str, db: hyperscan.Database) -> hyperscan.Scratch:
         scratch = getattr(self._local, name, None)
@@ -370,10 +374,11 @@ class SourceScanner:
 
     def _sampled_matches(self, data: bytes | bytearray, length: int) -> list[tuple[int, int]]:
         assert self._tail_db is not None
-        if self._gate_db is not None and not self._contains_literal(data, length):
-            return []
-        first = [(to, pattern_id) for pattern_id, db in self._first_dbs
+        first = [(to, pattern_id) for pattern_id, db, gate in self._sampled
+                 if gate is None or self._contains_literal(pattern_id, gate, data, length)
                  if (to := self._first_match(f"first-{pattern_id}", db, data, length)) is not None]
+        if not first:
+            return []
         wanted = {pattern_id for _, pattern_id in first}
         last: dict[int, int] = {}
         for window in (*self.TAIL_WINDOWS, length):
@@ -402,17 +407,17 @@ class SourceScanner:
             pass
         return found[0] if found else None
 
-    def _contains_literal(self, data: bytes | bytearray, length: int) -> bool:
-        """Whether `data[:length]` holds one of the literals every match of a sampled pattern contains (hyperscan's
-        literal matcher stops at the first): without one, no sampled pattern can match the block."""
-        assert self._gate_db is not None
+    def _contains_literal(self, pattern_id: int, gate: hyperscan.Database, data: bytes | bytearray,
+                          length: int) -> bool:
+        """Whether `data[:length]` holds one of the literals every match of sampled pattern `pattern_id` contains
+        (`gate`; hyperscan's literal matcher stops at the first): without one, the pattern cannot match the block."""
 
         def found(*_args: object) -> bool:
             return True  # stop the scan
 
         try:
             with memoryview(data) as view, view[:length] as part:
-                self._gate_db.scan(cast(bytes, part), match_event_handler=found, scratch=self._scratch("gate", self._gate_db))
+                gate.scan(cast(bytes, part), match_event_handler=found, scratch=self._scratch(f"gate-{pattern_id}", gate))
         except hyperscan.ScanTerminated:
             return True
         return False
@@ -425,7 +430,7 @@ class SourceScanner:
         if not length:
             return []
         hits = self._matches("main", self._db, data, 0, length) if self._db is not None else []
-        if self._first_dbs:
+        if self._sampled:
             hits += self._sampled_matches(data, length)
         if not hits:
             return []
@@ -468,7 +473,7 @@ def _compile(expressions: list[str], ids: list[int], extra_flags: int = 0) -> hy
 
 # The version of what the cached databases are compiled from besides the patterns themselves: bump it whenever
 # scan_expression, _gate_expressions or the compile flags change what they derive.
-_CACHE_FORMAT = 5
+_CACHE_FORMAT = 6
 
 
 def _load_cached(path: Path) -> hyperscan.Database | None:
