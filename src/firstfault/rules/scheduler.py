@@ -8,6 +8,7 @@ call a job COMPLETED while a step failed, and a completed job's scary lines are 
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,20 +91,24 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
     cancel at `when`, on any node, and what that line was. None when some stream cannot say: its last lines before
     `when` were not seen, or unstamped lines (of unknown time) followed the one found."""
     latest: Evidence | None = None
+    quiet_before = 0.0  # the longest silence between the earlier points of the stream that printed last
     for end in ws.output_ends:
-        found = next(((ev, undated) for ev, undated in end.points
+        index = next((i for i, (ev, _undated) in enumerate(end.points)
                       if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S), None)
-        if found is None:
+        if index is None:
             if end.points or end.undated:
                 return None
             continue
-        point, undated = found
+        point, undated = end.points[index]
         if undated:
             return None
         if latest is None or point.time > latest.time:  # type: ignore[operator]
             latest = point
-    if latest is None or latest.time is None:
-        return None
+            times = [ev.time for ev, _undated in end.points[index:] if ev.time is not None]
+            quiet_before = max(((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times)),
+                               default=0.0)
+    if latest is None or latest.time is None or (when - latest.time).total_seconds() <= quiet_before:
+        return None  # a program that went as long without a word before, and went on, is not known to have stopped
     return latest.time, (f"the application printed nothing of its own after {latest.time:%Y-%m-%dT%H:%M:%SZ} (its last "
                          f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
 
@@ -269,7 +274,8 @@ workload's start; the stall must then also be a quarter of the time since the st
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
 stopped making progress. Without progress lines or reports, the program's own output says it: its last stamped line
 that no extractor read, on any node (lines printed within minutes of the limit are its shutdown, and any unstamped
-output after that line, whose time is unknown, leaves the question open).
+output after that line, whose time is unknown, leaves the question open, as does a silence no longer than one the
+program kept earlier among its last lines and then went on: a job whose steps take hours prints nothing for hours).
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
@@ -320,6 +326,20 @@ output after that line, whose time is unknown, leaves the question open).
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "2025-01-01T01:57:30Z 2025-01-01 01:57:30,100 - INFO - trainer - Worker 1: accuracy: 0.81",
         "2025-01-01T01:59:01Z Traceback (most recent call last):"], hung=False),
+    RuleCase(title="quiet for hours, then the limit and srun's unstamped teardown (the launcher's, not the program's)",
+             evidence={"n1/applog": [
+                 "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - initializing userbuffers",
+                 "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***",
+                 "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+                 "srun: error: Timed out waiting for job step to complete"]},
+             context={"scheduler_state": "TIMEOUT"},
+             expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    # AlphaFold-Multimer predicts each model for hours and prints nothing in between (run_alphafold.py's lines)
+    _ended_by_the_limit("a program that was as quiet before, between two of its steps, is not known to have stopped", [
+        "2024-12-31T21:40:00Z I1231 21:40:00.100000 1 run_alphafold.py:190] Running model model_3_multimer on target",
+        "2025-01-01T00:20:00Z I0101 00:20:00.100000 1 run_alphafold.py:202] Total JAX model model_3_multimer predict time: 9600.0s",
+        "2025-01-01T00:20:30Z I0101 00:20:30.100000 1 run_alphafold.py:190] Running model model_4_multimer on target"],
+        hung=False),
     _ended_by_the_limit("unstamped output after the program's last stamped line: its time is not known", [
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
