@@ -157,6 +157,31 @@ line = "QQQ X"
         check_catalog(load_verified_catalog([("zz_test.toml", text)]), strict=True)
 
 
+def test_rules_test_refuses_a_pattern_without_a_posix_ere_form() -> None:
+    """A repeat bound above RE_DUP_MAX (255) compiles in hyperscan and re, but `rules patterns --ere` cannot export it
+    (grep refuses it): the authoring check says so, naming the extractor."""
+    from firstfault.tools.verify import check_catalog
+
+    text = b'''
+[[extractor]]
+name = "LongGap"
+doc = "a bound grep refuses"
+match_re = 'QQQ [^\\n]{0,300}ZZZ'
+emit = { type = "interesting_node", symptom = "PCIe AER corrected errors" }
+[[extractor.cases]]
+expect = "interesting"
+line = "QQQ x ZZZ"
+[[extractor.cases]]
+expect = "none"
+line = "QQQ x"
+'''
+    catalog = load_verified_catalog([("zz_test.toml", text)])
+    assert check_catalog(catalog) == []
+    failures = check_catalog(catalog, strict=True)
+    assert [(f.rule, f.case) for f in failures] == [("LongGap", "POSIX ERE form")]
+    assert "RE_DUP_MAX" in failures[0].message
+
+
 @pytest.mark.parametrize(("original", "misspelt", "where", "bad_key"), [
     ('line = "widget failure 7"', 'line = "widget failure 7"\natributes = { code = "7" }', "case 1", "atributes"),
     ('type = "bad_node"', 'type = "bad_node", symptm = "x"', "emit", "symptm"),

@@ -60,7 +60,8 @@ def test_constructs_match_like_re(pattern: str, lines: list[str], tmp_path: Path
     assert _grep_lines(to_ere(pattern), path) == want, to_ere(pattern)
 
 
-@pytest.mark.parametrize("pattern", [r"(?=x)y", r"(x)\1", r"\Afoo", r"foo\Z", r"(?>x)", r"[é-ü]", r"(?s:a.b)"])
+@pytest.mark.parametrize("pattern", [r"(?=x)y", r"(x)\1", r"\Afoo", r"foo\Z", r"(?>x)", r"[é-ü]", r"(?s:a.b)",
+                                     r"a{1,300}", r"a{300}", r"a{256,}"])
 def test_constructs_without_an_ere_form_are_refused(pattern: str) -> None:
     with pytest.raises((EreError, re.error)):
         to_ere(pattern)

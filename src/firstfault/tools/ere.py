@@ -28,6 +28,7 @@ from typing import Any
 from firstfault.errors import EreError
 
 _SPECIAL = set(".[()*+?{|^$\\")
+_RE_DUP_MAX = 255  # POSIX's minimum for the largest repeat bound; GNU grep refuses larger ones
 _CATEGORY = {
     C.CATEGORY_DIGIT: ("0-9", False),
     C.CATEGORY_NOT_DIGIT: ("0-9", True),
@@ -114,14 +115,16 @@ def _alternation(alternatives: list[list[tuple[Any, Any]]], icase: bool) -> str:
 
 
 def _quantifier(low: int, high: int) -> str:
-    if high is C.MAXREPEAT or high == C.MAXREPEAT:
+    unbounded = high is C.MAXREPEAT or high == C.MAXREPEAT
+    if low > _RE_DUP_MAX or not unbounded and high > _RE_DUP_MAX:
+        raise EreError(f"repeat bound {low if unbounded else high} exceeds the portable ERE limit "
+                       f"(RE_DUP_MAX {_RE_DUP_MAX})")
+    if unbounded:
         return {0: "*", 1: "+"}.get(low, f"{{{low},}}")
     if (low, high) == (0, 1):
         return "?"
     if low == high:
         return f"{{{low}}}"
-    if high > 255:
-        raise EreError(f"repeat bound {high} exceeds the portable ERE limit (RE_DUP_MAX 255)")
     return f"{{{low},{high}}}"
 
 
