@@ -549,8 +549,9 @@ def nic_without_firmware(ws: Workspace) -> None:
 
 
 @refiner("NcclInterfaceNeedsPeers", phase=Phase.CLEAN, doc="""
-NCCL on a loopback or bridge interface, a rendezvous address on loopback, or a launcher that started on its own node
-only, fails only jobs that span several nodes; on a single-node job it is harmless and is demoted.
+NCCL on a loopback or bridge interface, Gloo bound to the loopback address, a rendezvous address on loopback, or a
+launcher that started on its own node only, fails only jobs that span several nodes; on a single-node job it is
+harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -562,6 +563,11 @@ only, fails only jobs that span several nodes; on a single-node job it is harmle
     RuleCase(title="a single node meets on localhost", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z MASTER_ADDR=localhost MASTER_PORT=29500 WORLD_SIZE=8"]},
         context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Rendezvous address is loopback"])),
+    RuleCase(title="Gloo on loopback on one node", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z [rank0]:[W427 03:10:15.652192062 ProcessGroupGloo.cpp:715] Warning: Unable to resolve "
+        "hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to "
+        "bind to with GLOO_SOCKET_IFNAME. (function operator())"]},
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["Gloo bound to the loopback address"])),
     RuleCase(title="DeepSpeed without a hostfile on one node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z [WARNING] [runner.py:178:fetch_hostfile] Unable to find hostfile, will proceed with "
         "training with local resources only."]},
@@ -570,7 +576,8 @@ only, fails only jobs that span several nodes; on a single-node job it is harmle
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback", "Launcher started on one node only"):
+    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback", "Launcher started on one node only",
+                 "Gloo bound to the loopback address"):
         for s in ws.active(prefix=name):
             ws.demote(s, "single-node job: its processes meet on the host")
 

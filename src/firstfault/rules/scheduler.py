@@ -790,7 +790,8 @@ RAY_REQUEST_WAIT_S = 600.0
 
 @refiner("RayRequestNeverPlaced", phase=Phase.REFINE, doc=f"""
 A Ray resource request the autoscaler reported as infeasible ('No available node types can fulfill resource
-request') is the job's request; one it reported as waiting ('cannot be scheduled right now') is, when the warnings
+request') is the job's request, and so is one vLLM gave up waiting for ('Cannot provide a placement group ... within N
+seconds', after its own timeout); one the autoscaler reported as waiting ('cannot be scheduled right now') is, when the warnings
 span {RAY_REQUEST_WAIT_S / 60:.0f} minutes or more and no training progress came after the first: a bundle or an actor
 bigger than what a node of the job's cluster registered. `{_UNPLACED}` becomes a root candidate (configuration);
 a limit or a cancel that ended the wait yields to it (rule SchedulerActionYields).
@@ -810,6 +811,11 @@ a limit or a cancel that ended the wait yields to it (rule SchedulerActionYields
                        for m in (1, 11, 21, 31)]},
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_UNPLACED)),
+    RuleCase(title="vLLM gave up on its placement group (no autoscaler lines)", evidence={
+        "a/applog": ["2025-01-01 00:31:00 ERROR 01-01 00:31:00 engine.py:400] ValueError: Cannot provide a placement group "
+                     "of placement_group_specs=[{'node:10.0.0.5': 0.001, 'GPU': 1.0}, {'GPU': 1.0}] within 1800 seconds. "
+                     "See `ray status` to make sure the cluster has enough resources."]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_UNPLACED)),
     RuleCase(title="a request that waited a minute, then training went on", evidence={
         "a/applog": ["2025-01-01 00:01:00 (autoscaler +1m0s) Warning: The following resource request cannot be "
                      "scheduled right now: {'CPU': 8.0}. This is likely due to all cluster resources being claimed "
@@ -822,6 +828,9 @@ def ray_request_never_placed(ws: Workspace) -> None:
     for s in ws.select(prefix=_UNPLACED, status="interesting"):
         if s.value_set("infeasible"):
             ws.promote(s, "Ray found no node type that can hold the request")
+            continue
+        if s.value_set("specs"):
+            ws.promote(s, "vLLM gave up waiting for its placement group")
             continue
         if s.first_time is None or s.last_time is None:
             continue
