@@ -775,8 +775,23 @@ An RDMA completion error that names no peer (NCCL's older 'Got completion with e
 stopped answering: retry-exceeded is what a sender sees when the remote process, GPU or host died as much as when a
 link broke. When exactly one node's own hardware failed (a GPU, NVLink, host or disk fault of its own), and the errors
 are on other nodes and began with it or after (or carry no time), that node explains them and they are demoted; a
-network fault would not explain the other node's hardware record.
+network fault would not explain the other node's hardware record. On the node that failed itself, RDMA errors that
+began with its own failure or after (a process that aborted on an assertion, a crashed rank, a GPU fault) are its work
+ending with it, and are demoted the same way; ones that began before it may be its cause, and stay.
 """, cases=[
+    # https://github.com/StanfordLegion/legion/issues/1118 (Realm aborted on an assertion; libmlx5's CQE dump follows)
+    RuleCase(title="a process aborts on an assertion; its own node's RDMA completion errors follow", evidence={
+        "a/applog": ["2021-07-05T21:16:41.507Z app: /src/realm/event_impl.cc:1601: void Realm::GenEventImpl::process_update"
+                     "(Realm::EventImpl::gen_t, const gen_t*, int, Realm::TimeLimit): Assertion `num_poisoned_generations"
+                     ".load() == 0' failed.",
+                     "2021-07-05T21:16:41.541Z mlx5: a: got completion with error:"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], demoted=["IB completion error"])),
+    RuleCase(title="RDMA errors on a node before its process aborted", evidence={
+        "a/applog": ["2021-07-05T21:16:41.507Z mlx5: a: got completion with error:",
+                     "2021-07-05T21:16:41.541Z app: /src/realm/event_impl.cc:1601: void Realm::f(int): Assertion `x' "
+                     "failed."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network")),
     RuleCase(title="a node's disk fails under its ranks; its peers' RDMA operations to it fail", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
                      "2025-01-01T00:10:20Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with "
@@ -826,6 +841,12 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
         named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         began = None if ws.undated(s) else s.first_time
+        mine = failed.get(s.node) if s.node else None
+        if mine is not None and mine.first_time is not None and began is not None and \
+                mine.first_time <= began <= mine.first_time + echo:
+            ws.demote(s, f"{s.node}'s own failure came first ({mine.name} at {mine.first_time:%H:%M:%S}): its RDMA "
+                         "work ended with it")
+            continue
         if named:
             own = failed.get(min(named)) if len(named) == 1 else None
         elif s.definition.blame == "peer" and len(broken) == 1:

@@ -93,6 +93,10 @@ _POINTS_ELSEWHERE = re.compile(
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)|other ranks (?:that )?did(?:n't| not) finish")
 
+# A warning-level log line that names an exception and a retry ('[WARNING] ... retry 1: S3Exception: ...', 'WARNING -
+# ... Retrying (attempt 2) after ConnectionError'): the code caught the exception and tries the operation again.
+_RETRIED = re.compile(r"\bWARN(?:ING)?\b[^\n]{0,200}?\b(?:[Rr]etry|[Rr]etrying|[Rr]etried)\b")
+
 # An HTTP client's exception for a server's 5xx reply (the OpenAI client's 'Error code: 500 - {...}', requests'
 # '500 Server Error: Internal Server Error for url'): the server failed, which its own log says why.
 _SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b")
@@ -205,7 +209,8 @@ another rank's), a Go program's error name in its log line (kubelet's klog 'file
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
 not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
 ('Allreduce failed'), an HTTP client's exception for a
-server's 5xx reply ('Error code: 500', '500 Server Error'), and an exception whose
+server's 5xx reply ('Error code: 500', '500 Server Error'), an exception a warning-level line says is being retried
+('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
 address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS), or transformers' OSError
@@ -227,6 +232,9 @@ program's.
             "2025-01-01T00:10:02Z PlatformError: Training failed with error: XGBoostError: NCCL failure :remote "
             "process exited or there was a network error"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    _reports_elsewhere("an exception logged as a warning while the operation is retried",
+        "2025-01-01T00:10:00Z [WARNING] 2025-01-01T00:10:00.000000 put_object retry 1: S3Exception: Client error: "
+        "Failed to construct request: Invalid configuration: endpoint resolution failed"),
     _reports_elsewhere("a spawned child that died by a signal",
         "2025-01-01T00:10:00Z torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal "
         "SIGABRT"),
@@ -321,6 +329,8 @@ def python_exception_family(ws: Workspace) -> None:
         elif _COLLECTIVE_FAILED.search(event.evidence.text):
             ws.drop(event, f"{name}: its message says a collective operation failed, as every participant sees a peer "
                            "that left")
+        elif _RETRIED.search(event.evidence.text):
+            ws.drop(event, f"{name}: logged as a warning while the operation is retried: the code caught it")
         elif _SERVER_FAILED.search(event.evidence.text):
             ws.drop(event, f"{name}: a server's failure reply (HTTP 5xx), which the server's log explains")
         elif _GO_SOURCE.search(event.evidence.text):

@@ -214,7 +214,8 @@ _DAEMON_CRASHED = "Filesystem daemon crashed"
 A FUSE filesystem's daemon that crashed on one node of the workload alone (`{_DAEMON_CRASHED}`: the kernel's segfault or
 general-protection line naming s3fs, ossfs, geesefs, gcsfuse, blobfuse ...) cut that node off its mount: the
 node's client failed, and it is the root candidate (storage, the node blamed); the ENOTCONN errors of the node's
-processes follow from it. The same daemon crashing on several nodes is its own bug meeting the same workload, or the
+processes follow from it. The same holds when the OOM killer killed the daemon (a mount pod over its memory limit):
+that kill is the node's client lost, not the workload out of memory, and the host OOM symptom is demoted. The same daemon crashing on several nodes is its own bug meeting the same workload, or the
 store behind it: it stays context, and no node is blamed.
 """, cases=[
     # https://github.com/s3fs-fuse/s3fs-fuse/issues/366 (random s3fs crashes; the trainer's reads then fail)
@@ -225,6 +226,15 @@ store behind it: it stays context, and no node is blamed.
                      "'/mnt/s3/coco2017/train2017/000000315242.jpg'"]},
         context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
+    # https://github.com/juicedata/juicefs-csi-driver/issues/1640 (the mount pod's daemon OOM-killed; ENOTCONN after)
+    RuleCase(title="the OOM killer takes one node's JuiceFS daemon", evidence={
+        "b/syslog": ["Jul  6 23:22:49 b kernel: Memory cgroup out of memory: Killed process 48812 (juicefs) "
+                     "total-vm:7612040kB, anon-rss:5190244kB, file-rss:10112kB, shmem-rss:0kB, UID:0"],
+        "b/applog": ["2025-07-06T23:23:22Z [rank10]: OSError: [Errno 107] Transport endpoint is not connected: "
+                     "'/mnt/jfs/datasets/part-03898.arrow'"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-07-06T23:00:00Z", "end_time": "2025-07-07T00:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED,
+                      demoted=["Host OOM kill"])),
     RuleCase(title="the same daemon crashes on both nodes", evidence={
         f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 "
                         "ip 00000000004a3c1f sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
@@ -234,8 +244,12 @@ store behind it: it stays context, and no node is blamed.
 def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node]
     if len({s.node for s in crashed}) == 1:
+        daemons = {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
         for s in crashed:
             ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
+        for oom in ws.active(prefix="Host OOM kill", node=crashed[0].node):
+            if oom.value_set("process") and oom.value_set("process") <= daemons:
+                ws.demote(oom, "the OOM killer took the node's filesystem daemon, not the workload's processes")
 
 
 @refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
