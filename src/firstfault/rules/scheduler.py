@@ -1133,6 +1133,15 @@ job that then completed (a script that requeues itself before its time limit, a 
         "2025-01-01T01:58:00Z srun: error: n1: task 26: Exited with exit code 1"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="FAILED")),
+    # https://github.com/mlcommons/training_results_v5.0/blob/main/Dell/results/16xXE9712x4GB200/stable_diffusion/result_9.txt
+    # (training reached its step count, then the evaluation step raised on every rank; the batch script exited 0)
+    RuleCase(title="accounting says completed; an unstamped success report, then a later step failed", evidence={
+        "n1/applog": [" 0: `Trainer.fit` stopped: `max_steps=6000` reached.",
+                      "2025-01-01T01:55:00Z  2: [rank2]: ValueError: Imaginary component 0.0029952042492374167",
+                      "2025-01-01T01:56:00Z srun: error: n1: tasks 0-3: Exited with exit code 1"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:58:00Z"},
+        expect=Expect(fired=True, sub_domain="application", terminal_state="FAILED")),
     RuleCase(title="accounting says completed, the job's own output says a step was OOM-killed", evidence={
         "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -1175,13 +1184,26 @@ SUCCESS_AFTER_KILL_S = 300.0
 
 
 def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
-    """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress between."""
+    """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress between; or,
+    without a time of its own, it was printed before srun recorded a task exiting with a non-zero code, in the same
+    stream (whose lines are in time order): a step that failed after it is how the workload ended (an exception at exit
+    after the report, with the tasks exiting 0, is not)."""
     said = report.last_time or report.first_time
     if said is None or ws.undated(report):
-        return False
+        return _printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
     progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
     return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
                and not any(r.first_time < t <= said for t in progress) for r in roots)
+
+
+def _printed_before(report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
+    """Some root's evidence comes after every line of `report` in a stream the report was printed in."""
+    last_line: dict[str, int] = {}
+    for e in report.evidence:
+        if e.provenance.line is not None:
+            last_line[e.provenance.origin] = max(e.provenance.line, last_line.get(e.provenance.origin, 0))
+    return any(e.provenance.origin in last_line and e.provenance.line is not None
+               and e.provenance.line > last_line[e.provenance.origin] for r in roots for e in r.evidence)
 
 
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
