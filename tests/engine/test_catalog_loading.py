@@ -133,24 +133,29 @@ def test_subset_check_rejects_lookaround_and_backreferences() -> None:
     assert check_pattern_subset(r"NVRM: Xid \((?P<pci>[^)]+)\)") is None
 
 
+def _one_extractor(name: str, pattern: str, matching: str, not_matching: str) -> bytes:
+    """A catalog file of one extractor (an existing symptom) with a positive and a negative case."""
+    return f"""
+[[extractor]]
+name = "{name}"
+doc = "a test extractor"
+match_re = '{pattern}'
+emit = {{ type = "interesting_node", symptom = "PCIe AER corrected errors" }}
+[[extractor.cases]]
+expect = "interesting"
+line = "{matching}"
+[[extractor.cases]]
+expect = "none"
+line = "{not_matching}"
+""".encode()
+
+
 def test_rules_test_still_compiles_every_pattern_exactly() -> None:
     """The engine scans with prefilter databases, which accept patterns exact hyperscan refuses; the authoring
     check (`rules test`, strict) still refuses them."""
     from firstfault.tools.verify import check_catalog
 
-    text = b'''
-[[extractor]]
-name = "HugeRepeat"
-doc = "too large for exact hyperscan"
-match_re = 'QQQ (?:[a-z0-9]{1,30}[0-9]{1,30}[a-f]{1,30}){1,10}X'
-emit = { type = "interesting_node", symptom = "PCIe AER corrected errors" }
-[[extractor.cases]]
-expect = "interesting"
-line = "QQQ a1aX"
-[[extractor.cases]]
-expect = "none"
-line = "QQQ X"
-'''
+    text = _one_extractor("HugeRepeat", r"QQQ (?:[a-z0-9]{1,30}[0-9]{1,30}[a-f]{1,30}){1,10}X", "QQQ a1aX", "QQQ X")
     catalog = load_verified_catalog([("zz_test.toml", text)])
     assert check_catalog(catalog) == []
     with pytest.raises(CatalogError, match="HugeRepeat.*does not compile"):
@@ -162,19 +167,7 @@ def test_rules_test_refuses_a_pattern_without_a_posix_ere_form() -> None:
     (grep refuses it): the authoring check says so, naming the extractor."""
     from firstfault.tools.verify import check_catalog
 
-    text = b'''
-[[extractor]]
-name = "LongGap"
-doc = "a bound grep refuses"
-match_re = 'QQQ [^\\n]{0,300}ZZZ'
-emit = { type = "interesting_node", symptom = "PCIe AER corrected errors" }
-[[extractor.cases]]
-expect = "interesting"
-line = "QQQ x ZZZ"
-[[extractor.cases]]
-expect = "none"
-line = "QQQ x"
-'''
+    text = _one_extractor("LongGap", r"QQQ [^\n]{0,300}ZZZ", "QQQ x ZZZ", "QQQ x")
     catalog = load_verified_catalog([("zz_test.toml", text)])
     assert check_catalog(catalog) == []
     failures = check_catalog(catalog, strict=True)
