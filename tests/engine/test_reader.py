@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from firstfault.engine.catalog import load_catalog
 from firstfault.engine.engine import Engine
-from firstfault.engine.reader import _RANK_PREFIX, _emits, _rank_prefix, _relay_prefix
+from firstfault.engine.reader import _RANK_PREFIX, _emits, _newlines, _rank_prefix, _relay_prefix
 from firstfault.engine.rules_api import Expect, RuleCase
 from firstfault.tools.verify import run_rule_case
 
@@ -24,6 +24,14 @@ def test_the_rank_prefix_shortcut_reads_what_the_pattern_reads(prefix: str, rest
     for text in (prefix + rest, " " * padding + prefix + rest, rest + prefix):
         found = _RANK_PREFIX.match(text, 0, 256)
         assert _rank_prefix(text) == (found and (found.group(1) or found.group(2)))
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(b"\n\ra\x00\xff"), max_size=300), st.integers(0, 310), st.integers(0, 310))
+def test_newlines_are_counted_as_bytes_count_counts_them(values: list[int], start: int, end: int) -> None:
+    data = bytes(values)
+    for buffer in (data, bytearray(data)):
+        assert _newlines(buffer, start, end) == data.count(b"\n", start, end)
 
 
 def test_each_extractor_emits_what_its_definition_says() -> None:
