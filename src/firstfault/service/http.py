@@ -18,6 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter, ValidationError
 
 from firstfault.errors import ServiceError
+from firstfault.service.middleware import BODY_SCOPE_KEY
 
 T = TypeVar("T")
 
@@ -75,7 +76,12 @@ def decode_json(body: bytes) -> Any:
 
 
 class JsonRequest(Request):
-    """A request whose JSON is parsed by `clean_json`; `clean_body()` gives the cleaned bytes."""
+    """A request whose JSON is parsed by `clean_json`; `clean_body()` gives the cleaned bytes. Its body is the one
+    the service's middleware read, when it did."""
+
+    async def body(self) -> bytes:
+        held = self.scope.get(BODY_SCOPE_KEY)
+        return held if isinstance(held, bytes) else await super().body()
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):

@@ -20,6 +20,9 @@ from firstfault.service.metrics import ServiceMetrics
 log = logging.getLogger("firstfault.service.access")
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
+# The scope key under which a body read whole here is handed to the route (http.JsonRequest): the route takes it as
+# is, where Starlette would read the replayed message and join it into a second copy of megabytes.
+BODY_SCOPE_KEY = "firstfault.body"
 # A body over the cap is read and discarded up to this multiple of the cap (so the client sees the 413 instead
 # of a reset connection), then the connection is closed.
 _DRAIN_FACTOR = 4
@@ -126,6 +129,7 @@ class ServiceMiddleware:
             return
         if body is None:  # the client went away
             return
+        scope[BODY_SCOPE_KEY] = body
         await self.app(scope, _replay(body, receive), send)
 
     def _hold(self, held: list[int], total: int) -> None:
