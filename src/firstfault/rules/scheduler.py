@@ -850,6 +850,51 @@ def _seconds(span: str) -> float:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds)
 
 
+_GANG_SHORT = "Gang has fewer pods than its minimum"
+
+
+def _volcano_gang_event(tally: str) -> str:
+    """A rule-case line: Volcano's Unschedulable event for a gang, with its tally of tasks by status."""
+    return f"  Normal   Unschedulable  2m (x38 over 38m)  volcano  1/1 tasks in gang unschedulable: pod group is not ready, {tally}"
+
+
+@refiner("GangBelowItsMinimum", phase=Phase.REFINE, doc=f"""
+Volcano's fit error for a gang counts the job's tasks by status and states the PodGroup's minAvailable (sorted as
+strings, so the minimum can come anywhere in the list). When the tasks counted are fewer than the minimum, or the gang
+plugin says 'Not enough valid tasks', the gang cannot be placed until more pods exist: the job's request or its
+operator's pod creation is at fault, not capacity. `{_GANG_SHORT}` becomes a root candidate (configuration) unless
+training made progress after it was first reported; a gang with as many tasks as its minimum is waiting for capacity.
+""", cases=[
+    # https://github.com/volcano-sh/volcano/issues/1959 (kubedl created the worker only after the master ran)
+    RuleCase(title="one pod of a gang of two", evidence={"a/scheduler": [_volcano_gang_event("1 Pending, 2 minAvailable")]},
+             expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GANG_SHORT)),
+    RuleCase(title="the minimum sorted first", evidence={"a/scheduler": [_volcano_gang_event("12 minAvailable, 3 Pending, 8 Running")]},
+             expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GANG_SHORT)),
+    RuleCase(title="the gang plugin's own count", evidence={"a/scheduler": [
+        "Warning  PodGroupNotReady  podgroup/llama-ft  Not enough valid tasks for gang-scheduling, valid: 3, min: 4"]},
+             expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GANG_SHORT)),
+    RuleCase(title="a whole gang waiting for GPUs", evidence={"a/scheduler": [_volcano_gang_event("4 Pending, 4 minAvailable")]},
+             expect=Expect(fired=False)),
+])
+def gang_below_its_minimum(ws: Workspace) -> None:
+    progress = [s.last_time or s.first_time for s in ws.select(prefix="Training progress")]
+    for s in ws.select(prefix=_GANG_SHORT, status="interesting"):
+        if s.first_time is not None and any(t is not None and t > s.first_time for t in progress):
+            continue
+        short = sorted(t for t in s.value_set("tally") if _tasks_below_minimum(t))
+        if short:
+            ws.promote(s, f"the gang has fewer tasks than its minimum ({short[0]})")
+        elif s.value_set("valid"):
+            ws.promote(s, "Volcano's gang plugin found fewer valid tasks than the minimum")
+
+
+def _tasks_below_minimum(tally: str) -> bool:
+    """Whether Volcano's tally ('1 Pending, 2 minAvailable') counts fewer tasks than its minAvailable."""
+    counts = [entry.split(" ", 1) for entry in tally.split(", ")]
+    minimum = [int(n) for n, what in counts if what == "minAvailable"]
+    return bool(minimum) and sum(int(n) for n, what in counts if what != "minAvailable") < minimum[0]
+
+
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
