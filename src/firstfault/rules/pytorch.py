@@ -579,8 +579,9 @@ In a Kubernetes pod the GPU device nodes (/dev/nvidiaN) are the ones the contain
 was allocated. A pod that reports its device node missing (`{_NO_DEVICE_NODE}`: TensorFlow's 'no NVIDIA GPU device is
 present: /dev/nvidia0 does not exist') was given no GPU - a spec without a GPU limit, a runtime class without the NVIDIA
 runtime - and its CUDA's failure to start there says nothing of the node's GPUs: without a fault on record for that node
-(an Xid, its driver's or its device plugin's error) the report is demoted and no node is blamed. (A node whose GPUs are
-present but unusable - MIG enabled without instances, a driver that fails - keeps its device nodes.)
+(an Xid, its driver's or its device plugin's error) the report is demoted, no node is blamed, and the missing device
+node becomes the root (configuration), ahead of the error the program raised when it counted no GPU. (A node whose GPUs
+are present but unusable - MIG enabled without instances, a driver that fails - keeps its device nodes.)
 """, cases=[
     # https://github.com/kubeflow/trainer/issues/903 (a TFJob whose worker-0 found no GPU device)
     RuleCase(title="a pod without a GPU device node", evidence={"w1/applog": [
@@ -589,7 +590,14 @@ present but unusable - MIG enabled without instances, a driver that fails - keep
         "2025-01-01T00:00:10Z 2025-01-01 00:00:10.631948: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:157] no "
         "NVIDIA GPU device is present: /dev/nvidia0 does not exist"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w1", "w2"]},
-        expect=Expect(fired=True, culprits=[], demoted=["GPU could not be initialised"])),
+        expect=Expect(fired=True, culprits=[], sub_domain="configuration", demoted=["GPU could not be initialised"])),
+    RuleCase(title="the program's own check fails after TensorFlow found no device node", evidence={"w1/applog": [
+        "2025-01-01T00:00:10Z 2025-01-01 00:00:10.631948: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:163] no "
+        "NVIDIA GPU device is present: /dev/nvidia0 does not exist",
+        "2025-01-01T00:00:13Z Traceback (most recent call last):",
+        "2025-01-01T00:00:13Z AssertionError: expected 1 GPU, found 0"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w1", "w2"]},
+        expect=Expect(fired=True, culprits=[], sub_domain="configuration", root_symptom=_NO_DEVICE_NODE)),
     RuleCase(title="a pod whose CUDA found no device, its device node present", evidence={"w1/applog": [
         "2025-01-01T00:00:10Z [rank8]: RuntimeError: CUDA error: no CUDA-capable device is detected"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["w1", "w2"]},
@@ -598,11 +606,15 @@ present but unusable - MIG enabled without instances, a driver that fails - keep
 def no_gpu_device_in_pod(ws: Workspace) -> None:
     if ws.context.scheduler != "kubernetes":
         return
-    for s in ws.active(prefix="GPU could not be initialised"):
-        recorded = [o for o in ws.active(role="root", node=s.node) if o is not s
-                    and o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST)]
-        if ws.select(node=s.node, prefix=_NO_DEVICE_NODE) and not recorded:
+    for absent in ws.select(prefix=_NO_DEVICE_NODE, status="interesting"):
+        recorded = [o for o in ws.active(role="root", node=absent.node)
+                    if o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST)
+                    and not o.name.startswith("GPU could not be initialised")]
+        if recorded:
+            continue
+        for s in ws.active(node=absent.node, prefix="GPU could not be initialised"):
             ws.demote(s, "the pod has no GPU device node: it was given no GPU (its spec or runtime class), no GPU failed")
+        ws.promote(absent, "the pod has no GPU device node: it was given no GPU (its spec or runtime class)")
 
 
 _CONTAINED = "CUDA contained hardware error"
