@@ -431,6 +431,17 @@ def time_order(event: Event) -> tuple[bool, datetime | None]:
     return event.time is None, event.time or event.evidence.time
 
 
+def printed_before(report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
+    """Some of `roots` has evidence that comes after every line of `report` in a stream the report was printed in
+    (a stream's lines are in time order)."""
+    last_line: dict[str, int] = {}
+    for e in report.evidence:
+        if e.provenance.line is not None:
+            last_line[e.provenance.origin] = max(e.provenance.line, last_line.get(e.provenance.origin, 0))
+    return any(e.provenance.origin in last_line and e.provenance.line is not None
+               and e.provenance.line > last_line[e.provenance.origin] for r in roots for e in r.evidence)
+
+
 def every_node_at_once(ws: Workspace, events: list[Event]) -> datetime | None:
     """When the first of `events` (dated ones) came, if every node of a multi-node workload has one and they all came
     within the clock-skew tolerance of it: the same thing happening to all of the nodes at once. None otherwise."""

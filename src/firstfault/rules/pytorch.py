@@ -19,7 +19,8 @@ from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
-from firstfault.engine.workspace import EmitSpec, Workspace
+from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
+from firstfault.rules.election import printed_before
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 
@@ -615,6 +616,45 @@ def no_gpu_device_in_pod(ws: Workspace) -> None:
         for s in ws.active(node=absent.node, prefix="GPU could not be initialised"):
             ws.demote(s, "the pod has no GPU device node: it was given no GPU (its spec or runtime class), no GPU failed")
         ws.promote(absent, "the pod has no GPU device node: it was given no GPU (its spec or runtime class)")
+
+
+_DAEMON_LOST = "MPI daemon lost"
+_NOT_STARTED = "Launcher could not start the ranks on a host"
+
+
+@refiner("RelaunchAfterDaemonLost", phase=Phase.REFINE_EARLY, doc=f"""
+Open MPI's launcher reports '{_DAEMON_LOST}' only for daemons it had started, so the launch had worked; a later 'ORTE was
+unable to reliably start one or more daemons' on that node comes from a launch after it (a relaunched launcher pod, a
+retry in the script) and says why the retry failed, not why the job did. That report is demoted; the lost daemon is
+what the first launch left on record.
+""", cases=[
+    # https://github.com/kubeflow/mpi-operator/issues/45 (a second launcher pod started after the first lost worker-1)
+    RuleCase(title="a relaunch cannot start its daemons after the first launch lost one", evidence={"l/applog": [
+        "2025-01-01T00:10:00Z ORTE has lost communication with a remote daemon.",
+        "2025-01-01T00:11:00Z ORTE was unable to reliably start one or more daemons."]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=[_NOT_STARTED])),
+    RuleCase(title="undated lines of one launcher log, in the order it wrote them", evidence={"l/applog": [
+        "ORTE has lost communication with a remote daemon.",
+        "ORTE was unable to reliably start one or more daemons."]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], demoted=[_NOT_STARTED])),
+    RuleCase(title="daemons that never started", evidence={"l/applog": [
+        "2025-01-01T00:00:05Z ORTE was unable to reliably start one or more daemons.",
+        "2025-01-01T00:00:06Z ORTE has lost communication with a remote daemon."]},
+        expect=Expect(fired=False, sub_domain="configuration", root_symptom=_NOT_STARTED)),
+])
+def relaunch_after_daemon_lost(ws: Workspace) -> None:
+    for lost in ws.active(prefix=_DAEMON_LOST):
+        for retry in ws.active(node=lost.node, prefix=_NOT_STARTED):
+            if retry.rule == "MpiDaemonsNotStarted" and _after(ws, retry, lost):
+                ws.demote(retry, f"the launcher had lost a daemon it started at {lost.first_time:%H:%M:%S}: "
+                          "this launch came after the first one failed")
+
+
+def _after(ws: Workspace, later: WorkSymptom, earlier: WorkSymptom) -> bool:
+    """`later` came after `earlier`: by their own times, else by their order in a stream both were printed in."""
+    if ws.undated(later) or ws.undated(earlier) or later.first_time is None or earlier.first_time is None:
+        return printed_before(earlier, [later])
+    return later.first_time > earlier.first_time
 
 
 _CONTAINED = "CUDA contained hardware error"

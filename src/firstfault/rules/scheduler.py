@@ -25,7 +25,13 @@ from firstfault.engine.model import (
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import SURVIVED_AFTER_S, blamed_nodes, last_progress, raised_after_completion
+from firstfault.rules.election import (
+    SURVIVED_AFTER_S,
+    blamed_nodes,
+    last_progress,
+    printed_before,
+    raised_after_completion,
+)
 
 
 def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bool:
@@ -361,16 +367,7 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     # it was no longer working
     failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
                and s.sub_domain != SubDomain.SCHEDULER]
-    margin = 0.0
-    if progress_end is not None:
-        working_until, what = progress_end, "training progress stopped"
-    elif failing:
-        working_until, what = min(failing), "the workload reported a stall or failure"
-    elif (reached := _iterations_reached(ws)) is not None:
-        working_until, what = reached
-        margin = UNDATED_PROGRESS_MARGIN
-    else:
-        working_until, what = None, ""
+    reached = None if progress_end is not None else _iterations_reached(ws)
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
         # a time limit or a cancel ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
         # line only inherits a lower bound from the line above it), else it struck at the end
@@ -378,7 +375,9 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         when = min(stamped) if stamped else ws.context.end_time
         if when is None:
             continue
-        until, said = (working_until, what) if working_until is not None else (_output_stopped(ws, when) or (None, ""))
+        until, said, margin = _working_until(progress_end, failing, reached, when)
+        if until is None:
+            until, said = _output_stopped(ws, when) or (None, "")
         if until is None:
             continue
         idle = (when - until).total_seconds()
@@ -386,6 +385,21 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         if idle > max(HUNG_BEFORE_LIMIT_S, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
+
+
+def _working_until(progress_end: datetime | None, failing: list[datetime], reached: tuple[datetime, str] | None,
+                   when: datetime) -> tuple[datetime | None, str, float]:
+    """Until when the workload was working, what says so, and the margin its stall must exceed: its last progress,
+    else its first report of a stall or failure before the limit (one after it is what the limit caused), else where
+    undated iteration counts place it."""
+    if progress_end is not None:
+        return progress_end, "training progress stopped", 0.0
+    before = [t for t in failing if t < when]
+    if before:
+        return min(before), "the workload reported a stall or failure", 0.0
+    if reached is not None:
+        return reached[0], reached[1], UNDATED_PROGRESS_MARGIN
+    return None, "", 0.0
 
 
 # How long before the scheduler's node-failure line its peers' errors about that node may begin: Slurm marks a
@@ -1235,20 +1249,10 @@ def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]
     after the report, with the tasks exiting 0, is not)."""
     said = report.last_time or report.first_time
     if said is None or ws.undated(report):
-        return _printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
+        return printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
     progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
     return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
                and not any(r.first_time < t <= said for t in progress) for r in roots)
-
-
-def _printed_before(report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
-    """Some root's evidence comes after every line of `report` in a stream the report was printed in."""
-    last_line: dict[str, int] = {}
-    for e in report.evidence:
-        if e.provenance.line is not None:
-            last_line[e.provenance.origin] = max(e.provenance.line, last_line.get(e.provenance.origin, 0))
-    return any(e.provenance.origin in last_line and e.provenance.line is not None
-               and e.provenance.line > last_line[e.provenance.origin] for r in roots for e in r.evidence)
 
 
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
