@@ -20,6 +20,8 @@ from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, SCHEDULER_NODE_FAIL
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
 THROTTLE_MIN_REPORTS = 3  # thermal-throttle reports on one node that make it a node that keeps throttling
+# ... spread over at least this long: one burst (every core of a package reporting the same instant) is one episode
+THROTTLE_MIN_SPAN_S = 600.0
 # A hardware warning this long before a node was declared lost went with its loss (a hot or failing part hangs a machine).
 WARNED_BEFORE_LOSS_S = 3600.0
 WARNINGS_MIN = 3  # reports of a warning that repeats (throttling, corrected machine checks) that make a node that keeps warning
@@ -136,9 +138,11 @@ def kernel_crash_on_every_node(ws: Workspace) -> None:
 
 @refiner("ThermalThrottleSlowedTheRun", phase=Phase.REFINE, doc=f"""
 Synchronous training runs at the pace of its slowest rank. When a workload ended at its time limit and exactly one
-of its nodes reported its CPUs thermally throttled at least {THROTTLE_MIN_REPORTS} times during it, that node slowed
-the run: its `CPU thermal throttling` becomes the root candidate (host). Throttling on several nodes (a room too
-hot, a shared cause) or in a run that ended otherwise stays context.
+of its nodes reported its CPUs thermally throttled at least {THROTTLE_MIN_REPORTS} times during it, over
+{THROTTLE_MIN_SPAN_S / 60:.0f} minutes or more, that node slowed the run: its `CPU thermal throttling` becomes the root
+candidate (host). The kernel reports each core and package that crossed its threshold, so one brief episode is a
+burst of lines at one instant; it does not slow a run for hours. Throttling on several nodes (a room too hot, a shared
+cause), one burst, or a run that ended otherwise stays context.
 """, cases=[
     RuleCase(title="one node throttles, the job runs out of time", evidence={
         "b/syslog": [f"Jan  1 00:{m:02d}:00 b kernel: CPU7: Package temperature above threshold, cpu clock throttled "
@@ -152,12 +156,20 @@ hot, a shared cause) or in a run that ended otherwise stays context.
         "a/applog": ["2025-01-01T00:30:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
                      "2.00 GiB"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu_oom", culprits=[])),
+    RuleCase(title="one burst of per-core reports before a time limit", evidence={
+        "b/syslog": [f"Jan  1 00:10:00 b kernel: mce: CPU{c}: Core temperature above threshold, cpu clock throttled "
+                     "(total events = 2675)" for c in range(6)],
+        "a/applog": ["2025-01-01T00:59:58Z slurmstepd: error: *** JOB 1 ON a CANCELLED AT 2025-01-01T00:59:58 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=[])),
 ])
 def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
     timed_out = normalise_state(ws.context.scheduler_state) == TerminalState.TIMEOUT or any(
         ws.active(prefix=name) for name in TIME_LIMITS)
     throttled = [s for s in ws.select(prefix="CPU thermal throttling", status="interesting")
-                 if s.count >= THROTTLE_MIN_REPORTS and s.node]
+                 if s.count >= THROTTLE_MIN_REPORTS and s.node and s.first_time and s.last_time
+                 and (s.last_time - s.first_time).total_seconds() >= THROTTLE_MIN_SPAN_S]
     if timed_out and len({s.node for s in throttled}) == 1:
         for s in throttled:
             ws.promote(s, f"{s.count} thermal-throttle reports on the one node that throttled, in a run that ran out "
@@ -203,13 +215,19 @@ def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
 @refiner("HardwareSlowdownOnOneNode", phase=Phase.REFINE, doc="""
 The GPUs of one synchronous workload wait for the slowest: when exactly one node reported a GPU whose clocks the
 hardware holds down (a power brake, a hardware or thermal slowdown active) and the workload did not complete, that
-GPU slowed every step and its `GPU clocks held down by hardware` becomes the root candidate (gpu, that node). On
-several nodes (a room too hot, a facility power event) or in a completed workload it stays context.
+GPU slowed every step and its `GPU clocks held down by hardware` becomes the root candidate (gpu, that node); when the
+reason is the power brake, which the system asserts, its `GPU power brake asserted by the system` (host, that node) comes
+first. On several nodes (a room too hot, a facility power event) or in a completed workload it stays context.
 """, cases=[
     RuleCase(title="one node's GPU power-braked, the job runs out of time", evidence={
         "b/syslog": ["Jan  1 00:30:07 b health[5101]:             HW Power Brake Slowdown           : Active"],
         "a/applog": ["2025-01-01T00:05:00Z step 100 | loss 2.1 | step_time 2.66s",
                      "2025-01-01T01:59:00Z step 1900 | loss 1.9 | step_time 5.15s"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="GPU power brake asserted by the system")),
+    RuleCase(title="one node's GPU slowed by its own heat", evidence={
+        "b/syslog": ["Jan  1 00:30:07 b health[5101]:             HW Thermal Slowdown           : Active"],
+        "a/applog": ["2025-01-01T00:05:00Z step 100 | loss 2.1 | step_time 2.66s"]},
         context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], root_symptom="GPU clocks held down by hardware")),
     RuleCase(title="every node's GPUs slowed by heat", evidence={
@@ -221,6 +239,8 @@ several nodes (a room too hot, a facility power event) or in a completed workloa
 def hardware_slowdown_on_one_node(ws: Workspace) -> None:
     promote_on_one_node(ws, "GPU clocks held down by hardware", "has a GPU the hardware slows down: every synchronous "
                                                                 "step waits for it")
+    promote_on_one_node(ws, "GPU power brake asserted by the system", "has a GPU its system power-brakes: every "
+                                                                      "synchronous step waits for it")
 
 
 @refiner("LostAfterItsOwnWarnings", phase=Phase.REFINE, doc=f"""
@@ -845,7 +865,8 @@ _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 @filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
 A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady, Ray's GCS marking it dead)
 whose own log then shows the
-kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted'),
+kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted', or whose
+kubelet recorded it 'has been rebooted'),
 with no orderly shutdown or graceful node shutdown logged before, went down by itself: it reset (a hang the watchdog or BMC ended, a crash that left nothing in
 its logs, a power event). A declaration before the workload started is not a reset under it. A `Node reset during the workload` root is placed on it at the declaration: a host fault
 of that node, of which the node failure and its peers' errors are the consequences. Not when the scheduler declared
