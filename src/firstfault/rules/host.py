@@ -15,7 +15,12 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes, every_node_at_once, workload_completed
-from firstfault.rules.scheduler import NODE_FAILURE_REPORTS, SCHEDULER_NODE_FAILURES, TIME_LIMITS
+from firstfault.rules.scheduler import (
+    NODE_FAILURE_DETECTION_S,
+    NODE_FAILURE_REPORTS,
+    SCHEDULER_NODE_FAILURES,
+    TIME_LIMITS,
+)
 
 MCE_UC_BIT = 61
 HUNG_STACK_S = 30.0  # the stack the hung-task detector prints follows its 'blocked for more than' line at once
@@ -865,7 +870,9 @@ _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 @filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
 A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady, Ray's GCS marking it dead)
 whose own log then shows the
-kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or that Slurm found 'unexpectedly rebooted', or whose
+kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or, after the workload started, up to
+{NODE_FAILURE_DETECTION_S / 60:.0f} minutes before the declaration: a node that rebooted fast was back before the
+scheduler gave up on it) (or that Slurm found 'unexpectedly rebooted', or whose
 kubelet recorded it 'has been rebooted'),
 with no orderly shutdown or graceful node shutdown logged before, went down by itself: it reset (a hang the watchdog or BMC ended, a crash that left nothing in
 its logs, a power event). A declaration before the workload started is not a reset under it. A `Node reset during the workload` root is placed on it at the declaration: a host fault
@@ -880,6 +887,13 @@ machine check as it came back (that record is the root).
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], terminal_state="NODE_FAIL",
                       root_symptom="Node reset during the workload")),
+    RuleCase(title="the node was back before Slurm declared it", evidence={
+        "a/scheduler": ["[2025-01-01T00:44:10.402] error: Nodes b not responding, setting DOWN"],
+        "b/syslog": ["Jan  1 00:39:39 b kernel: [    0.000000] Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org) "
+                     "(gcc-12 (Debian 12.2.0-14) 12.2.0) #1 SMP"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:45:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="Node reset during the workload")),
     RuleCase(title="Slurm finds the node rebooted", evidence={
         "a/scheduler": ["[2025-01-01T00:38:10.104] validate_node_specs: Node b unexpectedly rebooted boot_time=1735691890 "
                         "last response=1735691800"]},
@@ -920,7 +934,11 @@ def node_reset_itself(ws: Workspace) -> None:
         return  # declared before the workload began: not a reset under it (what it left broken, other rules read)
     if node in {ws.canonical_node(e.node) for e in ws.events if e.symptom in _ON_PURPOSE}:
         return
-    since, until = when - timedelta(seconds=ws.params.clock_skew_s), when + timedelta(seconds=REBOOT_AFTER_FAILURE_S)
+    # a node that reboots fast is back before the scheduler declares it (Slurm waits SlurmdTimeout for a silent node)
+    since = when - timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    if start is not None:
+        since = max(since, start + timedelta(seconds=ws.params.clock_skew_s))
+    until = when + timedelta(seconds=REBOOT_AFTER_FAILURE_S)
     boot = next((b for b in ws.events_of(f"{EventType.CONTEXT}.boot") if ws.canonical_node(b.node) == node
                  and b.time is not None and not b.evidence.time_inferred and since <= b.time <= until), None)
     if boot is None and node not in said_reset:
