@@ -20,7 +20,7 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import printed_before
+from firstfault.rules.election import printed_before, workload_completed
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 
@@ -655,6 +655,58 @@ def _after(ws: Workspace, later: WorkSymptom, earlier: WorkSymptom) -> bool:
     if ws.undated(later) or ws.undated(earlier) or later.first_time is None or earlier.first_time is None:
         return printed_before(earlier, [later])
     return later.first_time > earlier.first_time
+
+
+_LEFT_EARLY = "Worker finished before its peers"
+# How long after a worker left its peers may take to notice it: a collective's or store's timeout.
+LEFT_EARLY_NOTICED_S = 1800.0
+# Completion reports of a training worker or its launcher (not a test session's or a benchmark's summary, which
+# independent runners print on their own).
+_A_WORKER_ENDED = re.compile(r"(?i)train|worker|succeeded|exits successfully")
+
+
+@filter_rule("WorkerFinishedBeforeItsPeers", phase=Phase.FILTER, after=("ProgramRaised", "PythonExceptionFamily"), doc=f"""
+Synchronous workers end together. When some nodes of a multi-node workload that did not complete reported their
+own successful end (`Workload completed`), and processes on the other nodes raised within
+{LEFT_EARLY_NOTICED_S / 60:.0f} minutes after it, with no exception or failure report anywhere before it and no
+root candidate of any kind, the others failed because a peer they still needed had left (a report of training or of a worker that ended; a
+test session's summary is not one): `{_LEFT_EARLY}` (application) is placed at the first
+report of completion. A program that raised before it, or any fault on record, is read instead.
+""", cases=[
+    # https://github.com/tensorflow/tensorflow/pull/58830 (a chief that exited while the workers ran collectives)
+    RuleCase(title="the chief exits, the workers lose it", evidence={
+        "c/applog": ["2025-01-01T00:10:00Z INFO:root:Chief worker: training complete, exiting"],
+        "w/applog": ["2025-01-01T00:10:13Z tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is "
+                     "aborted by: cluster check alive failed, /job:worker/replica:0/task:0 is down"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["c", "w"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom=_LEFT_EARLY)),
+    RuleCase(title="a worker raised first", evidence={
+        "w/applog": ["2025-01-01T00:09:00Z KeyError: 'lr'"],
+        "c/applog": ["2025-01-01T00:10:00Z INFO:root:Chief worker: training complete, exiting"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["c", "w"]},
+        expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
+])
+def worker_finished_before_its_peers(ws: Workspace) -> None:
+    if workload_completed(ws) or len(ws.context.nodes) < 2:
+        return
+    done = [e for e in ws.events if e.symptom == "Workload completed" and e.node and e.time is not None
+            and not e.evidence.time_inferred and _A_WORKER_ENDED.search(e.evidence.text)]
+    finished = {ws.canonical_node(e.node) for e in done}
+    if not done or finished >= set(ws.context.nodes):
+        return
+    first = min(done, key=lambda e: e.time or datetime.max)
+    assert first.time is not None
+    facts = ws.events_of(f"{EventType.CONTEXT}.program_raised")  # still on the stream in this phase
+    raised = [f.time for f in facts if f.time is not None]
+    later = [f for f in facts if f.time is not None and ws.canonical_node(f.node) not in finished
+             and timedelta(0) < f.time - first.time <= timedelta(seconds=LEFT_EARLY_NOTICED_S)]
+    bad = ws.events_of(EventType.NODE_BAD)
+    rooted = any(ws.catalog.symptom(e.symptom or "").role == "root" for e in bad)
+    before = any(t <= first.time for t in raised) or any(e.time is not None and e.time <= first.time for e in bad)
+    if later and not rooted and not before:
+        ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_LEFT_EARLY, evidence=first.evidence,
+                         time=first.time, attributes={"meaning": f"{first.node} reported its end at {first.time:%H:%M:%S}; "
+                                                      f"processes on {len(later)} other node(s) raised after it"}))
 
 
 _CONTAINED = "CUDA contained hardware error"
