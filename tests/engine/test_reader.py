@@ -99,3 +99,14 @@ def test_an_sel_record_printed_later_is_placed_at_its_own_time(engine: Engine, s
     result = run_rule_case(engine.compiled, case)
     faults = [s for s in result.symptoms if s.symptom == "BMC reported a hardware fault"]
     assert faults and faults[0].evidence[0].time == expected and not faults[0].evidence[0].time_inferred
+
+
+def test_an_ipmiutil_sel_record_with_a_two_digit_year_is_placed_at_its_own_time(engine: Engine) -> None:
+    """ipmiutil prints the record's date with a two-digit year; it dates the event as ipmitool's four-digit one does."""
+    case = RuleCase(title="ipmiutil's SEL printed after a reboot", evidence={"b/syslog": [
+        "Jan  1 00:22:31 b sel-collector[2231]: 7840 01/01/25 00:14:51 MIN BMC Memory #08 Uncorrectable ECC, DIMM6/CPU1 "
+        "6f [20 ff 10]"]},
+        context={"start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T01:00:00Z"}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    faults = [s for s in result.symptoms if s.symptom == "BMC reported a hardware fault"]
+    assert faults and faults[0].evidence[0].time == datetime(2025, 1, 1, 0, 14, 51, tzinfo=UTC)

@@ -58,7 +58,7 @@ _STATED_TIME = re.compile(r"\bCANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 # operation's timestamp, printed by a tool that ran later): the event is placed at the record's time.
 # docs/rule-authoring.md describes them.
 RECORDED_AT, RECORDED_DATE, RECORDED_TIME = "recorded_at", "recorded_date", "recorded_time"
-_RECORDED_FORMATS = ("%m/%d/%Y %H:%M:%S", "%Y-%m-%d %H:%M:%S")
+_RECORDED_FORMATS = ("%m/%d/%Y %H:%M:%S", "%m/%d/%y %H:%M:%S", "%Y-%m-%d %H:%M:%S")  # ipmitool; ipmiutil
 # How long before the line that printed it a record may have been made: longer is a BMC clock that is wrong.
 MAX_RECORD_LAG = timedelta(days=1)
 _PREVIOUS = object()  # _last_time_of: the look-back reached the previous matching line
