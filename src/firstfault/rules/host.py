@@ -867,7 +867,7 @@ def _killed_by_sigkill(s: WorkSymptom) -> bool:
 _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 
 
-@filter_rule("NodeResetItself", phase=Phase.FILTER, doc=f"""
+@filter_rule("NodeResetItself", phase=Phase.FILTER, after=("SlurmNodeListExpanded",), doc=f"""
 A node the scheduler declared failed (Slurm not responding / DOWN, Kubernetes NotReady, Ray's GCS marking it dead)
 whose own log then shows the
 kernel booting again within {REBOOT_AFTER_FAILURE_S / 60:.0f} minutes (or, after the workload started, up to

@@ -13,6 +13,8 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+import hostlist
+
 from firstfault.engine.model import (
     EventType,
     Evidence,
@@ -407,6 +409,41 @@ def _working_until(progress_end: datetime | None, failing: list[datetime], reach
 # period (40-50 s) and evicts its pods 5 minutes later (the unreachable taint's tolerationSeconds), and a
 # `kubectl describe` or `get events` line carries the time the command ran, the event's own time only as an age.
 NODE_FAILURE_DETECTION_S = 1800.0
+
+
+# More names than a host list of one workload's failure is read for (a typo'd range must not expand without bound).
+MAX_LISTED_NODES = 10_000
+
+
+@filter_rule("SlurmNodeListExpanded", phase=Phase.FILTER, doc="""
+slurmctld names several nodes of one event as a host list ('Nodes gpu-[01-03],gpu-07 not responding, setting DOWN').
+A node failure that names a host list names each node in it: the list is expanded (python-hostlist, Slurm's syntax)
+into the nodes blamed, so the rules that read which nodes failed, and how many at once, see them all. A list that does
+not parse stays as written.
+""", cases=[
+    RuleCase(title="six nodes set DOWN together", evidence={"a/scheduler": [
+        "[2025-01-01T00:38:10.402] error: Nodes n-[1-3],m-1 not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0",
+                 "nodes": ["n-1", "n-2", "n-3", "m-1"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+])
+def slurm_node_list_expanded(ws: Workspace) -> None:
+    for event in ws.events_of(EventType.NODE_BAD):
+        named = event.value_set("blamed_node") if event.symptom in SCHEDULER_NODE_FAILURES else set()
+        lists = {name for name in named if "[" in name or "," in name}
+        if not lists:
+            continue
+        names = named - lists
+        for text in sorted(lists):
+            try:
+                expanded = hostlist.expand_hostlist(text)
+            except hostlist.BadHostlist:
+                expanded = [text]
+            names.update(expanded if len(expanded) <= MAX_LISTED_NODES else [text])
+        event.attributes.pop("blamed_node", None)
+        event.values["blamed_node"] = sorted(names)
+        ws.note("localise", f"the host list {', '.join(sorted(lists))} names {len(names)} node(s)", node=event.node,
+                symptom=event.symptom)
 
 
 @refiner("PodOnLostNode", phase=Phase.REFINE_EARLY, doc="""
