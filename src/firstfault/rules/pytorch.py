@@ -21,6 +21,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import printed_before, workload_completed
+from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 
@@ -707,6 +708,41 @@ def worker_finished_before_its_peers(ws: Workspace) -> None:
         ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_LEFT_EARLY, evidence=first.evidence,
                          time=first.time, attributes={"meaning": f"{first.node} reported its end at {first.time:%H:%M:%S}; "
                                                       f"processes on {len(later)} other node(s) raised after it"}))
+
+
+_BUILD = "PyTorch extension build never finished"
+
+
+@refiner("ExtensionBuildNeverFinished", phase=Phase.REFINE, doc=f"""
+A process that announced the PyTorch JIT extensions root ('Using <dir> as PyTorch extensions root...') takes or waits
+for that build's file lock next. When the workload was then ended by a time limit or a cancel, and the stream that
+announced it printed no extension load ('Loading extension module', 'Time to load ... op') and no training progress
+after it, the processes waited on a lock no build would release: `{_BUILD}` becomes the root candidate
+(configuration).
+""", cases=[
+    # https://blog.gitcode.com/4ebd64aa5dc354a8175abaf78350be32.html (DeepSpeed-Chat step 3 hung there; a stale cache)
+    RuleCase(title="every rank waits at the extensions root until the time limit", evidence={"a/applog": [
+        "a: Using /root/.cache/torch_extensions/py39_cu117 as PyTorch extensions root...",
+        "a: Using /root/.cache/torch_extensions/py39_cu117 as PyTorch extensions root...",
+        "slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T02:00:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_BUILD)),
+    RuleCase(title="the extension loaded, then training ran out of time", evidence={"a/applog": [
+        "a: Using /root/.cache/torch_extensions/py39_cu117 as PyTorch extensions root...",
+        "Loading extension module fused_adam...",
+        "slurmstepd: error: *** JOB 7 ON a CANCELLED AT 2025-01-01T02:00:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def extension_build_never_finished(ws: Workspace) -> None:
+    ended = normalise_state(ws.context.scheduler_state) == TerminalState.TIMEOUT or any(
+        ws.active(prefix=name) for name in WORKLOAD_ENDERS)
+    if not ended:
+        return
+    for waiting in ws.select(prefix=_BUILD, status="interesting"):
+        after = [s for s in ws.select(node=waiting.node) if s.name.startswith(("PyTorch extension loaded", "Training progress"))]
+        if not printed_before(waiting, after):
+            ws.promote(waiting, "the extensions root was the last thing its processes announced before the job was ended")
 
 
 _CONTAINED = "CUDA contained hardware error"
