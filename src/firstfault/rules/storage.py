@@ -329,7 +329,9 @@ program not finding a file under the directory the mount would have provided.
         context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
 ])
 def directory_missing_on_some_nodes(ws: Workspace) -> None:
-    missing = ws.select(prefix=_MOUNT_MISSING, status="interesting")
+    # a job directory of slurmd's spool exists on the batch node only: no mount is missing (SlurmstepdChdirToSpool)
+    missing = [s for s in ws.select(prefix=_MOUNT_MISSING, status="interesting")
+               if not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)]
     nodes = {s.node for s in missing if s.node}
     automounter = any("automount" in e.text for s in missing for e in s.evidence)
     if nodes and (nodes < set(ws.context.nodes) or automounter):
@@ -343,6 +345,7 @@ def directory_missing_on_some_nodes(ws: Workspace) -> None:
 # Where a report of a missing mount names the directory: mount.lustre's 'at <dir> failed', automount's 'on <dir>',
 # slurmstepd's 'couldn't chdir to `<dir>''.
 _MISSING_DIRECTORY = re.compile(r" at (/\S+) failed: | on (/\S+)|couldn't chdir to `([^'\n]+)'")
+_SPOOL_JOB_DIRECTORY = re.compile(r"couldn't chdir to `/[^'\n]*spool[^'\n]*/job\d+")
 # A Python error naming the path it did not find ('[Errno 2] No such file or directory: '/lustre/x'').
 _FILE_NOT_FOUND = re.compile(r"No such file or directory: '(/[^'\n]+)'")
 
