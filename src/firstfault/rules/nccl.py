@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
@@ -267,6 +267,57 @@ def _claims(facts: list[Event], key: str, usable: Callable[[str], bool]) -> dict
             if value and usable(value):
                 claims.setdefault(value, set()).add(event.node)
     return claims
+
+
+_NON_ROUTABLE_SYMPTOM = "NCCL on a non-routable interface"
+# Networks every host creates alike for its own containers or VMs: Docker's default bridge, Podman's default network,
+# libvirt's default NAT network.
+_PER_HOST_NETWORKS = tuple(ipaddress.ip_network(n) for n in ("172.17.0.0/16", "10.88.0.0/16", "192.168.122.0/24"))
+
+
+@filter_rule("OneAddressOnSeveralNodes", phase=Phase.FILTER, doc=f"""
+NCCL's bootstrap and out-of-band traffic go to the address each rank advertises ('Bootstrap : Using eth0:172.17.0.2').
+When two nodes of the workload advertise the same address on a network every host creates alike for its own containers
+or VMs (Docker's default bridge 172.17.0.0/16, whose first container is 172.17.0.2 on every host; Podman's
+10.88.0.0/16; libvirt's 192.168.122.0/24), it belongs to neither: a peer that dials it reaches its own host, so no
+step that needs the other nodes can complete. Before any training progress, the first such line becomes `{_NON_ROUTABLE_SYMPTOM}` (configuration, no
+node); once steps completed, the addresses evidently worked (port mapping, an overlay) and the rule stays silent.
+""", cases=[
+    # https://docs.docker.com/engine/network/drivers/bridge/ (containers on the default bridge without --network host)
+    RuleCase(title="two hosts' containers advertise the default bridge's first address", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z 3a9f0c1d2e4b:110:110 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>",
+                     "2025-01-01T00:30:00Z [rank0]: RuntimeError: NCCL communicator was aborted on rank 0. Original "
+                     "reason for aborting was: Timeout at NCCL sequence 42"],
+        "b/applog": ["2025-01-01T00:00:01Z b71c55e09a13:110:110 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_NON_ROUTABLE_SYMPTOM)),
+    RuleCase(title="the same address on two nodes, and steps that completed", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z c1:731:731 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>",
+                     "2025-01-01T00:10:00Z step 100 | loss 2.1"],
+        "b/applog": ["2025-01-01T00:00:01Z c2:731:731 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>"]},
+        expect=Expect(fired=False, absent=[_NON_ROUTABLE_SYMPTOM])),
+    RuleCase(title="each node its own address", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"]},
+        expect=Expect(fired=False, absent=[_NON_ROUTABLE_SYMPTOM])),
+])
+def one_address_on_several_nodes(ws: Workspace) -> None:
+    if len(ws.context.nodes) < 2 or any(e.symptom == "Training progress" for e in ws.events):
+        return  # steps that completed exchanged data across nodes: the addresses worked (port mapping, an overlay)
+    facts = [e for e in ws.events_of(f"{EventType.CONTEXT}.ip_map") if e.rule == "NcclInterfaceAddress"]
+    shared = {ip for ip, nodes in _claims(facts, "address", _host_private).items() if len(nodes) > 1}
+    first = min((f for f in facts if f.node and shared & ({str(f.attributes.get("address", ""))} |
+                                                          set(f.values.get("address", [])))),
+                key=lambda f: (f.time is None, f.time or datetime.min, f.node or ""), default=None)
+    if first is None:
+        return
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_NON_ROUTABLE_SYMPTOM, evidence=first.evidence,
+                     time=first.time, attributes={"address": ", ".join(sorted(shared))}))
+    ws.note("emit", f"{', '.join(sorted(shared))} advertised by several nodes: an address that reaches none of them",
+            node=first.node, symptom=_NON_ROUTABLE_SYMPTOM)
+
+
+def _host_private(address: str) -> bool:
+    return _routable(address) and any(ipaddress.ip_address(address) in net for net in _PER_HOST_NETWORKS)
 
 
 _ODD_INTERFACE_SYMPTOM = "NCCL interface differs between nodes"

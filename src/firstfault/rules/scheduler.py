@@ -1299,7 +1299,8 @@ host out of memory under a scheduler (a bare launch the OOM killer ended failed:
 failure, COMPLETED when the workload reported success and nothing failed, CANCELLED when nothing failed and someone
 interrupted it from its terminal (Ctrl-C), FAILED when no root was found but a process ended in an uncaught exception
 (ProgramRaised). A recorded FAILED is refined when the root itself is the scheduler's or
-runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY). A recorded COMPLETED that the evidence contradicts (a silent
+runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY), and so is a recorded CANCELLED whose root is
+the scheduler's own memory-limit kill (older Slurm records that kill as CANCELLED). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
 where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
 """, cases=[
@@ -1332,6 +1333,16 @@ where a time limit or Job deadline ended the workload (even one that had hung or
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    # https://github.com/coqui-ai/STT/issues/2238 (older Slurm: sacct says CANCELLED after this kill)
+    RuleCase(title="accounting says cancelled; slurmstepd killed the job for its memory limit", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
+        "2025-01-01T00:10:01Z slurmstepd: error: *** JOB 7518 ON n1 CANCELLED AT 2025-01-01T00:10:01 ***"]},
+        context={"scheduler_state": "CANCELLED", "exit_code": "0:9"},
+        expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    RuleCase(title="accounting says cancelled; the owner cancelled it", evidence={"n1/applog": [
+        "2025-01-01T00:10:01Z slurmstepd: error: *** JOB 7518 ON n1 CANCELLED AT 2025-01-01T00:10:01 ***"]},
+        context={"scheduler_state": "CANCELLED", "exit_code": "0:15"},
+        expect=Expect(fired=False, terminal_state="CANCELLED")),
 ])
 def terminal_state_from_evidence(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
@@ -1354,6 +1365,12 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         # A generic FAILED refined by what the scheduler/runtime itself reported (e.g. a pod OOMKilled).
         ws.decision.terminal_state = TerminalState(implied)
         ws.note("state", f"the scheduler says FAILED; its own report in the evidence says {implied}")
+        return
+    if recorded == TerminalState.CANCELLED and _killed_for_memory(root) and \
+            ws.decision.terminal_state == TerminalState.CANCELLED:
+        # slurmstepd's memory-limit enforcement cancels the job, and older Slurm records that as CANCELLED
+        ws.decision.terminal_state = TerminalState.OUT_OF_MEMORY
+        ws.note("state", "the scheduler says CANCELLED; it cancelled the workload for exceeding its memory limit")
         return
     if generic_failure:
         failed_node = _node_declared_failed(ws)
@@ -1384,6 +1401,10 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         return
     ws.decision.terminal_state = state
     ws.note("state", f"no scheduler state recorded; the evidence says {state.value}")
+
+
+def _killed_for_memory(root: list[WorkSymptom]) -> bool:
+    return any(s.attributes.get("terminal_state") == TerminalState.OUT_OF_MEMORY.value for s in root)
 
 
 def _node_declared_failed(ws: Workspace) -> str | None:
