@@ -470,6 +470,7 @@ def node_disk_full_alone(ws: Workspace) -> None:
 
 
 _SHM_FULL = "Shared memory (/dev/shm) exhausted"
+_HARDWARE_MEMORY_FAILURE = "Machine check (uncorrected)"
 # Faults of a filesystem every node mounts: a file mapped from it fails on any node, not only where the fault was seen.
 _SHARED_FILESYSTEM_FAULTS = tuple(lost for lost, _ in _STALLS) + ("Parallel filesystem client error",)
 
@@ -513,6 +514,51 @@ def bus_error_in_a_default_shm(ws: Workspace) -> None:
         if any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS):
             ws.reread(event, _SHM_FULL, f"SIGBUS where /dev/shm is {max(sizes) / 2**20:.0f} MB, Docker's default: "
                                         "a shared-memory page the full tmpfs could not back")
+
+
+# Within this many seconds, SIGBUS deaths of several processes of one node are one event of their shared memory.
+SHARED_BUS_ERROR_S = 60
+
+
+@filter_rule("BusErrorOnSeveralLocalRanks", phase=Phase.FILTER, after=("BusErrorInADefaultShm",), doc=f"""
+SIGBUS is what a process gets when it touches a page of a shared mapping that cannot be backed. Two or more processes
+of one node killed by it within {SHARED_BUS_ERROR_S} s of each other (torchelastic's 'Signal 7 (SIGBUS) received by
+PID n' for different PIDs) touched a mapping they share: NCCL's and the DataLoader's segments in /dev/shm, whose tmpfs
+(64 MB by default in a container) ran out as more local ranks joined. Unless the node's kernel reported a hardware
+memory failure (a poisoned page kills the one process that touched it, with the kernel's own line), the deaths
+become `{_SHM_FULL}` (configuration, no node). One process's SIGBUS stays a worker's death that something else must
+explain.
+""", cases=[
+    # https://github.com/meta-llama/llama-cookbook/issues/223 (torchelastic's summary: ranks ended by SIGBUS in a container)
+    RuleCase(title="four local ranks die of SIGBUS in the same second", evidence={"n1/applog": [
+        f"2025-01-01T00:10:00Z   traceback : Signal 7 (SIGBUS) received by PID {pid}" for pid in (5057, 5061, 5063, 5064)]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHM_FULL)),
+    RuleCase(title="one rank's SIGBUS", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z   traceback : Signal 7 (SIGBUS) received by PID 5057"]},
+        expect=Expect(fired=False, absent=[_SHM_FULL])),
+    RuleCase(title="the kernel sent SIGBUS over poisoned pages", evidence={
+        "n1/syslog": ["Jan  1 00:09:59 n1 kernel: [4584434.000400] Memory failure: 0xe16677: Sending SIGBUS to "
+                      "pt_main_thread:5057 due to hardware memory corruption"],
+        "n1/applog": [f"2025-01-01T00:10:00Z   traceback : Signal 7 (SIGBUS) received by PID {pid}"
+                      for pid in (5057, 5061)]},
+        expect=Expect(fired=False, sub_domain="host", culprits=["n1"])),
+])
+def bus_error_on_several_local_ranks(ws: Workspace) -> None:
+    poisoned = {e.node for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _HARDWARE_MEMORY_FAILURE}
+    by_node: dict[str, list[Event]] = {}
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _KILLED and event.node and event.node not in poisoned and event.time is not None \
+                and "7" in event.value_set("signal_name") and event.value_set("signal_pid"):
+            by_node.setdefault(event.node, []).append(event)
+    for node, events in sorted(by_node.items()):
+        first = min(e.time for e in events if e.time is not None)
+        together = [e for e in events if e.time is not None and (e.time - first).total_seconds() <= SHARED_BUS_ERROR_S]
+        pids = set().union(*(e.value_set("signal_pid") for e in together))
+        if len(pids) < 2:
+            continue
+        for event in together:
+            ws.reread(event, _SHM_FULL, f"SIGBUS in {len(pids)} processes of {node} at once: a shared-memory mapping "
+                                        "its tmpfs could not back")
 
 
 @refiner("BusErrorOnAFailingFilesystem", phase=Phase.REFINE_EARLY, doc=f"""
