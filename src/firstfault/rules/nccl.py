@@ -184,6 +184,54 @@ def relayed_output(ws: Workspace) -> None:
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
 
 
+_NO_ACTIVE_PORT = "No active RDMA port on a node"
+_MPI_UNREACHABLE = "MPI processes cannot reach each other"
+_HELP_TEXT_LINES = 12  # an Open MPI help message's 'Local host:' line follows its first line within this many lines
+
+
+@filter_rule("OpenMpiNamesTheHost", phase=Phase.FILTER_EARLY, doc=f"""
+Open MPI prints its help messages where mpirun runs, whichever host they are about; the message names that host on
+a 'Local host: <host>' line a few lines below its first. When Open MPI then found processes with no transport to reach
+each other (`{_MPI_UNREACHABLE}`), `{_NO_ACTIVE_PORT}` ('no active ports detected') becomes a finding on the host its
+message names, when that host is a node of the workload. Otherwise it stays aside: the run went on without the openib
+BTL (over UCX or TCP), or the launch node's file holds a message about no host it names.
+""", cases=[
+    # https://pastebin.com/5AwqNUAB (Open MPI's openib warning on the launch node, about another host)
+    RuleCase(title="the launch node's output names the host without an active port", evidence={"a/applog": [
+        "2025-01-01T00:00:05Z WARNING: There is at least non-excluded one OpenFabrics device found,",
+        "2025-01-01T00:00:05Z but there are no active ports detected (or Open MPI was unable to use",
+        "2025-01-01T00:00:05Z them).  This is most certainly not what you wanted.  Check your",
+        "2025-01-01T00:00:05Z   Local host: c",
+        "2025-01-01T00:00:06Z At least one pair of MPI processes are unable to reach each other for",
+        "2025-01-01T00:00:06Z [a:04511] 1 more process has sent help message help-mpi-btl-openib.txt / no active ports "
+        "found"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, sub_domain="network", culprits=["c"])),
+    # https://github.com/sanjtrip/rocm-hpc-apps (a ROCm container's openib warning; the run used UCX and completed)
+    RuleCase(title="the openib warning in a run that went on over UCX", evidence={"a/applog": [
+        "2025-01-01T00:00:05Z but there are no active ports detected (or Open MPI was unable to use",
+        "2025-01-01T00:00:05Z   Local host: a"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="no host named", evidence={"a/applog": [
+        "2025-01-01T00:00:05Z but there are no active ports detected (or Open MPI was unable to use"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, culprits=[])),
+])
+def open_mpi_names_the_host(ws: Workspace) -> None:
+    if not any(e.symptom == _MPI_UNREACHABLE for e in ws.events_of(EventType.NODE_BAD)):
+        return  # Open MPI went on without the openib BTL (UCX, TCP): the ports were not what the run needed
+    hosts = ws.events_of(f"{EventType.CONTEXT}.mpi_local_host")
+    for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == _NO_ACTIVE_PORT]:
+        where = event.evidence.provenance
+        named = next((h for h in hosts if h.evidence.provenance.origin == where.origin and where.line is not None
+                      and h.evidence.provenance.line is not None
+                      and 0 < h.evidence.provenance.line - where.line <= _HELP_TEXT_LINES), None)
+        node = ws.canonical_node(str(named.attributes.get("host", ""))) if named else None
+        if node is None:
+            continue
+        found = ws.reread(event, _NO_ACTIVE_PORT, f"its help message names {node}")
+        if node != found.node:
+            ws.move(found, node, f"Open MPI's message names {node} as the host without an active port")
+
+
 @collector("IpToNodeMap", doc="""
 Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), the address a Ray
 node announces when it starts, and the host names NCCL's processes print (a pod's, under Kubernetes), to the node

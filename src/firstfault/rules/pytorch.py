@@ -24,6 +24,7 @@ from firstfault.rules.election import printed_before, workload_completed
 from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
+_KERNEL_MESSAGE = re.compile(r"\skernel: ")
 
 # Exception types that do not say the program failed: wrappers of a failure elsewhere, transport errors of a
 # dead peer, and the generic wrapper types whose meaning is in the message (read by other rules).
@@ -189,11 +190,17 @@ reads the workload as FAILED from it when nothing else says how it ended).
         "2025-01-01T00:10:00Z n1:41:41 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>"]},
         context={"scheduler": "none", "scheduler_state": ""},
         expect=Expect(fired=False, sub_domain="unknown", terminal_state="UNKNOWN")),
+    # a Lustre client's error during a target's failover, in the kernel's own words
+    RuleCase(title="the kernel's LustreError is no process's exception", evidence={"n1/syslog": [
+        "Apr 25 01:06:52 n1 kernel: [698674.952247] LustreError: 11-0: hs1-OST0016-osc-ffff8817e1b3d000: operation "
+        "ost_read to node 172.20.3.12@o2ib failed: rc = -107"]},
+        context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=False)),
 ])
 def program_raised(ws: Workspace) -> None:
     first: dict[str | None, Event] = {}
     for event in ws.events_of(EventType.NODE_BAD):
-        if event.rule == GENERIC_EXCEPTION_RULE:
+        # the kernel names its own errors the same way ('LustreError: 11-0: ...'); no process raised those
+        if event.rule == GENERIC_EXCEPTION_RULE and not _KERNEL_MESSAGE.search(event.evidence.text):
             first.setdefault(event.node, event)
     for node, event in first.items():
         exception = str(event.attributes.get("exception", "")) or "an exception"

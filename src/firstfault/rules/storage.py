@@ -22,8 +22,9 @@ _STALLS = (("NFS server not responding", "NFS server OK"),
 
 
 def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime | None:
-    """When the file server answered again on the stalled node, if it did."""
-    start = stall.first_time
+    """When the file server answered again on the stalled node after its last report of the stall, if it did (a node
+    whose server came and went reports several stalls; the last one decides)."""
+    start = stall.last_time or stall.first_time
     times = [ok.last_time or ok.first_time for ok in ws.select(node=stall.node, prefix=answer)]
     later = sorted(t for t in times if t is not None and start is not None and t >= start)
     return later[0] if later else None
@@ -39,6 +40,15 @@ stuck in the filesystem client).
     RuleCase(title="recovered", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
         "Jan  1 00:11:05 n1 kernel: nfs: server nfs01 OK"]}, expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="the server answered twice, then went away for good before a cancel", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
+        "Jan  1 00:10:40 n1 kernel: nfs: server nfs01 OK",
+        "Jan  1 00:20:00 n1 kernel: nfs: server nfs01 not responding, still trying",
+        "Jan  1 00:21:50 n1 kernel: nfs: server nfs01 OK",
+        "Jan  1 00:30:00 n1 kernel: nfs: server nfs01 not responding, still trying"],
+        "n1/applog": ["2025-01-01T01:30:00Z slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2025-01-01T01:30:00 ***"]},
+        context={"scheduler_state": "CANCELLED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[])),
     RuleCase(title="long stall with lockups", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
         "Jan  1 00:11:20 n1 kernel: watchdog: BUG: soft lockup - CPU#98 stuck for 22s! [python3:612802]",
