@@ -374,6 +374,32 @@ def import_failure_read_by_its_cause(ws: Workspace) -> None:
             ws.drop(event, "another rule reads why the import failed")
 
 
+@filter_rule("InternalAssertReadElsewhere", phase=Phase.FILTER, doc="""
+PyTorch's internal assertions are the framework's checks; some of them have a meaning another extractor reads from the
+same line (a device index beyond the GPUs CUDA counts: 'device >= 0 && device < num_gpus INTERNAL ASSERT FAILED').
+The generic reading as a PyTorch bug is dropped where another rule reads the line; elsewhere it stays.
+""", cases=[
+    RuleCase(title="a device index the process cannot see", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z RuntimeError: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at "
+        "\"../aten/src/ATen/cuda/CUDAContext.cpp\":49, please report a bug to PyTorch. device=1, num_gpus="]},
+        expect=Expect(fired=True, sub_domain="configuration", absent=["PyTorch internal assertion failed"])),
+    # https://github.com/pytorch/pytorch/issues/105287 (the flight recorder's own check)
+    RuleCase(title="a check only the framework explains", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [E ProcessGroupNCCL.cpp:915] [Rank 1] NCCL watchdog thread terminated with exception: "
+        "traceMap[thisSeq][myRank].second == kEventStart INTERNAL ASSERT FAILED at \"/opt/pytorch/pytorch/torch/csrc/"
+        "distributed/c10d/TraceUtils.h\":237, please report a bug to PyTorch. "]},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def internal_assert_read_elsewhere(ws: Workspace) -> None:
+    asserts = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "TorchInternalAssert"]
+    if not asserts:
+        return
+    explained = _read_by_others(ws, "TorchInternalAssert", (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
+    for event in asserts:
+        if explained(event):
+            ws.drop(event, "another rule reads what the failed check means")
+
+
 # An exception type at the start of another exception's message ('InductorError: OSError: [Errno 16] ...'): a wrapper
 # re-raising what it caught with the caught exception's own line as its message.
 _WRAPPED_TYPE = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::\s|$)")
