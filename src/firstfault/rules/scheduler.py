@@ -486,7 +486,8 @@ node failure's symptoms, not a fabric fault. They are demoted, and the node fail
 (a fault in the lost node's own log, earlier, still comes first). When the peer they name is an address that no
 evidence maps to a node, or no peer at all (older NCCL's 'Got completion with error 12'), and the scheduler declared
 exactly one node failed, that node is taken as the peer. NCCL's
-WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such.
+WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such; one
+with no time before it in its file is dated at the job's end, which says nothing about when it came.
 """, cases=[
     RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
@@ -510,6 +511,13 @@ WARN lines carry no time: the time they inherit from an earlier line is a lower 
         "a/scheduler": ["[2019-11-15T18:55:43.090] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
+    RuleCase(title="an unstamped error first in its file; Slurm then marks the peer down", evidence={
+        "a/applog": ["a:4102:4242 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                     "10.0.0.2<56441> with error 12, opcode 1, len 0, vendor err 129 (Recv)"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"],
+        "a/scheduler": ["[2025-01-01T00:18:00.000] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="the errors name another node", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
                      "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
@@ -531,11 +539,13 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
             if not peers and len(lost) == 1 and s.definition.blame == "peer":
                 peers = lost  # it names no peer, or an address no evidence maps to a node, and one node was lost
-            # a time only inherited from an earlier line is a lower bound: the error came then or later
+            # a time only inherited from an earlier line is a lower bound: the error came then or later; the job's
+            # end, given to a line with no time before it at all, bounds nothing
             began, inherited = s.first_time, ws.undated(s)
+            at_the_end_only = inherited and began == ws.context.end_time
             if peers and peers <= lost and s.node not in lost and began is not None \
                     and (inherited or declared - window <= began) \
-                    and began <= declared + timedelta(seconds=ws.params.clock_skew_s):
+                    and (at_the_end_only or began <= declared + timedelta(seconds=ws.params.clock_skew_s)):
                 when = "later" if inherited else f"{(declared - began).total_seconds() / 60:.0f} min later"
                 ws.demote(s, f"its peer {', '.join(sorted(peers))} was lost: {report.name} names it {when}")
 
