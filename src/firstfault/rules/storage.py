@@ -598,3 +598,48 @@ def bus_error_on_a_failing_filesystem(ws: Workspace) -> None:
             ws.demote(shm, f"{failed[0].name} on {failed[0].node or '-'} before it: a file-backed mapping that could not "
                            "be read")
 
+
+
+# A file path in an error message: its first two directories name the mount it is on (/mnt/nfs_share, /fsx/data).
+_PATH = re.compile(r"(?<![\w.])(/[\w.-]+/[\w.-]+)/[\w./-]*")
+# A program's error and a filesystem's fault this close together on one mount are one incident.
+SAME_MOUNT_S = 120.0
+_FILESYSTEM_ERRORS = ("I/O error",)
+
+
+@refiner("ExceptionOnAFailingMount", phase=Phase.REFINE_EARLY, doc=f"""
+A program's exception about a file (FileNotFoundError, a failed open) on a mount where a filesystem error (EIO,
+ESTALE, ECOMM: `I/O error`) was reported within {SAME_MOUNT_S:.0f} s of it, on any node, is that filesystem's
+failure seen from the program: a file another rank could not finish writing is missing for the next one. The exception
+is demoted; the filesystem error stays the root candidate. An exception about a path on another mount, or with no
+filesystem error near it, stays the program's.
+""", cases=[
+    # https://github.com/hiyouga/LlamaFactory/issues/5454 (a datasets cache on an NFS share; paths rewritten)
+    RuleCase(title="one rank's write fails on the NFS share, another's read finds no file", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z [rank9]: OSError: [Errno 70] Communication error on send: "
+                     "'/mnt/nfs_share/hf_cache/json/default-42ac/0.0.0/ab57.incomplete'"],
+        "b/applog": ["2025-01-01T00:10:01Z [rank3]: FileNotFoundError: [Errno 2] Failed to open local file "
+                     "'/mnt/nfs_share/hf_cache/json/default-b15a/0.0.0/ab57/cache-1f17.arrow'. Detail: [errno 2] No "
+                     "such file or directory"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["Python exception"])),
+    RuleCase(title="a missing file on another mount", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z [rank9]: OSError: [Errno 70] Communication error on send: "
+                     "'/mnt/nfs_share/hf_cache/x.incomplete'"],
+        "b/applog": ["2025-01-01T00:10:01Z [rank3]: FileNotFoundError: [Errno 2] No such file or directory: "
+                     "'/home/user/config/train.yaml'"]},
+        expect=Expect(fired=False)),
+])
+def exception_on_a_failing_mount(ws: Workspace) -> None:
+    faults = [(mount, s.first_time) for s in ws.active(role="root", sub_domain=SubDomain.STORAGE)
+              if s.name in _FILESYSTEM_ERRORS and s.first_time is not None
+              for e in s.evidence for mount in _PATH.findall(e.text)]
+    if not faults:
+        return
+    window = timedelta(seconds=SAME_MOUNT_S)
+    for s in ws.active(role="root", sub_domain=SubDomain.APPLICATION):
+        if s.first_time is None:
+            continue
+        mounts = {mount for e in s.evidence for mount in _PATH.findall(e.text)}
+        near = [mount for mount, when in faults if mount in mounts and abs(s.first_time - when) <= window]
+        if near:
+            ws.demote(s, f"a file on {near[0]}, where a filesystem error was reported at the same time")
