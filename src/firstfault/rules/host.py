@@ -48,6 +48,43 @@ _LINK_UP_EVENTS = ("IB port active", "IB link up", "Slingshot link up")
 IB_RETRY_BUDGET_S = 35.0
 
 
+# Linux's CMCI_STORM_THRESHOLD: more corrected-error interrupts than this within a second make a storm.
+CE_STORM_PER_REPORT = 15
+CE_STORM_REPORTS = 3  # EDAC reports at storm rate on one node that make it one that keeps storming
+_CORRECTED = "Machine check (corrected)"
+_CE_STORM = "Corrected-error storm"
+
+
+@filter_rule("CorrectedErrorStorm", phase=Phase.FILTER, doc=f"""
+Corrected memory errors stay context, except at storm rate: the kernel's own 'CMCI storm detected' (more than
+{CE_STORM_PER_REPORT} corrected-error interrupts within a second), or EDAC reporting at least {CE_STORM_PER_REPORT}
+corrected errors in each of {CE_STORM_REPORTS} or more reports on a node. Such a node's reports become
+`{_CE_STORM}` (host, that node): a failing DIMM that keeps the machine busy correcting it, a straggler to its peers.
+""", cases=[
+    # https://pastebin.com/R111JF3m (a DIMM reporting over a thousand corrected errors every second)
+    RuleCase(title="a DIMM corrects a thousand errors a second; the peers' collectives time out", evidence={
+        "a/syslog": [f"Sep 12 08:27:{19 + i} a kernel: EDAC MC0: {1600 + i} CE error on CPU#0Channel#0_DIMM#0 "
+                     "(channel:0 slot:0 page:0x0 offset:0x0 grain:8 syndrome:0x0)" for i in range(5)],
+        "b/applog": ["2024-09-12T08:59:19Z [rank11]:[E912 08:59:19.147000 41203 ProcessGroupNCCL.cpp:632] [Rank 11] "
+                     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1188412, OpType=ALLREDUCE, "
+                     "NumelIn=54525952, NumelOut=54525952, Timeout(ms)=1800000) ran for 1800074 milliseconds before "
+                     "timing out."]},
+        context={"start_time": "2024-09-12T08:00:00Z", "end_time": "2024-09-12T09:10:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["a"], root_symptom=_CE_STORM)),
+    RuleCase(title="a few corrected errors now and then", evidence={"a/syslog": [
+        f"Sep 12 08:{10 + 10 * i}:00 a kernel: EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0"
+        for i in range(4)]},
+        context={"start_time": "2024-09-12T08:00:00Z", "end_time": "2024-09-12T09:10:00Z"},
+        expect=Expect(fired=False)),
+])
+def corrected_error_storm(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == _CORRECTED]:
+        counts = [int(c) for c in event.value_set("ce_count") if c.isdigit()]
+        at_storm_rate = bool(counts) and min(counts) >= CE_STORM_PER_REPORT and event.count >= CE_STORM_REPORTS
+        if event.value_set("cmci_storm") or at_storm_rate:
+            ws.reread(event, _CE_STORM, f"corrected errors at storm rate on {event.node or '-'}")
+
+
 _STUCK_FOR = re.compile(r"soft lockup - CPU#\d+ stuck for (?P<seconds>\d+)s!")
 
 

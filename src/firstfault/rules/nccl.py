@@ -184,6 +184,36 @@ def relayed_output(ws: Workspace) -> None:
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
 
 
+_PORT_NOT_ACTIVATED = "IB port not activated by the subnet manager"
+
+
+@filter_rule("PortStatesOfSeveralTasks", phase=Phase.FILTER_EARLY, doc=f"""
+A port-status dump run as a step with srun --label prints each task's lines behind its task number ('1: State:
+Initializing'), all into the file of the node srun ran on. Port states behind two or more task numbers in one file
+are several nodes' ports, and the file's node is not known to be one of them: `{_PORT_NOT_ACTIVATED}` is kept, on no
+node (the subnet manager that left them all inactive is the fabric's).
+""", cases=[
+    # https://gist.github.com/necr0n/fbf808f33b3c5547b818bd8f360d542f (ibstat's port block; the task labels are srun's)
+    RuleCase(title="three nodes' ports, gathered in the launch node's file", evidence={"a/applog": [
+        f"2025-01-01T00:00:0{i}Z {i}: State: Initializing" for i in range(3)]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, sub_domain="network", culprits=[])),
+    RuleCase(title="the node's own port", evidence={"b/applog": ["2025-01-01T00:00:01Z \t\tState: Initializing"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
+])
+def port_states_of_several_tasks(ws: Workspace) -> None:
+    by_file: dict[str, list[Event]] = {}
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _PORT_NOT_ACTIVATED and event.value_set("task_label"):
+            by_file.setdefault(event.evidence.provenance.origin, []).append(event)
+    for events in by_file.values():
+        if len(set().union(*(e.value_set("task_label") for e in events))) < 2:
+            continue
+        for event in events:
+            ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=_PORT_NOT_ACTIVATED, evidence=event.evidence,
+                             time=event.time, count=event.count, last_time=event.last_time))
+            ws.drop(event, "port states of several srun tasks in one file: not this node's own")
+
+
 _NO_ACTIVE_PORT = "No active RDMA port on a node"
 _MPI_UNREACHABLE = "MPI processes cannot reach each other"
 _HELP_TEXT_LINES = 12  # an Open MPI help message's 'Local host:' line follows its first line within this many lines
@@ -220,16 +250,24 @@ def open_mpi_names_the_host(ws: Workspace) -> None:
         return  # Open MPI went on without the openib BTL (UCX, TCP): the ports were not what the run needed
     hosts = ws.events_of(f"{EventType.CONTEXT}.mpi_local_host")
     for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == _NO_ACTIVE_PORT]:
-        where = event.evidence.provenance
-        named = next((h for h in hosts if h.evidence.provenance.origin == where.origin and where.line is not None
-                      and h.evidence.provenance.line is not None
-                      and 0 < h.evidence.provenance.line - where.line <= _HELP_TEXT_LINES), None)
-        node = ws.canonical_node(str(named.attributes.get("host", ""))) if named else None
-        if node is None:
-            continue
-        found = ws.reread(event, _NO_ACTIVE_PORT, f"its help message names {node}")
-        if node != found.node:
-            ws.move(found, node, f"Open MPI's message names {node} as the host without an active port")
+        for node in _hosts_named(ws, event, hosts):
+            found = ws.emit(EmitSpec(type=EventType.NODE_BAD, node=event.node, symptom=_NO_ACTIVE_PORT,
+                                     evidence=event.evidence, time=event.time))
+            if node != found.node:
+                ws.move(found, node, f"Open MPI's message names {node} as the host without an active port")
+        ws.drop(event, "read for the hosts its messages name")
+
+
+def _hosts_named(ws: Workspace, event: Event, hosts: list[Event]) -> list[str]:
+    """The nodes named on the 'Local host:' lines that follow the event's line within _HELP_TEXT_LINES in its file (a
+    run of identical messages about several hosts is coalesced into one event, and so are their 'Local host:' lines:
+    the fact keeps every host it saw)."""
+    where = event.evidence.provenance
+    follows = [h for h in hosts if h.evidence.provenance.origin == where.origin and where.line is not None
+               and h.evidence.provenance.line is not None
+               and 0 < h.evidence.provenance.line - where.line <= _HELP_TEXT_LINES]
+    named = {ws.canonical_node(host) for h in follows for host in h.value_set("host")}
+    return sorted(node for node in named if node is not None)
 
 
 @collector("IpToNodeMap", doc="""
