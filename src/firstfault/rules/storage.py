@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType, SubDomain
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 from firstfault.rules.host import HUNG_STACK_S, promote_on_one_node
+from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
 # (the stall, the server answering again) for each shared-filesystem client
@@ -643,3 +644,42 @@ def exception_on_a_failing_mount(ws: Workspace) -> None:
         near = [mount for mount, when in faults if mount in mounts and abs(s.first_time - when) <= window]
         if near:
             ws.demote(s, f"a file on {near[0]}, where a filesystem error was reported at the same time")
+
+
+LOCK_WAIT_MIN_S = 600.0  # polling a file lock this long is no download a peer finishes
+_LOCK_WAIT = "Waited on a file lock until the end"
+
+
+@refiner("FileLockNeverAcquired", phase=Phase.CLEAN, doc=f"""
+A process that polled a file lock (filelock's 'Lock N not acquired on <path>') for at least
+{LOCK_WAIT_MIN_S / 60:.0f} minutes, in a workload that made no training progress after the wait began and was ended by
+a time limit, a deadline or a cancel, waited for a lock nobody released: `{_LOCK_WAIT}` becomes a root candidate. A
+shorter wait, or one after which training went on, stays context.
+""", cases=[
+    RuleCase(title="polling a lock on the shared cache until the Job's deadline", evidence={"a/applog": [
+        f"2025-01-01T00:{m:02d}:00Z DEBUG - filelock - Lock 1401865 not acquired on /fsx/cache/x.lock, waiting 0.05 "
+        "seconds ..." for m in range(1, 59)] + [
+        "2025-01-01T00:59:10Z   Warning   DeadlineExceeded   Job/train-7   Job was active longer than specified "
+        "deadline"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:59:30Z"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_LOCK_WAIT)),
+    RuleCase(title="a minute's wait for a peer's download", evidence={"a/applog": [
+        f"2025-01-01T00:01:{s:02d}Z DEBUG - filelock - Lock 1401865 not acquired on /fsx/cache/x.lock, waiting 0.05 "
+        "seconds ..." for s in range(0, 59, 5)]},
+        context={"start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:59:30Z"},
+        expect=Expect(fired=False)),
+])
+def file_lock_never_acquired(ws: Workspace) -> None:
+    ended_by = [s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)]
+    recorded = normalise_state(ws.context.scheduler_state) in (TerminalState.TIMEOUT, TerminalState.CANCELLED)
+    if not (ended_by or recorded):
+        return
+    progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
+    for wait in ws.select(prefix=_LOCK_WAIT, status="interesting"):
+        first, last = wait.first_time, wait.last_time or wait.first_time
+        if first is None or last is None or ws.undated(wait) or any(t > first for t in progress):
+            continue
+        if (last - first).total_seconds() >= LOCK_WAIT_MIN_S:
+            ws.promote(wait, f"polled a file lock for {(last - first).total_seconds() / 60:.0f} min and made no "
+                             "progress before the workload was ended")
