@@ -683,3 +683,43 @@ def file_lock_never_acquired(ws: Workspace) -> None:
         if (last - first).total_seconds() >= LOCK_WAIT_MIN_S:
             ws.promote(wait, f"polled a file lock for {(last - first).total_seconds() / 60:.0f} min and made no "
                              "progress before the workload was ended")
+
+
+@refiner("RecoveredStallEndedNothing", phase=Phase.REFINE_EARLY, doc=f"""
+A file server that came back ('server OK', 'Connection restored') after a long stall held the workload up; whether it
+ended it, only the rest of the evidence says. With no scheduler state, no process of the workload that raised or was
+killed, and no root candidate but that filesystem's own reports, nothing failed after the server answered again: the
+stall and its client errors (`{_FS_CLIENT_ERROR}`) are demoted, and the answer does not claim a failure nobody
+reported. A stall that never ended, or one beside any other failure, keeps its place.
+""", cases=[
+    # a Lustre OSS failover during a run that then went on (TSUBAME's failover notice; generated timings)
+    RuleCase(title="a Lustre target lost for 17 minutes and restored; nothing else failed", evidence={"n1/syslog": [
+        "Jan  1 01:04:11 n1 kernel: Lustre: hs1-OST0016-osc-ffff8817: Connection to hs1-OST0016 (at 172.20.3.12@o2ib) "
+        "was lost; in progress operations using this service will wait for recovery to complete",
+        "Jan  1 01:06:52 n1 kernel: LustreError: 11-0: hs1-OST0016-osc-ffff8817: operation ost_read to node "
+        "172.20.3.12@o2ib failed: rc = -107",
+        "Jan  1 01:21:37 n1 kernel: Lustre: hs1-OST0016-osc-ffff8817: Connection restored to 172.20.3.13@o2ib (at "
+        "172.20.3.13@o2ib)"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=["Lustre server connection lost"])),
+    RuleCase(title="the same stall, and a rank that raised", evidence={"n1/syslog": [
+        "Jan  1 01:04:11 n1 kernel: Lustre: hs1-OST0016-osc-ffff8817: Connection to hs1-OST0016 (at 172.20.3.12@o2ib) "
+        "was lost; in progress operations using this service will wait for recovery to complete",
+        "Jan  1 01:21:37 n1 kernel: Lustre: hs1-OST0016-osc-ffff8817: Connection restored to 172.20.3.13@o2ib (at "
+        "172.20.3.13@o2ib)"],
+        "n1/applog": ["2025-01-01T01:22:00Z [rank0]: OSError: [Errno 5] Input/output error: '/gs/hs1/run/ckpt.pt'"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="storage")),
+])
+def recovered_stall_ended_nothing(ws: Workspace) -> None:
+    if ws.context.scheduler_state.strip() or ws.facts_of("program_raised"):
+        return
+    own = tuple(lost for lost, _ in _STALLS) + (_FS_CLIENT_ERROR,)
+    roots = ws.active(role="root")
+    if not roots or any(not s.name.startswith(own) for s in roots):
+        return
+    stalls = [(s, answer) for lost, answer in _STALLS for s in ws.select(prefix=lost)]
+    if not stalls or any(_answered_after(ws, s, answer) is None for s, answer in stalls):
+        return
+    for s in roots:
+        ws.demote(s, "the file server answered again and nothing of the workload failed after it")
