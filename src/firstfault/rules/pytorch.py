@@ -364,14 +364,19 @@ line is dropped.
         expect=Expect(fired=False, sub_domain="configuration")),
 ])
 def import_failure_read_by_its_cause(ws: Workspace) -> None:
-    imports = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "PythonEnvironmentError"]
-    if not imports:
+    _drop_where_read_elsewhere(ws, "PythonEnvironmentError", "another rule reads why the import failed")
+
+
+def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str) -> None:
+    """Drop `rule`'s bad-node events whose line another extractor reads (the generic exception rule reads every
+    exception line: its reading says nothing more)."""
+    events = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == rule]
+    if not events:
         return
-    # the generic exception rule reads every exception line: its reading says nothing about why
-    explained = _read_by_others(ws, "PythonEnvironmentError", (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
-    for event in imports:
+    explained = _read_by_others(ws, rule, (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
+    for event in events:
         if explained(event):
-            ws.drop(event, "another rule reads why the import failed")
+            ws.drop(event, reason)
 
 
 @filter_rule("InternalAssertReadElsewhere", phase=Phase.FILTER, doc="""
@@ -391,13 +396,7 @@ The generic reading as a PyTorch bug is dropped where another rule reads the lin
         expect=Expect(fired=False, sub_domain="application")),
 ])
 def internal_assert_read_elsewhere(ws: Workspace) -> None:
-    asserts = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "TorchInternalAssert"]
-    if not asserts:
-        return
-    explained = _read_by_others(ws, "TorchInternalAssert", (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
-    for event in asserts:
-        if explained(event):
-            ws.drop(event, "another rule reads what the failed check means")
+    _drop_where_read_elsewhere(ws, "TorchInternalAssert", "another rule reads what the failed check means")
 
 
 # An exception type at the start of another exception's message ('InductorError: OSError: [Errno 16] ...'): a wrapper
