@@ -56,7 +56,7 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-123", "blind-178", "blind-246", "blind-254", "blind-256", "blind-260", "blind-261",
                 "blind-265", "blind-270", "blind-271", "blind-278", "blind-279", "blind-280", "blind-282",
                 "blind-283", "blind-285", "blind-286", "blind-287", "blind-288", "blind-289", "blind-291",
-                "blind-293", "blind-294")
+                "blind-293", "blind-294", "blind-296", "blind-298")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
