@@ -435,7 +435,7 @@ def cuda_error_meanings() -> dict[str, str]:
 
 
 def _cuda_error_key(event: Event) -> str:
-    for attribute in ("runtime", "driver", "code", "returned", "curesult", "hip", "relion"):
+    for attribute in ("runtime", "driver", "code", "returned", "curesult", "hip", "relion", "geryon"):
         if value := event.attributes.get(attribute):
             return str(value)
     return ""
