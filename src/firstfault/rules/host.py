@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import blamed_nodes, every_node_at_once, workload_completed
+from firstfault.rules.election import blamed_nodes, every_node_at_once, printed_before, workload_completed
 from firstfault.rules.scheduler import (
     NODE_FAILURE_DETECTION_S,
     NODE_FAILURE_REPORTS,
@@ -176,6 +176,44 @@ def kernel_crash_on_every_node(ws: Workspace) -> None:
     for event in crashes:
         ws.reread(event, _CRASH_EVERYWHERE, f"every node's kernel crashed from {first:%H:%M:%S} on, none on a "
                                             "hardware report: a path the workload drove on all of them")
+
+
+_DEVICES = (SubDomain.GPU, SubDomain.NVLINK, SubDomain.NETWORK)
+
+
+@refiner("PanicAfterItsDevice", phase=Phase.REFINE, doc="""
+A kernel crash (panic, oops) on a node whose own device - a GPU, an NVLink, a NIC (a root candidate that blames
+the node) - reported a fault printed just before it in the same log, within the clock-skew tolerance, is that fault
+taking the kernel down (a driver's recovery of a dead device running into freed state): the crash is demoted, and the
+device's fault is the node's root candidate. A panic the hardware raised (a machine check, an NMI) stays, and so does
+one with no device fault before it.
+""", cases=[
+    # MLNX_OFED 5.8-3.0.7.0.101 bug fixes, #3484175: mlx5's recovery of a failed device during teardown crashed the
+    # kernel (the health poller's 'Fatal error N detected' is drivers/net/ethernet/mellanox/mlx5/core/health.c's)
+    RuleCase(title="a NIC's fatal error, then the kernel crashing in its recovery", evidence={"b/syslog": [
+        "Aug 22 19:12:44 b kernel: [3153210.024104] mlx5_core 0000:c1:00.0: poll_health:835:(pid 0): Fatal error 1 "
+        "detected",
+        "Aug 22 19:12:44 b kernel: [3153210.544186] Oops: 0000 [#1] PREEMPT SMP NOPTI"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom="HCA firmware unresponsive",
+                      demoted=["Kernel panic or oops"])),
+    RuleCase(title="a panic, then a NIC failing as the node goes down", evidence={"b/syslog": [
+        "Aug 22 19:12:44 b kernel: [3153210.024104] Kernel panic - not syncing: Fatal exception",
+        "Aug 22 19:12:44 b kernel: [3153210.544186] mlx5_core 0000:c1:00.0: poll_health:835:(pid 0): Fatal error 1 "
+        "detected"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+])
+def panic_after_its_device(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for crash in ws.active(prefix="Kernel panic or oops"):
+        if crash.first_time is None or ws.undated(crash) or any(_HARDWARE_PANIC.search(e.text) for e in crash.evidence):
+            continue
+        devices = [s for s in ws.active(node=crash.node, role="root") if s.sub_domain in _DEVICES
+                   and s.definition.blame == "node" and s.first_time is not None and not ws.undated(s)
+                   and crash.first_time - skew <= s.first_time <= crash.first_time and printed_before(s, [crash])]
+        if devices:
+            ws.demote(crash, f"{devices[0].name} on this node was printed just before it: the device's fault took "
+                             "the kernel down")
 
 
 @refiner("ThermalThrottleSlowedTheRun", phase=Phase.REFINE, doc=f"""

@@ -142,12 +142,17 @@ def _program_errno(text: str) -> bool:
 _REREAD_EXTRACTORS = frozenset({"CudaErrorCode"})
 
 
+# Python prints an exception whose message starts with a newline as its type and an empty first line
+_MESSAGE_ON_NEXT_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception):\s*$")
+
+
 def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
                     ignored: frozenset[str] = frozenset()) -> Callable[[Event], bool]:
     """Whether an extractor other than `rule` (and the `ignored` ones) made an event of `types` from an event's line: a
     line with a reading.
     Matching lines close in time are coalesced into one event that keeps its first line only, so a line of the same
-    file that a coalesced event's extractor matches was read by it too."""
+    file that a coalesced event's extractor matches was read by it too. An exception printed with an empty first line
+    ('AssertionError: ') carries its message on the next line: a reading of that line is a reading of it."""
     lines: set[tuple[str, int | None]] = set()
     coalesced: dict[str, set[str]] = {}  # origin -> extractors whose events there stand for several lines
     for e in ws.events:
@@ -165,7 +170,9 @@ def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
     def read(event: Event) -> bool:
         origin = event.evidence.provenance.origin
         text = event.evidence.text
-        return (origin, event.evidence.provenance.line) in lines or any(
+        line = event.evidence.provenance.line
+        continued = line is not None and _MESSAGE_ON_NEXT_LINE.search(text) is not None
+        return (origin, line) in lines or (continued and (origin, (line or 0) + 1) in lines) or any(
             name in extractors and extractors[name].regex.search(text) is not None
             for name in sorted(coalesced.get(origin, ()))) or any(x.regex.search(text) for x in replaced)
     return read
@@ -301,6 +308,16 @@ program's.
     _reports_elsewhere("a collective that failed",
         "2025-01-01T00:10:00Z xgboost.core.XGBoostError: [14:13:22] ../rabit/include/rabit/internal/utils.h:90: "
         "Allreduce failed"),
+    # PyTorch 1.x's _check_driver raises AssertionError with a message that starts on the next line
+    # (https://github.com/pytorch/pytorch/blob/v1.5.0/torch/cuda/__init__.py)
+    RuleCase(title="an exception whose message, on the next line, another rule reads", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z AssertionError: ",
+        "2025-01-01T00:10:00Z Found no NVIDIA driver on your system. Please check that you"]},
+        expect=Expect(fired=True, root_symptom="GPU could not be initialised")),
+    RuleCase(title="an exception whose next line nothing reads", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z AssertionError: ",
+        "2025-01-01T00:10:00Z expected the tokenizer to return 4096 tokens"]},
+        expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
     _reports_elsewhere("an OSError whose errno is a dead peer's",
         "2025-01-01T00:10:00Z OSError: [Errno 104] Connection reset by peer"),
     RuleCase(title="a message about the program's own data", evidence={"n1/applog": [
@@ -976,14 +993,25 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
 
 
 _NO_START = "GPU could not be initialised"
+_NO_DRIVER = re.compile(r"NVIDIA-SMI has failed because it couldn.t communicate with the NVIDIA driver")
 
 
 @filter_rule("InitFailedOnEveryNode", phase=Phase.FILTER, doc="""
 A CUDA that could not start or found no GPU on every node of the workload (two or more), before any node made
 training progress, is their shared setup, not a GPU of each: each node's reports become one `CUDA could not start on
-any node` event (same evidence, configuration, no node blamed). On some nodes only, or after progress (a process
-forked after CUDA started), other rules read them.
+any node` event (same evidence, configuration, no node blamed), and nvidia-smi's 'couldn't communicate with the NVIDIA
+driver' (no driver loaded: the same setup, often run once for all nodes) is dropped with them. On some nodes only, or
+after progress (a process forked after CUDA started), other rules read them.
 """, cases=[
+    # https://github.com/aws/aws-parallelcluster/issues/1768 (compute nodes whose image loaded no NVIDIA driver)
+    RuleCase(title="every node at start, nvidia-smi run for both from the first", evidence={
+        "n1/applog": ["2025-01-01T00:00:05Z 0: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                      "driver. Make sure that the latest NVIDIA driver is installed and running.",
+                      "2025-01-01T00:00:10Z Found no NVIDIA driver on your system. Please check that you"],
+        "n2/applog": ["2025-01-01T00:00:11Z Found no NVIDIA driver on your system. Please check that you"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="CUDA could not start on any node")),
     RuleCase(title="every node at start", evidence={
         "n1/applog": ["2025-01-01T00:00:10Z CUDA backend failed to initialize: operation gpuDeviceGetAttribute( &major, "
                       "GPU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) failed: CUDA_ERROR_NOT_INITIALIZED"],
@@ -1015,6 +1043,9 @@ def init_failed_on_every_node(ws: Workspace) -> None:
                          count=sum(e.count for e in events)))
         for event in events:
             ws.drop(event, f"CUDA could not start on any of the {len(nodes)} nodes: their shared setup")
+    for event in ws.events_of(EventType.NODE_BAD):
+        if _NO_DRIVER.search(event.evidence.text):
+            ws.drop(event, f"no NVIDIA driver to talk to, while CUDA could not start on any of the {len(nodes)} nodes")
 
 
 SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's
