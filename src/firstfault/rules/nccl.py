@@ -692,7 +692,7 @@ harmless and is demoted.
 """, cases=[
     RuleCase(title="single node", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
-        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=["NCCL on a non-routable interface"])),
+        context={"nodes": ["n1"]}, expect=Expect(fired=True, demoted=[_NON_ROUTABLE_SYMPTOM])),
     RuleCase(title="two nodes", evidence={
         "n1/applog": ["2025-01-01T00:00:01Z n1:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"],
         "n2/applog": ["2025-01-01T00:00:01Z n2:1:1 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>"]},
@@ -713,7 +713,7 @@ harmless and is demoted.
 def nccl_interface_needs_peers(ws: Workspace) -> None:
     if len(ws.context.nodes) > 1:
         return
-    for name in ("NCCL on a non-routable interface", "Rendezvous address is loopback", "Launcher started on one node only",
+    for name in (_NON_ROUTABLE_SYMPTOM, "Rendezvous address is loopback", "Launcher started on one node only",
                  "Gloo bound to the loopback address"):
         for s in ws.active(prefix=name):
             ws.demote(s, "single-node job: its processes meet on the host")
@@ -731,7 +731,7 @@ misconfiguration does to its peers: the failure is demoted as downstream of it, 
         expect=Expect(fired=True, sub_domain="configuration", demoted=["NCCL socket connect failure"])),
 ])
 def connect_to_a_bridge_address(ws: Workspace) -> None:
-    advertised = {address for s in ws.active(prefix="NCCL on a non-routable interface")
+    advertised = {address for s in ws.active(prefix=_NON_ROUTABLE_SYMPTOM)
                   for address in s.value_set("address") | s.value_set("default_bridge") | s.value_set("loopback")
                   | s.value_set("link_local")}
     if not advertised:
