@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import time_order, workload_completed
+from firstfault.rules.election import printed_before, time_order, workload_completed
 from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -914,8 +914,15 @@ link broke. When exactly one node's own hardware failed (a GPU, NVLink, host or 
 are on other nodes and began with it or after (or carry no time), that node explains them and they are demoted; a
 network fault would not explain the other node's hardware record. On the node that failed itself, RDMA errors that
 began with its own failure or after (a process that aborted on an assertion, a crashed rank, a GPU fault) are its work
-ending with it, and are demoted the same way; ones that began before it may be its cause, and stay.
+ending with it, and are demoted the same way; ones that began before it may be its cause, and stay (in the same second, printed before
+it in the same log).
 """, cases=[
+    # https://github.com/charmplusplus/charm/issues/2532 (Charm++'s verbs layer asserting on the completion error it
+    # had just dumped)
+    RuleCase(title="a completion error printed before the abort it provoked, in the same second", evidence={
+        "a/applog": ["2019-09-25 10:15:09 mlx5: a: got completion with error:",
+                     "2019-09-25 10:15:09 ------------- Processor 0 Exiting: Called CmiAbort ------------"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, active=["IB completion error"])),
     # https://github.com/StanfordLegion/legion/issues/1118 (Realm aborted on an assertion; libmlx5's CQE dump follows)
     RuleCase(title="a process aborts on an assertion; its own node's RDMA completion errors follow", evidence={
         "a/applog": ["2021-07-05T21:16:41.507Z app: /src/realm/event_impl.cc:1601: void Realm::GenEventImpl::process_update"
@@ -979,7 +986,8 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
         named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         began = None if ws.undated(s) else s.first_time
         mine = failed.get(s.node) if s.node else None
-        if mine is not None and mine.first_time is not None and began is not None and \
+        printed_first = mine is not None and began == mine.first_time and printed_before(s, [mine])
+        if mine is not None and mine.first_time is not None and began is not None and not printed_first and \
                 mine.first_time <= began <= mine.first_time + echo:
             ws.demote(s, f"{s.node}'s own failure came first ({mine.name} at {mine.first_time:%H:%M:%S}): its RDMA "
                          "work ended with it")
