@@ -342,6 +342,13 @@ program kept earlier among its last lines and then went on: a job whose steps ta
                  "srun: error: Timed out waiting for job step to complete"]},
              context={"scheduler_state": "TIMEOUT"},
              expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="quiet for hours; the job's record of the limit, stamped at its end, after srun's teardown",
+             evidence={"n1/applog": [
+                 "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - initializing userbuffers",
+                 "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***",
+                 "2025-01-01T01:59:40Z srun: error: n1: task 0: Terminated"]},
+             context={"scheduler_state": "TIMEOUT"},
+             expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
     # AlphaFold-Multimer predicts each model for hours and prints nothing in between (run_alphafold.py's lines)
     _ended_by_the_limit("a program that was as quiet before, between two of its steps, is not known to have stopped", [
         "2024-12-31T21:40:00Z I1231 21:40:00.100000 1 run_alphafold.py:190] Running model model_3_multimer on target",
@@ -371,10 +378,7 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
                and s.sub_domain != SubDomain.SCHEDULER]
     reached = None if progress_end is not None else _iterations_reached(ws)
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
-        # a time limit or a cancel ends the workload: read its time from the lines that carry one (an unstamped slurmstepd
-        # line only inherits a lower bound from the line above it), else it struck at the end
-        stamped = [e.time for e in limit.evidence if e.time is not None and not e.time_inferred]
-        when = min(stamped) if stamped else ws.context.end_time
+        when = _struck_at(ws, limit)
         if when is None:
             continue
         until, said, margin = _working_until(progress_end, failing, reached, when)
@@ -387,6 +391,18 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         if idle > max(HUNG_BEFORE_LIMIT_S, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
+
+
+def _struck_at(ws: Workspace, action: WorkSymptom) -> datetime | None:
+    """When a time limit or a cancel struck: the earliest time of the lines that carry one (an unstamped slurmstepd
+    line only inherits a lower bound from the line above it), else the workload's end. A workload meets one limit (one
+    cancel) however many nodes report it, so the job's record of it, stamped with the job's end, struck when the
+    earliest report of the same action did."""
+    def stamped(s: WorkSymptom) -> list[datetime]:
+        return [e.time for e in s.evidence if e.time is not None and not e.time_inferred]
+    own = min(stamped(action), default=ws.context.end_time)
+    reports = [t for s in ws.select(prefix=action.name) if s.name == action.name for t in stamped(s)]
+    return min([own, *reports]) if own is not None else None
 
 
 def _working_until(progress_end: datetime | None, failing: list[datetime], reached: tuple[datetime, str] | None,
@@ -1136,8 +1152,8 @@ def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> tuple[WorkSymptom
     """The program's own first failure report (its output, dated) and how many minutes it came before a cancel: at
     least CANCELLED_AFTER_FAILURE_S, with no training progress after it - the run had failed and someone ended what
     was left."""
-    cancelled = cancel.first_time
-    if cancelled is None or ws.undated(cancel):
+    cancelled = _struck_at(ws, cancel) if cancel.first_time is not None and not ws.undated(cancel) else None
+    if cancelled is None:
         return None
     progress_end = last_progress(ws)
     reports = sorted(((t, s) for s in ws.active() if s.sub_domain != SubDomain.SCHEDULER and (t := s.first_time)
