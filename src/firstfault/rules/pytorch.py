@@ -1078,6 +1078,42 @@ def semaphore_before_enospc(ws: Workspace) -> None:
             ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
 
 
+# Scientific codes' banners for an error their run raised: the error may be the program's own check, or one it caught
+# from the GPU runtime and re-raised with its banner.
+_OWN_ERROR_BANNERS = ("Program stopped on its own error (RELION)", "Program aborted on its own check (Charm++)")
+BANNER_NEAR_S = 60.0  # a CUDA error report this close to a banner on the same node is the error the banner reports
+
+
+@refiner("BannerReportsACudaError", phase=Phase.REFINE, doc=f"""
+RELION's 'follower N encountered error' and Charm++'s CmiAbort banner report an error the run raised, whatever it
+was. When the same node printed a CUDA error within {BANNER_NEAR_S:.0f} s of the banner ('ERROR: unspecified launch
+failure in <file>.cu at line N (error-code 719)', a CUDA error code of any meaning), the banner is that CUDA error's
+report, not the program's own check: it is demoted, and the CUDA error - read by its code, or unexplained - is what
+remains.
+""", cases=[
+    # https://github.com/3dem/relion/issues/577 (RELION 3.1's GPU error check, code as its CUDA release numbered it)
+    RuleCase(title="RELION's banner after its GPU error check", evidence={"n1/applog": [
+        "2020-02-11T09:37:38Z ERROR: unspecified launch failure in /home/u/relion/src/acc/cuda/custom_allocator.cuh "
+        "at line 176 (error-code 4)",
+        "2020-02-11T09:37:38Z slave 7 encountered error: === Backtrace  ==="]},
+        expect=Expect(fired=True, demoted=["Program stopped on its own error (RELION)"])),
+    RuleCase(title="RELION's banner for an error of its own", evidence={"n1/applog": [
+        "2020-02-11T09:37:38Z slave 29 encountered error: ERROR: ",
+        "2020-02-11T09:37:38Z A zero-size array was attempted to be made, which should not happen."]},
+        expect=Expect(fired=False, sub_domain="application",
+                      root_symptom="Program stopped on its own error (RELION)")),
+])
+def banner_reports_a_cuda_error(ws: Workspace) -> None:
+    near = timedelta(seconds=BANNER_NEAR_S)
+    for banner in (b for name in _OWN_ERROR_BANNERS for b in ws.active(prefix=name)):
+        if banner.first_time is None:
+            continue
+        errors = [e for e in ws.select(node=banner.node, prefix="CUDA error code") if e.first_time is not None
+                  and abs(e.first_time - banner.first_time) <= near]
+        if errors:
+            ws.demote(banner, f"a CUDA error on this node at {errors[0].first_time:%H:%M:%S} is the error it reports")
+
+
 _WRONG_RESULT = "GPU computed a wrong result (result validation)"
 
 
