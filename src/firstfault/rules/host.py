@@ -749,8 +749,10 @@ def _promote_frames_of_hung_tasks(ws: Workspace, frames_symptom: str, where: str
 DEAD_NODE_ECHO_S = 600.0
 _NODE_STOPPERS = ("Kernel panic or oops", "Machine check (uncorrected)", "CPU hard lockup", "BMC reported a hardware fault")
 # Records a node writes when it ends the workload's processes on it (the kernel's OOM killer, the kubelet evicting
-# for a full disk): the node lives on, but its ranks are gone, and their peers' RDMA operations to them fail.
-_WORKLOAD_KILLERS = ("Host OOM kill", "Node disk pressure")
+# for a full disk, for node memory or for a pod over its ephemeral-storage limit): the node lives on, but its ranks are
+# gone, and their peers' RDMA operations to them fail.
+_WORKLOAD_KILLERS = ("Host OOM kill", "Node disk pressure", "Evicted: node out of memory", "Evicted: node disk full",
+                     "Evicted: pod storage limit exceeded")
 # A launcher's report that the first of its workers to fail died of SIGKILL (torchelastic's 'failed (exitcode: -9)'
 # and 'Signal 9 (SIGKILL) received by PID', DeepSpeed's 'exits with return code = -9'): something outside the program
 # killed it, and its peers lost it. The launcher polls its workers (torchrun's --monitor-interval, 5 s by default before
@@ -882,6 +884,13 @@ network fault does not end a rank with SIGKILL.
         "a/applog": ["2025-01-01T00:10:02Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with "
                      "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="host_oom", demoted=["IB Error-12"])),
+    # the kubelet's eviction message for a pod over its ephemeral-storage limit (pkg/kubelet/eviction/helpers.go)
+    RuleCase(title="the kubelet evicts a pod over its storage limit; its peer's RDMA operations to it fail", evidence={
+        "b/scheduler": ["2025-01-01T00:10:00Z   Warning  Evicted  1m  kubelet  Pod ephemeral local storage usage exceeds "
+                        "the total limit of containers 20Gi."],
+        "a/applog": ["2025-01-01T00:10:40Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<56211> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="storage", demoted=["IB Error-12"])),
     RuleCase(title="RDMA errors that began before the OOM kill are not its echo", evidence={
         "b/syslog": ["Jan  1 00:10:00 b kernel: Out of memory: Killed process 4242 (python) total-vm:9000000kB, "
                      "anon-rss:8000000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20000kB oom_score_adj:0"],

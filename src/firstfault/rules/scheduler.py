@@ -276,7 +276,9 @@ A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel 
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
 it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
-failure - explained by that report, or by nothing in the evidence - is what remains. Megatron's iteration lines without
+failure - explained by that report, or by nothing in the evidence - is what remains. A workload that reported its work
+done before the limit (a trainer's completion line) did not hang: processes that outlived the work held the allocation,
+and the limit stays. Megatron's iteration lines without
 a time of their own still say how far training got: the last iteration times the longest time per iteration, from the
 workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
@@ -297,6 +299,12 @@ program kept earlier among its last lines and then went on: a job whose steps ta
         _megatron_iteration(i, 6000.0) for i in range(100, 1101, 100)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
+    # https://github.com/PrimeIntellect-ai/prime-rl/pull/2961 (inference nodes left serving after the trainer finished)
+    RuleCase(title="the trainer finished; other processes held the allocation until the limit", evidence={"n1/applog": [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T00:19:30Z Training completed. Saving final checkpoint.",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="hang, then the user cancels", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
@@ -377,10 +385,11 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
                and s.sub_domain != SubDomain.SCHEDULER]
     reached = None if progress_end is not None else _iterations_reached(ws)
+    finished = [s.first_time for s in ws.select(prefix="Workload completed") if s.first_time and not ws.undated(s)]
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
         when = _struck_at(ws, limit)
-        if when is None:
-            continue
+        if when is None or any(t <= when for t in finished):
+            continue  # the work had finished: what kept the allocation until the limit did not hang
         until, said, margin = _working_until(progress_end, failing, reached, when)
         if until is None:
             until, said = _output_stopped(ws, when) or (None, "")
