@@ -355,6 +355,9 @@ def after_the_end(ws: Workspace) -> None:
             ws.demote(s, f"began {minutes:.0f} min after the workload ended: it cannot have ended it")
 
 
+NEVER_PLACED = "Pod could not be placed on any node"
+
+
 @refiner("BeforeTheStart", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 A fault that a node's system log recorded before the workload started (earlier than its start by more than
 clock_skew_s) happened under whatever ran then. It can explain this workload's failure through what it left broken
@@ -399,12 +402,12 @@ def before_the_start(ws: Workspace) -> None:
         return
     limit = start - timedelta(seconds=ws.params.clock_skew_s)
     dated = [(s, s.first_time) for s in ws.active(role="root") if s.first_time is not None and not ws.undated(s)]
-    # a scheduler action only ends a run that had already failed or hung: it is not the run's own failure; the
-    # workload's own output is of the run even where its lines carry no time
+    # a scheduler action only ends a run that had already failed or hung, and a pod left without a node never ran: they
+    # are not the run's own failure; the workload's own output is of the run even where its lines carry no time
     own = [s for s in ws.active(role="root") if ws.undated(s) and s.evidence
            and all(e.source == SourceKind.APPLOG for e in s.evidence)]
-    during = sorted((s for s in [*(s for s, t in dated if t >= limit), *own] if s.sub_domain != SubDomain.SCHEDULER),
-                    key=WorkSymptom.sort_key)
+    during = sorted((s for s in [*(s for s, t in dated if t >= limit), *own]
+                     if s.sub_domain != SubDomain.SCHEDULER and s.name != NEVER_PLACED), key=WorkSymptom.sort_key)
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue

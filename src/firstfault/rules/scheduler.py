@@ -28,6 +28,7 @@ from firstfault.engine.model import (
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
+    NEVER_PLACED,
     SURVIVED_AFTER_S,
     blamed_nodes,
     last_progress,
@@ -1074,8 +1075,54 @@ def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
             ws.demote(report, "the scheduler declared the node failed: Ray reports the same loss")
 
 
+
+
+@refiner("UnplacedPodFollowsAFailure", phase=Phase.REFINE_LATE, doc=f"""
+`{NEVER_PLACED}` is the cause only when nothing else went wrong: a pod the scheduler cannot place after a node was lost,
+drained or preempted, after a GPU dropped out of a node's allocatable, or before a deadline struck a job that had
+other trouble is the replacement of a pod that failed for that reason, or a wait. When another root candidate (other
+than the time limit or cancel that ended the job) stands, or the workload had trained before it (a replacement pod),
+the placement failure is demoted.
+""", cases=[
+    RuleCase(title="no node offers the pod what it asks; nothing else failed", evidence={"a/scheduler": [
+        "2025-01-01T00:10:00Z   Warning  FailedScheduling  2m (x12 over 58m)  default-scheduler  0/4 nodes are available: "
+        "4 Insufficient nvidia.com/gpu."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="configuration", root_symptom=NEVER_PLACED)),
+    RuleCase(title="the replacement of a preempted pod finds no node", evidence={"a/scheduler": [
+        "2025-01-01T00:05:00Z     DisruptionTarget  True    PreemptionByScheduler   volcano: preempted by higher-priority "
+        "podgroup llm-prod/pg-rlhf",
+        "2025-01-01T00:10:00Z   Warning  FailedScheduling  2m (x12 over 58m)  default-scheduler  0/4 nodes are available: "
+        "4 Insufficient nvidia.com/gpu."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", demoted=[NEVER_PLACED])),
+    RuleCase(title="the workload trained, then a replacement pod finds no node", evidence={
+        "a/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)],
+        "a/scheduler": ["2025-01-01T00:30:00Z   Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are "
+                        "available: 1 node(s) were unschedulable, 3 Insufficient nvidia.com/gpu."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, demoted=[NEVER_PLACED])),
+])
+def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
+    unplaced = ws.active(prefix=NEVER_PLACED)
+    if not unplaced:
+        return
+    started = [t for s in ws.select(prefix="Training progress") if (t := s.first_time) and not ws.undated(s)]
+    for s in unplaced:
+        if s.first_time is not None and any(t < s.first_time for t in started):
+            ws.demote(s, f"the workload had trained from {min(started):%H:%M:%S}: a replacement pod left without a node")
+    unplaced = ws.active(prefix=NEVER_PLACED)
+    enders = {name for name in WORKLOAD_ENDERS if name != "Kubernetes eviction"}
+    others = [s for s in ws.active(role="root") if s.name != NEVER_PLACED and not s.name.startswith(tuple(enders))]
+    if unplaced and others:
+        first = min(others, key=WorkSymptom.sort_key)
+        for s in unplaced:
+            ws.demote(s, f"{first.name} on {first.node or '-'} is what went wrong; the pod left without a node is its "
+                         "consequence or a wait")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
-          after=("HungBeforeLimitOrCancel", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
+          after=("HungBeforeLimitOrCancel", "UnplacedPodFollowsAFailure", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
                  "PreemptionKilledTheRayNodes", "ResetExplainsItsNodeFailure"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
