@@ -11,6 +11,7 @@ root candidate exists, and then the answer names no node.
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, normalise_state
@@ -427,6 +428,23 @@ def workload_completed(ws: Workspace) -> bool:
     recorded = normalise_state(ws.context.scheduler_state)
     return recorded == TerminalState.COMPLETED or (
         recorded == TerminalState.UNKNOWN and any(e.symptom == "Workload completed" for e in ws.events))
+
+
+# A program stopped from outside prints its shutdown after the signal (a traceback, a launcher's report); stamped
+# by a clock that may run a little ahead of the one that stated the limit's time, those lines can seem to come
+# just before it. Output this close to a limit or a cancel is not taken as the program still working.
+SHUTDOWN_MARGIN_S = 60.0
+
+
+def quiet_between_lines(ws: Workspace, origins: set[str], when: datetime) -> float:
+    """The longest silence, in seconds, between the last lines the streams `origins` printed before `when` (lines
+    within SHUTDOWN_MARGIN_S of it left out): how long the program went without a word and then went on."""
+    longest = 0.0
+    for end in (e for e in ws.output_ends if e.origin in origins):
+        times = [ev.time for ev, _undated in end.points
+                 if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S]
+        longest = max([longest, *((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times))])
+    return longest
 
 
 def time_order(event: Event) -> tuple[bool, datetime | None]:

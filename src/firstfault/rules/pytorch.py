@@ -20,7 +20,7 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import printed_before, workload_completed
+from firstfault.rules.election import printed_before, quiet_between_lines, workload_completed
 from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
@@ -1210,8 +1210,9 @@ def _dated(event: Event) -> datetime | None:
 
 @filter_rule("TrainingStall", phase=Phase.FILTER, doc=f"""
 Synchronous training makes progress on every rank or on none. When the last training-progress line (on any node)
-comes more than {STALL_S / 60:.0f} minutes before a workload that did not complete ended (its end time, else its
-last dated failure line), the workload hung: a `Training stalled` symptom is placed at the last progress line, naming when
+comes more than {STALL_S / 60:.0f} minutes (and more than the longest silence its stream kept between its last lines
+before) before a workload that did not complete ended (its end time, else its last dated failure line), the workload
+hung: a `Training stalled` symptom is placed at the last progress line, naming when
 and where progress stopped and how long nothing followed. It is a downstream symptom: a root cause that began the
 stall (an Xid, a dead peer) explains it; without one it is what the answer names, and no node is blamed.
 """, cases=[
@@ -1233,6 +1234,11 @@ stall (an Xid, a dead peer) explains it; without one it is what the answer names
         "2025-01-01T00:50:00Z [rank0]: KeyError: 'lr'"]},
         context={"scheduler_state": "FAILED", "end_time": "2025-01-01T00:51:00Z"},
         expect=Expect(fired=False, sub_domain="application")),
+    RuleCase(title="progress reported every two hours; the workload ended an hour after the last", evidence={
+        "n1/applog": [f"2025-01-01T{h:02d}:04:00Z [step={h * 1000}/400000] train/CrossEntropyLoss=2.61"
+                      for h in range(0, 20, 2)]},
+        context={"scheduler_state": "FAILED", "end_time": "2025-01-01T19:10:00Z"},
+        expect=Expect(fired=False, absent=["Training stalled"])),
     RuleCase(title="a completed job that saved for long after its last step", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
         context={"scheduler_state": "COMPLETED", "end_time": "2025-01-01T01:30:00Z"},
@@ -1248,7 +1254,11 @@ def training_stall(ws: Workspace) -> None:
     stopped = _dated(last)
     failures = [t for t in (_dated(e) for e in ws.events if e.type == EventType.NODE_BAD) if t is not None]
     end = ws.context.end_time or max(failures, default=None)
-    if stopped is None or end is None or (end - stopped).total_seconds() <= STALL_S:
+    if stopped is None or end is None:
+        return
+    # a program that reports its progress every two hours has not stalled an hour after its last report
+    rhythm = quiet_between_lines(ws, {last.evidence.provenance.origin}, end)
+    if (end - stopped).total_seconds() <= max(STALL_S, rhythm):
         return
     minutes = (end - stopped).total_seconds() / 60
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=last.node, symptom="Training stalled", evidence=last.evidence,

@@ -29,10 +29,12 @@ from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, re
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
     NEVER_PLACED,
+    SHUTDOWN_MARGIN_S,
     SURVIVED_AFTER_S,
     blamed_nodes,
     last_progress,
     printed_before,
+    quiet_between_lines,
     raised_after_completion,
 )
 
@@ -80,12 +82,6 @@ def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
                      f"{reached:%Y-%m-%dT%H:%M}Z from the start)")
 
 
-# A program stopped from outside prints its shutdown after the signal (a traceback, a launcher's report); stamped
-# by a clock that may run a little ahead of the one that stated the limit's time, those lines can seem to come
-# just before it. Output this close to the limit is not taken as the program still working.
-SHUTDOWN_MARGIN_S = 60.0
-
-
 def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bool = True) -> RuleCase:
     """A rule case: a workload on n1 whose `lines` its time limit ended at 01:59 (slurmstepd's notice, with a stamp of
     its own or only the time it states), which had hung (the limit demoted: unknown) or not (the limit stands)."""
@@ -93,6 +89,15 @@ def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bo
     return RuleCase(title=title, evidence={"n1/applog": [*lines, f"2025-01-01T01:59:00Z {notice}" if stamped else notice]},
                     context={"scheduler_state": "TIMEOUT"},
                     expect=Expect(fired=hung, sub_domain="unknown" if hung else "scheduler", terminal_state="TIMEOUT"))
+
+
+def _progress_rhythm(ws: Workspace, when: datetime) -> float:
+    """How long the stream that reported the last training progress went quiet between its last lines before `when`."""
+    reports = [s for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
+    if not reports:
+        return 0.0
+    latest = max(reports, key=lambda s: (s.last_time, s.node or ""))
+    return quiet_between_lines(ws, {e.provenance.origin for e in latest.evidence}, when)
 
 
 def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | None:
@@ -274,7 +279,9 @@ def ender_stamp_in_local_time(ws: Workspace) -> None:
 
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
-still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes before
+still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes (and
+more than the longest silence the program kept between its last lines before: a run that logs every two hours)
+before
 it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
 failure - explained by that report, or by nothing in the evidence - is what remains. A workload that reported its work
@@ -306,6 +313,12 @@ program kept earlier among its last lines and then went on: a job whose steps ta
         "2025-01-01T00:19:30Z Training completed. Saving final checkpoint.",
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    RuleCase(title="progress reported every two hours; the limit struck an hour after the last report", evidence={
+        "n1/applog": [f"2025-01-01T{h:02d}:04:00Z [step={h * 1000}/400000] train/CrossEntropyLoss=2.61"
+                      for h in range(0, 20, 2)] + [
+        "2025-01-01T19:10:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T19:10:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T19:10:30Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="hang, then the user cancels", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
@@ -398,7 +411,9 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
             continue
         idle = (when - until).total_seconds()
         started = ws.context.start_time
-        if idle > max(HUNG_BEFORE_LIMIT_S, margin * ((when - started).total_seconds() if started else 0.0)):
+        # a program that reports its progress every two hours has not hung an hour after its last report
+        rhythm = _progress_rhythm(ws, when) if until == progress_end else 0.0
+        if idle > max(HUNG_BEFORE_LIMIT_S, rhythm, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
 
