@@ -1487,7 +1487,41 @@ def rendezvous_before_any_progress(ws: Workspace) -> None:
                              evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
 
 
-@refiner("RendezvousNeverCompleted", phase=Phase.FINAL, doc=f"""
+_MESH_PROXY = "Service mesh proxy in the workload's pods"
+
+
+@refiner("MeshProxyBetweenTheRanks", phase=Phase.FINAL, doc=f"""
+A service mesh's proxy in the workload's pods (`{_MESH_PROXY}`) intercepts the connections ranks open to one another
+(TCPStore, NCCL's bootstrap and sockets, MPI's daemons). When the workload never made training progress and no root
+candidate stands but the time limit, deadline or cancel that ended it, the proxy is the answer (configuration, no
+node blamed): the ranks never connected, or hung connecting. A workload that trained, or another fault, comes first.
+""", cases=[
+    # https://github.com/NVIDIA/nccl/issues/1638 (nccl-tests stuck after bootstrap between pods with istio-proxy)
+    RuleCase(title="pods with Istio's proxy; the test hangs after its header until the deadline", evidence={"a/applog": [
+        "2025-01-01T00:00:10Z # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20",
+        "2025-01-01T00:00:11Z nccl-tests-worker-0:27:27 [0] NCCL INFO Bootstrap : Using eth0:10.8.0.12<0>",
+        "2025-01-01T00:30:00Z Labels:           security.istio.io/tlsMode=istio"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_MESH_PROXY)),
+    RuleCase(title="pods with the proxy that trained, then failed for another reason", evidence={"a/applog": [
+        "2025-01-01T00:00:10Z Labels:           security.istio.io/tlsMode=istio"] + [
+        f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def mesh_proxy_between_the_ranks(ws: Workspace) -> None:
+    if ws.select(prefix="Training progress") or any(
+            not s.name.startswith(WORKLOAD_ENDERS) for s in ws.active(role="root")):
+        return
+    proxies = ws.select(prefix=_MESH_PROXY, status="interesting")
+    for s in proxies[:1]:
+        ws.promote(s, "the workload never trained and nothing else failed: the mesh's proxy stood between its ranks")
+        for ender in ws.active(role="root"):
+            if ender.name.startswith(WORKLOAD_ENDERS):
+                ws.demote(ender, "it ended a workload whose ranks never connected through the mesh's proxy")
+
+
+@refiner("RendezvousNeverCompleted", phase=Phase.FINAL, after=("MeshProxyBetweenTheRanks",), doc=f"""
 When no root candidate stands and the workload's rendezvous timed out before any progress or collective (rule
 RendezvousBeforeAnyProgress), its ranks never met, and with no fault of its own on any node the usual reason is how
 the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes launched than the
