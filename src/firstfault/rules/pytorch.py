@@ -1487,6 +1487,45 @@ def rendezvous_before_any_progress(ws: Workspace) -> None:
                              evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
 
 
+# A program's own count of the GPUs it found falling short of what it needs: verl's resource pool check, vLLM's
+# placement ('The number of required GPUs exceeds the total number of available GPUs in the cluster'), its argument
+# check ('... cannot be larger than the number of available GPUs (N)').
+_TOO_FEW_GPUS = re.compile(r"available GPUs \d+ is less than (?:total )?desired GPUs|required GPUs exceeds the total "
+                           r"number of available GPUs|cannot be larger than the number of available GPUs")
+
+
+@refiner("TooFewGpusCountsTheFailedOne", phase=Phase.REFINE, doc="""
+A program that stops because it found fewer GPUs than it needs ('Total available GPUs 23 is less than total desired
+GPUs 24', vLLM's 'required GPUs exceeds the total number of available GPUs') reports a count, not a cause. When a GPU
+of the workload failed before it (a GPU that did not initialise, fell off the bus, was lost), that GPU is the one
+missing: the program's report is demoted, and the GPU's failure is the root. Without such a failure the count is the
+job's request (configuration or the program's own check), and stays.
+""", cases=[
+    # https://github.com/illinois-scicomp/machine-shop-maintenance/issues/76 (a GPU that kept failing RmInitAdapter), as
+    # verl's resource-pool check then counts the GPUs
+    RuleCase(title="a GPU failed to initialise; the program counts one GPU fewer", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kernel: [159653.400000] NVRM: GPU 0000:81:00.0: RmInitAdapter failed! "
+                     "(0x25:0x40:1470)"],
+        "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], demoted=["Python exception"])),
+    RuleCase(title="the count alone", evidence={
+        "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="application")),
+])
+def too_few_gpus_counts_the_failed_one(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    failed = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU) if s.first_time and not ws.undated(s)]
+    for report in ws.active(role="root"):
+        if report.first_time is None or not any(_TOO_FEW_GPUS.search(e.text) for e in report.evidence):
+            continue
+        before = [g for g in failed if g is not report and g.first_time is not None
+                  and g.first_time <= report.first_time + skew]
+        if before:
+            first = min(before, key=WorkSymptom.sort_key)
+            ws.demote(report, f"it counts the GPUs left after {first.name} on {first.node or '-'}")
+
+
 _MESH_PROXY = "Service mesh proxy in the workload's pods"
 
 
