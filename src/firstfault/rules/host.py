@@ -552,6 +552,36 @@ def aer_corrected_storm(ws: Workspace) -> None:
             ws.promote(s, f"{total} corrected AER errors: a storm on this node's PCIe link")
 
 
+@refiner("StormDoesNotRaise", phase=Phase.REFINE, doc=f"""
+A storm of corrected errors (`PCIe AER corrected errors` promoted by AerCorrectedStorm, `{_CE_STORM}`) costs a node
+time - link replays, a CPU busy correcting memory - and makes it a straggler: it explains a slowdown, a hang or a
+peer's timeout. It does not raise a program's exception: when the program stopped on an error of its own (an
+application root candidate: a KeyError, a failed assertion), the storm is demoted to context and the program's error
+is what remains.
+""", cases=[
+    # a corrected-error flood from an NVMe's link power management while the program failed on its own data
+    RuleCase(title="an AER flood while the program raises a KeyError", evidence={
+        "n1/syslog": [f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:1c.0: AER: Corrected error received: "
+                      "0000:01:00.0" for i in range(12)],
+        "n1/applog": ["2025-01-01T00:10:30Z [rank3]: KeyError: 'input_ids'"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], demoted=["PCIe AER corrected errors"])),
+    RuleCase(title="an AER flood and a watchdog timeout: the straggler", evidence={
+        "n1/syslog": [f"Jan  1 00:10:{i:02d} n1 kernel: pcieport 0000:00:1c.0: AER: Corrected error received: "
+                      "0000:01:00.0" for i in range(12)],
+        "n2/applog": ["2025-01-01T00:40:30Z [rank8]:[E0101 00:40:30.000000000 ProcessGroupNCCL.cpp:1] [Rank 8] "
+                      "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+                      "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="host", culprits=["n1"])),
+])
+def storm_does_not_raise(ws: Workspace) -> None:
+    raised = [s for s in ws.active(role="root", sub_domain=SubDomain.APPLICATION)]
+    if not raised:
+        return
+    for storm in [*ws.active(prefix="PCIe AER corrected errors"), *ws.active(prefix=_CE_STORM)]:
+        ws.demote(storm, f"corrected errors slow a node; they do not raise the program's own {raised[0].name}")
+
+
 def _flap_then_rdma_error(at: str) -> dict[str, list[str]]:
     """Rule-case lines: n1's link goes down at 00:10:00 and comes back at 00:10:03; its RDMA send fails at `at`."""
     return {"n1/syslog": ["Jan  1 00:10:00 n1 kernel: mlx5_core 0000:9a:00.0 ens9np0: Link down",

@@ -18,8 +18,10 @@ from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
 # (the stall, the server answering again) for each shared-filesystem client
-_STALLS = (("NFS server not responding", "NFS server OK"),
-           ("Lustre server connection lost", "Lustre connection restored"))
+# (the SMB client logs no line when it reconnects at its default log level)
+_STALLS: tuple[tuple[str, str | None], ...] = (("NFS server not responding", "NFS server OK"),
+                                               ("Lustre server connection lost", "Lustre connection restored"),
+                                               ("SMB server not responding", None))
 
 
 def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime | None:
@@ -33,8 +35,9 @@ def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime 
 
 @refiner("FileServerStallOutcome", phase=Phase.CLEAN, doc=f"""
 A shared-filesystem client that lost its server - NFS 'server not responding, still trying', Lustre 'Connection to
-<target> was lost' - and got it back ('server OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f}
-minutes had a recovered stall, which stays context. A stall that lasts longer or never recovers is a storage root
+<target> was lost', the SMB client's 'has not responded in N seconds. Reconnecting...' - and got it back ('server
+OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes had a recovered stall, which stays
+context (the SMB client logs no line when it reconnects). A stall that lasts longer or never recovers is a storage root
 candidate; the soft lockups and hung tasks of that node while it lasts are its symptoms (the CPUs and tasks were
 stuck in the filesystem client).
 """, cases=[
@@ -67,6 +70,12 @@ stuck in the filesystem client).
         "Jan  1 00:10:30 n1 kernel: nfs: server nfs01 OK",
         "Jan  1 00:54:13 n1 kernel: Kernel panic - not syncing: hung_task: blocked tasks"]},
         expect=Expect(fired=False, sub_domain="host", culprits=["n1"])),
+    # the SMB client's stall (fs/smb/client/connect.c), here under a dataset share that stopped answering
+    RuleCase(title="an SMB server that stopped answering; the node's tasks hang in it", evidence={"n1/syslog": [
+        "Jan  1 00:05:12 n1 kernel: [622471.567000] CIFS: VFS: \\\\10.10.0.35 has not responded in 90 seconds. "
+        "Reconnecting...",
+        "Jan  1 00:13:40 n1 kernel: [622979.244000] INFO: task python3:61033 blocked for more than 122 seconds."]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[])),
     RuleCase(title="a Lustre target lost until a time limit", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: Lustre: fs-OST0001-osc-ffff9d61: Connection to fs-OST0001 (at 10.0.0.8@tcp) was "
         "lost; in progress operations using this service will wait for recovery to complete",
@@ -82,7 +91,7 @@ def file_server_stall_outcome(ws: Workspace) -> None:
         for stall in ws.select(prefix=lost, status="interesting"):
             if stall.first_time is None:
                 continue
-            answered = _answered_after(ws, stall, answer)
+            answered = _answered_after(ws, stall, answer) if answer else None
             last = stall.last_time or stall.first_time
             if answered is not None and answered <= last + recovery:
                 continue
