@@ -728,7 +728,7 @@ def recovered_stall_ended_nothing(ws: Workspace) -> None:
     if not roots or any(not s.name.startswith(own) for s in roots):
         return
     stalls = [(s, answer) for lost, answer in _STALLS for s in ws.select(prefix=lost)]
-    if not stalls or any(_answered_after(ws, s, answer) is None for s, answer in stalls):
+    if not stalls or any(answer is None or _answered_after(ws, s, answer) is None for s, answer in stalls):
         return
     for s in roots:
         ws.demote(s, "the file server answered again and nothing of the workload failed after it")
