@@ -1463,8 +1463,9 @@ _NEVER_MET = "Ranks never met at the rendezvous"
 
 
 @filter_rule("RendezvousBeforeAnyProgress", phase=Phase.FILTER, doc=f"""
-A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress and no
-collective that ran between ranks (an NCCL timeout or error): the ranks may never have met. Each such timeout is also
+A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress, no report of
+its training's end before the timeout and no collective that ran between ranks (an NCCL timeout or error): the ranks
+may never have met. Each such timeout is also
 recorded as a `{_NEVER_MET}` candidate (context), which rule RendezvousNeverCompleted makes the answer when nothing
 else is. XLA's key-value waits (a process that never published its key) are not read so.
 """, cases=[
@@ -1472,6 +1473,12 @@ else is. XLA's key-value waits (a process that never published its key) are not 
         "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
                      "clients. 4/8 clients joined."]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True)),
+    # a second process group an evaluation script builds after training (MLPerf's Stable Diffusion, sync_workers.py)
+    RuleCase(title="a store timeout after the training loop reported its end", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z `Trainer.fit` stopped: `max_steps=4000` reached.",
+                     "2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
     RuleCase(title="a store timeout after training began", evidence={
         "a/applog": ["2025-01-01T00:05:00Z step 10 | loss 2.1",
                      "2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
@@ -1481,7 +1488,10 @@ else is. XLA's key-value waits (a process that never published its key) are not 
 def rendezvous_before_any_progress(ws: Workspace) -> None:
     if any(e.symptom in _RANKS_MET for e in ws.events):
         return
+    finished = [e.time for e in ws.events if e.symptom == "Workload completed" and e.time is not None]
     for event in ws.events_of(EventType.NODE_BAD):
+        if any(event.time is not None and t < event.time for t in finished):
+            continue  # the training had ended: a store its evaluation or teardown opened later timed out
         if event.symptom == _RENDEZVOUS_TIMEOUT and "GetKeyValue" not in event.evidence.text:
             ws.emit(EmitSpec(type=EventType.NODE_INTERESTING, node=event.node, symptom=_NEVER_MET,
                              evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
