@@ -35,6 +35,18 @@ def blamed_nodes(ws: Workspace, s: WorkSymptom) -> list[str]:
     return sorted({n for n in (ws.canonical_node(name) for name in names) if n})
 
 
+def resolve_peer(ws: Workspace, peer: str) -> str | None:
+    """The allocated node an address or host name a line names is, by the evidence's own address lines."""
+    return ws.facts.get("host_to_node", {}).get(peer) or ws.canonical_node(peer)
+
+
+def named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
+    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface and GID lines, or
+    name): the socket peer, and the RDMA peer of a RoCE queue pair (its remote GID's IPv4 address)."""
+    peers = {resolve_peer(ws, p) for p in s.value_set("peer") | s.value_set("peer_rdma")}
+    return {p for p in peers if p and p != s.node}
+
+
 def _start(ws: Workspace, s: WorkSymptom) -> datetime | None:
     return None if ws.undated(s) else s.first_time
 

@@ -18,24 +18,13 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import printed_before, time_order, workload_completed
+from firstfault.rules.election import named_peers, printed_before, resolve_peer, time_order, workload_completed
 from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 # A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the
 # clock-skew tolerance after it) is corroborated by its own kernel: the NIC that stopped answering is its NIC.
 OWN_LINK_WINDOW_S = 300.0
-
-
-def _resolve(ws: Workspace, peer: str) -> str | None:
-    return ws.facts.get("host_to_node", {}).get(peer) or ws.canonical_node(peer)
-
-
-def _named_peers(ws: Workspace, s: WorkSymptom) -> set[str]:
-    """The allocated nodes a symptom names as its peer (by address, through the NCCL interface and GID lines, or
-    name): the socket peer, and the RDMA peer of a RoCE queue pair (its remote GID's IPv4 address)."""
-    peers = {_resolve(ws, p) for p in s.value_set("peer") | s.value_set("peer_rdma")}
-    return {p for p in peers if p and p != s.node}
 
 
 @refiner("IbPeerResolution", phase=Phase.REFINE, doc=f"""
@@ -66,7 +55,7 @@ def ib_peer_resolution(ws: Workspace) -> None:
         return
     reporters: dict[str, set[str]] = {}
     for s in errors:
-        for peer in _named_peers(ws, s):
+        for peer in named_peers(ws, s):
             if s.node:
                 reporters.setdefault(peer, set()).add(s.node)
     if not reporters:
@@ -93,13 +82,13 @@ def ib_peer_resolution(ws: Workspace) -> None:
 
 def _blame(ws: Workspace, errors: list[WorkSymptom], peer: str) -> None:
     for s in errors:
-        if peer in _named_peers(ws, s):
+        if peer in named_peers(ws, s):
             s.values["blamed_node"] = [peer]
 
 
 def _own_link_event(ws: Workspace, peer: str, errors: list[WorkSymptom]) -> bool:
     """The peer's own kernel reported its port down or in error shortly before an error that names it."""
-    named_at = [s.first_time for s in errors if s.first_time and peer in _named_peers(ws, s)]
+    named_at = [s.first_time for s in errors if s.first_time and peer in named_peers(ws, s)]
     if not named_at:
         return False
     first = min(named_at)
@@ -765,7 +754,7 @@ different allocated nodes): then it is promoted. Packets from or to anything els
 ])
 def firewall_between_nodes(ws: Workspace) -> None:
     for s in ws.select(prefix=_FIREWALL_SYMPTOM, status="interesting"):
-        pairs = {(_resolve(ws, src), _resolve(ws, dst)) for src in s.value_set("src") for dst in s.value_set("dst")}
+        pairs = {(resolve_peer(ws, src), resolve_peer(ws, dst)) for src in s.value_set("src") for dst in s.value_set("dst")}
         inside = sorted(f"{a} -> {b}" for a, b in pairs if a and b and a != b)
         if inside:
             ws.promote(s, f"the firewall refused the job's own traffic ({', '.join(inside)})")
@@ -864,7 +853,7 @@ def _outside_the_workload(ws: Workspace, endpoint: str, reporters: set[str]) -> 
         return "a reserved address that no host can own"
     if ip is not None and ip.is_loopback:
         return None  # LoopbackRendezvousAddress
-    if _resolve(ws, endpoint) or (ip is None and ws.context.scheduler == "kubernetes"):
+    if resolve_peer(ws, endpoint) or (ip is None and ws.context.scheduler == "kubernetes"):
         return None
     if not set(ws.context.nodes) <= reporters:
         return None
@@ -983,7 +972,7 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
             failed[s.node] = s
     broken = {node: s for node, s in failed.items() if s.sub_domain in _HARDWARE}
     for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
-        named = _named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
+        named = named_peers(ws, s) | {n for n in (ws.canonical_node(p) for p in s.value_set("blamed_node")) if n}
         began = None if ws.undated(s) else s.first_time
         mine = failed.get(s.node) if s.node else None
         printed_first = mine is not None and began == mine.first_time and printed_before(s, [mine])

@@ -33,6 +33,7 @@ from firstfault.rules.election import (
     SURVIVED_AFTER_S,
     blamed_nodes,
     last_progress,
+    named_peers,
     printed_before,
     quiet_between_lines,
     raised_after_completion,
@@ -524,8 +525,9 @@ When a node dies, its peers' RDMA operations to it fail (retry exceeded, flushes
 peer errors whose named peer is a node the scheduler then declared failed (Slurm DOWN, Kubernetes NotReady, a
 Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes before that declaration, are the
 node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
-(a fault in the lost node's own log, earlier, still comes first). When the peer they name is an address that no
-evidence maps to a node, or no peer at all (older NCCL's 'Got completion with error 12'), and the scheduler declared
+(a fault in the lost node's own log, earlier, still comes first); errors naming several lost nodes (a rack that lost
+power) count the same, even where no one of those peers could be blamed on them. When the peer they name is an
+address that no evidence maps to a node, or no peer at all (older NCCL's 'Got completion with error 12'), and the scheduler declared
 exactly one node failed, that node is taken as the peer. NCCL's
 WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such; one
 with no time before it in its file is dated at the job's end, which says nothing about when it came.
@@ -559,6 +561,17 @@ with no time before it in its file is dated at the job's end, which says nothing
         "a/scheduler": ["[2025-01-01T00:18:00.000] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
+    RuleCase(title="peers lose two nodes Slurm then marks down together", evidence={
+        "a/applog": ["a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+                     "2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<45100> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)",
+                     "2025-01-01T00:10:01Z a:1:1 [1] NCCL WARN NET/IB : Got completion from peer 10.0.0.4<45101> with "
+                     "status=12 opcode=0 len=0 vendor err 129 (Send)"],
+        "c/applog": ["c:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"],
+        "d/applog": ["d:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.4<0>"],
+        "a/scheduler": ["[2025-01-01T00:14:40.000] error: Nodes c,d not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "c", "d"]},
+        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="the errors name another node", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
                      "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
@@ -578,6 +591,8 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             continue
         for s in ws.active(role="root", sub_domain=SubDomain.NETWORK):
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
+            if not peers and s.definition.blame == "peer" and named_peers(ws, s) <= lost:
+                peers = named_peers(ws, s)  # nodes it names that no one reporter could be blamed for: all lost
             if not peers and len(lost) == 1 and s.definition.blame == "peer":
                 peers = lost  # it names no peer, or an address no evidence maps to a node, and one node was lost
             # a time only inherited from an earlier line is a lower bound: the error came then or later; the job's
