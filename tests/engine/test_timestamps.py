@@ -38,6 +38,8 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     (":::NVLOGv0.2.2 Tacotron2_PyT 1740787200.923844576 (/w/dllogger/logger.py:251) train_iter_stop: 32",
      "2025-03-01T00:00:00.923844"),
     (":::MLL 1740787200.455 run_start: {\"value\": null}", "2025-03-01T00:00:00.455000"),
+    (' 0: :::MLLOG {"namespace": "", "time_ms": 1740787200455, "event_type": "INTERVAL_START", "key": "run_start"}',
+     "2025-03-01T00:00:00.455000"),
     ("1740787200.343966 rank: 0, batch:0", "2025-03-01T00:00:00.343966"),
     ("  29 | 09/14/2022 | 12:59:46 | Power Unit Pwr Unit Status | Power off/down | Asserted", "2022-09-14T12:59:46"),
 ])

@@ -183,6 +183,39 @@ def _reports_elsewhere(title: str, line: str) -> RuleCase:
     return RuleCase(title=title, evidence={"n1/applog": [line]}, expect=Expect(fired=True, sub_domain="unknown"))
 
 
+EXIT_HANDLER_LINES = 30  # how far after the atexit banner its traceback's lines can reach
+
+
+@filter_rule("ExitHandlerErrors", phase=Phase.FILTER_EARLY, doc=f"""
+CPython prints an exception an atexit handler raised under 'Error in atexit._run_exitfuncs:' and otherwise ignores it:
+the program had finished, and its exit status is unchanged. The failures read from the lines that follow the banner
+in the same stream (its traceback, up to {EXIT_HANDLER_LINES} lines: an OSError's errno, an exception type) are
+exit-time noise and are dropped.
+""", cases=[
+    # https://github.com/mlcommons/training_results_v2.0/blob/main/H3C/results/2R5500G5-Intelx8A100-SXM-80GB/rnnt/result_9.txt
+    RuleCase(title="a stale NFS handle in an exit handler after the run finished", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z :::MLLOG {\"namespace\": \"\", \"time_ms\": 1735690200000, \"event_type\": "
+        "\"INTERVAL_END\", \"key\": \"run_stop\", \"value\": null, \"metadata\": {\"status\": \"success\"}}",
+        "2025-01-01T00:10:01Z Error in atexit._run_exitfuncs:",
+        "2025-01-01T00:10:01Z OSError: [Errno 116] Stale file handle"]},
+        context={"scheduler": "slurm", "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    RuleCase(title="the same error in the program's own run", evidence={"n1/applog": [
+        "2025-01-01T00:10:01Z OSError: [Errno 116] Stale file handle"]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0"},
+        expect=Expect(fired=False, sub_domain="storage")),
+])
+def exit_handler_errors(ws: Workspace) -> None:
+    banners = [(e.evidence.provenance.origin, e.evidence.provenance.line) for e in ws.events
+               if e.symptom == "Exception in an exit handler" and e.evidence.provenance.line is not None]
+    if not banners:
+        return
+    for event in ws.events_of(EventType.NODE_BAD):
+        origin, line = event.evidence.provenance.origin, event.evidence.provenance.line
+        if line is not None and any(o == origin and b < line <= b + EXIT_HANDLER_LINES for o, b in banners):
+            ws.drop(event, "raised by an exit handler after the program finished ('Error in atexit._run_exitfuncs')")
+
+
 @filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
 Before the generic Python exceptions are sorted (PythonExceptionFamily keeps only those that say the program failed), keep
 the fact that a process of the workload ended in an uncaught exception: its node's first one becomes the context fact

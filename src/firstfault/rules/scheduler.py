@@ -286,8 +286,8 @@ before
 it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
 failure - explained by that report, or by nothing in the evidence - is what remains. A workload that reported its work
-done before the limit (a trainer's completion line) did not hang: processes that outlived the work held the allocation,
-and the limit stays. Megatron's iteration lines without
+done before the limit (a trainer's completion line), with no report of a failure after it, did not hang: processes
+that outlived the work held the allocation, and the limit stays. Megatron's iteration lines without
 a time of their own still say how far training got: the last iteration times the longest time per iteration, from the
 workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
@@ -320,6 +320,12 @@ program kept earlier among its last lines and then went on: a job whose steps ta
         "2025-01-01T19:10:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T19:10:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T19:10:30Z"},
         expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    RuleCase(title="the trainer finished, its evaluation's store failed, then nothing until the cancel", evidence={
+        "n1/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+            "2025-01-01T00:19:30Z Training completed. Saving final checkpoint.",
+            "2025-01-01T00:20:00Z torch.distributed.DistStoreError: Socket Timeout",
+            "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
+        context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=True, terminal_state="CANCELLED")),
     RuleCase(title="hang, then the user cancels", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 ***"]},
@@ -403,8 +409,11 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     finished = [s.first_time for s in ws.select(prefix="Workload completed") if s.first_time and not ws.undated(s)]
     for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
         when = _struck_at(ws, limit)
-        if when is None or any(t <= when for t in finished):
-            continue  # the work had finished: what kept the allocation until the limit did not hang
+        if when is None:
+            continue
+        done = [t for t in finished if t <= when]
+        if done and not any(min(done) < t < when for t in failing):
+            continue  # the work had finished, and nothing failed after: what kept the allocation did not hang
         until, said, margin = _working_until(progress_end, failing, reached, when)
         if until is None:
             until, said = _output_stopped(ws, when) or (None, "")
