@@ -47,6 +47,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     "RayGetError",
     "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError", "TrainingFailedError",
     "WorkerGroupError",
+    # Monarch (PyTorch's actor runtime): a remote actor's failure as its caller sees it ('A remote actor call has
+    # failed: <actor> failed: <why>'); the actor's own lines say why
+    "ActorError",
     # vLLM: the API server's report that its engine core process died ('EngineCore encountered an issue'; before V1,
     # AsyncEngineDeadError's 'Background loop has errored already'); why it died is in the engine's or worker's lines
     "EngineDeadError", "AsyncEngineDeadError",
@@ -329,6 +332,10 @@ program's.
     RuleCase(title="an OSError whose errno says the program's call was wrong", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z OSError: [Errno 14] Bad address"]},
         expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
+    # https://github.com/meta-pytorch/torchforge/issues/493 (Monarch's caller of an RDMA manager actor that failed)
+    _reports_elsewhere("a remote actor's failure as its caller sees it",
+        "2025-01-01T00:10:00Z monarch._src.actor.actor_mesh.ActorError: A remote actor call has failed: rdma_manager[0] "
+        "failed: could not create loopback QP for device rdmap79s0"),
     # gRPC core's wording when no resolved address accepted the connection (a Ray worker calling a head that is gone)
     _reports_elsewhere("a call to a peer that is not listening",
         "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
