@@ -436,6 +436,36 @@ def _explained_by(root: WorkSymptom, other: WorkSymptom) -> str | None:
     return None
 
 
+UNLISTED_XID_REPEATS = 5  # an unlisted Xid this many times on one GPU is that GPU faulting, not a stray event
+_REPEATED_UNLISTED = "Repeated Xid of an unlisted code on one GPU"
+_PLAIN_XID = re.compile(r"XID-\d+")  # a code alone: decoded ones (NVLink5's 'XID-149.33') have their own entries
+
+
+@filter_rule("UnlistedXidRepeatedOnOneNode", phase=Phase.FILTER, doc=f"""
+An Xid whose code NVIDIA's current catalog does not list (`XID-*`: older GPUs' codes such as 9 or 53) blames no node
+by itself. Repeated {UNLISTED_XID_REPEATS} times or more on one node of a multi-node workload, while no other node
+logged an unlisted Xid, it is that node's GPU faulting again and again under the workload: the reports become
+`{_REPEATED_UNLISTED}` (gpu, that node). Once, or on several nodes, they stay as they are.
+""", cases=[
+    # https://pastebin.com/xkjT7KVW (an Xid 9 flood from a VM's passthrough GPU)
+    RuleCase(title="Xid 9 again and again on one node", evidence={"b/syslog": [
+        f"Jan  1 00:10:0{i} b kernel: NVRM: Xid (0000:00:05): 9, Channel 00000020 Instance 00000000 Intr 00100000"
+        for i in range(6)]}, context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], root_symptom=_REPEATED_UNLISTED)),
+    RuleCase(title="one Xid 9", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: NVRM: Xid (0000:00:05): 9, Channel 00000020 Instance 00000000 Intr 00100000"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=[])),
+])
+def unlisted_xid_repeated_on_one_node(ws: Workspace) -> None:
+    unlisted = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom and _PLAIN_XID.fullmatch(e.symptom)
+                and e.symptom not in ws.catalog.symptoms]
+    nodes = {e.node for e in unlisted}
+    if len(ws.context.nodes) < 2 or len(nodes) != 1 or sum(e.count for e in unlisted) < UNLISTED_XID_REPEATS:
+        return
+    for event in unlisted:
+        ws.reread(event, _REPEATED_UNLISTED, f"{event.symptom} repeated on this node's GPU only")
+
+
 @refiner("XidBurstRoot", phase=Phase.CLEAN, after=("Xid154Linkage",), doc=f"""
 Within one node's Xid burst (events less than burst_gap_s apart, 3 minutes by default) the earliest
 hardware-class Xid (strength >= {HARDWARE_STRENGTH}: 48, 62, 64, 74, 79, 94, 95, 119/120, 140, 143, fatal NVLink5 ...)
