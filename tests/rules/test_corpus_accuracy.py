@@ -56,7 +56,9 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-123", "blind-178", "blind-246", "blind-254", "blind-256", "blind-260", "blind-261",
                 "blind-265", "blind-270", "blind-271", "blind-278", "blind-279", "blind-280", "blind-282",
                 "blind-283", "blind-285", "blind-286", "blind-287", "blind-288", "blind-289", "blind-291",
-                "blind-293", "blind-294", "blind-296", "blind-298")
+                "blind-293", "blind-294", "blind-296", "blind-298", "blind-301", "blind-302", "blind-303",
+                "blind-304", "blind-305", "blind-306", "blind-308", "blind-309", "blind-310", "blind-311",
+                "blind-312", "blind-313", "blind-314", "blind-315")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
@@ -65,6 +67,7 @@ DISPUTED_BLAME = {
     "blind-108": 1,  # b108-013: 'busy or unavailable' on one node with nothing else is a GPU suspect; the label names none
     "blind-126": 1,  # b126-018: Slurm's 'not responding, setting DOWN' names the node (issue 13); a restraint label
     "blind-36": 2,   # b36-017: the device plugin's own Xid 999 verdict; b36-004: NVLS set-up failing on two of four
+    "blind-306": 1,  # b306-009: CUDA's unknown error on one rank of a one-node server is a GPU suspect (issue 13)
 }
 
 # Sub_domain answers the engine keeps against a batch's label, each explained in docs/accuracy.md.
