@@ -292,6 +292,46 @@ def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
             ws.promote(s, f"{s.node} alone {why}")
 
 
+_SLOW_LINK = "Ethernet link back below gigabit"
+
+
+@refiner("SlowLinkCarriedTheWorkload", phase=Phase.REFINE, doc=f"""
+A node's Ethernet link that came back at 10 or 100 Mbps (`{_SLOW_LINK}`) slows only what goes through it. When the
+workload's NCCL ran over an interface of that name (its bootstrap lines name it; the nodes are set up alike), no node
+used RDMA, the
+workload did not complete, and this node alone reported it, the slow link is the root candidate (network, that node):
+its ranks held every collective back. A management port at 100 Mbps, or a workload on RDMA, leaves it context.
+""", cases=[
+    RuleCase(title="NCCL over eno1, which came back at 100 Mbps, then the time limit", evidence={
+        "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
+                     "Duplex, Flow Control: RX"],
+        "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using eno1:192.168.40.17<0>",
+                     "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom=_SLOW_LINK)),
+    RuleCase(title="the management port at 100 Mbps; NCCL on ib0", evidence={
+        "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
+                     "Duplex, Flow Control: RX"],
+        "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>",
+                     "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO "
+                     "TIME LIMIT ***"]},
+        context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
+])
+def slow_link_carried_the_workload(ws: Workspace) -> None:
+    if workload_completed(ws) or ws.facts_of("rdma_in_use"):
+        return
+    # the nodes of one workload name their interfaces alike (NCCL_SOCKET_IFNAME): an interface NCCL used on one node is
+    # the one it used on the others, whose lines may have been collected elsewhere
+    used = {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
+    slow = [s for s in ws.select(prefix=_SLOW_LINK, status="interesting")
+            if s.node and (s.value_set("interface") | s.value_set("iface")) & used]
+    if len({s.node for s in slow}) == 1 and len(ws.context.nodes) > 1:
+        for s in slow:
+            ws.promote(s, f"{s.node}'s link that NCCL used came back below gigabit: every collective crawled")
+
+
 @refiner("HardwareSlowdownOnOneNode", phase=Phase.REFINE, doc="""
 The GPUs of one synchronous workload wait for the slowest: when exactly one node reported a GPU whose clocks the
 hardware holds down (a power brake, a hardware or thermal slowdown active) and the workload did not complete, that
