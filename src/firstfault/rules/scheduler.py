@@ -536,8 +536,8 @@ Kueue node-failure eviction), within {NODE_FAILURE_DETECTION_S / 60:.0f} minutes
 node failure's symptoms, not a fabric fault. They are demoted, and the node failure stays the root candidate
 (a fault in the lost node's own log, earlier, still comes first); errors naming several lost nodes (a rack that lost
 power) count the same, even where no one of those peers could be blamed on them. When the peer they name is an
-address that no evidence maps to a node, or no peer at all (older NCCL's 'Got completion with error 12'), and the scheduler declared
-exactly one node failed, that node is taken as the peer. NCCL's
+address that no evidence maps to a node, and the scheduler declared exactly one node failed, that node is taken as the peer; errors
+that name no peer at all (older NCCL's 'Got completion with error 12') are taken as the loss of the nodes declared. NCCL's
 WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such; one
 with no time before it in its file is dated at the job's end, which says nothing about when it came.
 """, cases=[
@@ -581,6 +581,12 @@ with no time before it in its file is dated at the job's end, which says nothing
         "a/scheduler": ["[2025-01-01T00:14:40.000] error: Nodes c,d not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "c", "d"]},
         expect=Expect(fired=True, sub_domain="scheduler", terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
+    RuleCase(title="older NCCL names no peer; Slurm then marks two nodes down", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z a:1:1 [0] NCCL WARN NET/IB : Got completion with error 12, opcode 1, len "
+                     "32768, vendor err 129"],
+        "a/scheduler": ["[2025-01-01T00:14:40.000] error: Nodes c,d not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "c", "d"]},
+        expect=Expect(fired=True, terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="the errors name another node", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
                      "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129"],
@@ -602,8 +608,11 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
             if not peers and s.definition.blame == "peer" and named_peers(ws, s) <= lost:
                 peers = named_peers(ws, s)  # nodes it names that no one reporter could be blamed for: all lost
-            if not peers and len(lost) == 1 and s.definition.blame == "peer":
-                peers = lost  # it names no peer, or an address no evidence maps to a node, and one node was lost
+            if not peers and s.definition.blame == "peer" and (
+                    len(lost) == 1 or not s.value_set("peer") | s.value_set("peer_rdma")):
+                # it names no peer (older NCCL's 'Got completion with error 12'), or an address no evidence maps to a
+                # node while one node was lost: the lost nodes are the peers it lost
+                peers = lost
             # a time only inherited from an earlier line is a lower bound: the error came then or later; the job's
             # end, given to a line with no time before it at all, bounds nothing
             began, inherited = s.first_time, ws.undated(s)
