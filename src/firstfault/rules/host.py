@@ -332,6 +332,33 @@ def slow_link_carried_the_workload(ws: Workspace) -> None:
             ws.promote(s, f"{s.node}'s link that NCCL used came back below gigabit: every collective crawled")
 
 
+@refiner("NicHangOffTheWorkloadsPath", phase=Phase.REFINE, doc="""
+An Ethernet NIC that hung (`Ethernet NIC hung`) stops only what goes through it. When the workload's NCCL ran over
+RDMA and none of its lines names the hung interface (the bootstrap and socket interfaces it used are others: a
+management port), the hang carried none of the workload's traffic: it is demoted to context. A hang on an interface
+NCCL used, or with no RDMA in use, stays the node's.
+""", cases=[
+    RuleCase(title="a management port's transmit hang while NCCL ran over ib0", evidence={
+        "b/syslog": ["Jan  1 00:10:05 b kernel: [494945.203081] 0000:03:00.0: eth0: Detected Tx Unit Hang:"],
+        "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.12.0.17<0>",
+                     "b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.12.0.17<0>"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, demoted=["Ethernet NIC hung"])),
+    RuleCase(title="a hang on the interface NCCL used", evidence={
+        "b/syslog": ["Jan  1 00:10:05 b kernel: [494945.203081] e1000e 0000:00:1f.6 eno1: Detected Hardware Unit Hang:"],
+        "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using eno1:192.168.40.17<0>"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
+])
+def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
+    if not ws.facts_of("rdma_in_use"):
+        return
+    used = {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
+    for s in ws.active(prefix="Ethernet NIC hung"):
+        hung = s.value_set("hang_if") | s.value_set("netdev") | s.value_set("ena_netdev")
+        if hung and not hung & used:
+            ws.demote(s, f"{', '.join(sorted(hung))} carried none of the workload's traffic: NCCL ran over RDMA "
+                         f"and {', '.join(sorted(used)) or 'other interfaces'}")
+
+
 @refiner("HardwareSlowdownOnOneNode", phase=Phase.REFINE, doc="""
 The GPUs of one synchronous workload wait for the slowest: when exactly one node reported a GPU whose clocks the
 hardware holds down (a power brake, a hardware or thermal slowdown active) and the workload did not complete, that
