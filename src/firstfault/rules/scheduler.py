@@ -92,13 +92,13 @@ def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bo
                     expect=Expect(fired=hung, sub_domain="unknown" if hung else "scheduler", terminal_state="TIMEOUT"))
 
 
-def _progress_rhythm(ws: Workspace, when: datetime) -> float:
-    """How long the stream that reported the last training progress went quiet between its last lines before `when`."""
+def _progress_origins(ws: Workspace) -> set[str]:
+    """The streams of the last training progress reported (where the program's rhythm is read)."""
     reports = [s for s in ws.select(prefix="Training progress") if s.last_time and not ws.undated(s)]
     if not reports:
-        return 0.0
+        return set()
     latest = max(reports, key=lambda s: (s.last_time, s.node or ""))
-    return quiet_between_lines(ws, {e.provenance.origin for e in latest.evidence}, when)
+    return {e.provenance.origin for e in latest.evidence}
 
 
 def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | None:
@@ -407,8 +407,12 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
                and s.sub_domain != SubDomain.SCHEDULER]
     reached = None if progress_end is not None else _iterations_reached(ws)
     finished = [s.first_time for s in ws.select(prefix="Workload completed") if s.first_time and not ws.undated(s)]
-    for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
-        when = _struck_at(ws, limit)
+    limits = [s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)]
+    earliest = _earliest_reports(ws, {s.name for s in limits})
+    origins = _progress_origins(ws) if progress_end is not None else set()
+    rhythms: dict[datetime, float] = {}  # by the time a limit struck (every node reports the same one)
+    for limit in limits:
+        when = _struck_at(ws, limit, earliest)
         if when is None:
             continue
         done = [t for t in finished if t <= when]
@@ -422,22 +426,38 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         idle = (when - until).total_seconds()
         started = ws.context.start_time
         # a program that reports its progress every two hours has not hung an hour after its last report
-        rhythm = _progress_rhythm(ws, when) if until == progress_end else 0.0
+        if until == progress_end and when not in rhythms:
+            rhythms[when] = quiet_between_lines(ws, origins, when)
+        rhythm = rhythms[when] if until == progress_end else 0.0
         if idle > max(HUNG_BEFORE_LIMIT_S, rhythm, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
 
 
-def _struck_at(ws: Workspace, action: WorkSymptom) -> datetime | None:
-    """When a time limit or a cancel struck: the earliest time of the lines that carry one (an unstamped slurmstepd
-    line only inherits a lower bound from the line above it), else the workload's end. A workload meets one limit (one
-    cancel) however many nodes report it, so the job's record of it, stamped with the job's end, struck when the
-    earliest report of the same action did."""
-    def stamped(s: WorkSymptom) -> list[datetime]:
-        return [e.time for e in s.evidence if e.time is not None and not e.time_inferred]
-    own = min(stamped(action), default=ws.context.end_time)
-    reports = [t for s in ws.select(prefix=action.name) if s.name == action.name for t in stamped(s)]
-    return min([own, *reports]) if own is not None else None
+def _stamped(s: WorkSymptom) -> list[datetime]:
+    """The times of a symptom's lines that carry one of their own (an unstamped slurmstepd line only inherits a lower
+    bound from the line above it)."""
+    return [e.time for e in s.evidence if e.time is not None and not e.time_inferred]
+
+
+def _earliest_reports(ws: Workspace, names: set[str]) -> dict[str, datetime]:
+    """For each scheduler action named, the earliest stamped line of any report of it (one pass per name)."""
+    earliest: dict[str, datetime] = {}
+    for name in sorted(names):
+        times = [t for s in ws.select(prefix=name) if s.name == name for t in _stamped(s)]
+        if times:
+            earliest[name] = min(times)
+    return earliest
+
+
+def _struck_at(ws: Workspace, action: WorkSymptom, earliest: dict[str, datetime]) -> datetime | None:
+    """When a time limit or a cancel struck: the earliest of its own stamped lines, else the workload's end. A workload
+    meets one limit (one cancel) however many nodes report it, so the job's record of it, stamped with the job's end,
+    struck when the earliest report of the same action did (`earliest`, by action)."""
+    own = min(_stamped(action), default=ws.context.end_time)
+    if own is None:
+        return None
+    return min(own, earliest.get(action.name, own))
 
 
 def _working_until(progress_end: datetime | None, failing: list[datetime], reached: tuple[datetime, str] | None,
@@ -1200,13 +1220,14 @@ def scheduler_action_yields(ws: Workspace) -> None:
     actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
     others = [s for s in ws.active(role="root") if s.sub_domain != SubDomain.SCHEDULER
               and s.name not in NODE_FAILURE_REPORTS]
+    earliest = _earliest_reports(ws, {a.name for a in actions if a.name.startswith("Job cancelled")})
     for action in actions:
         earlier = [s for s in others if _not_after(ws, s, action)]
         if earlier:
             first = min(earlier, key=WorkSymptom.sort_key)
             ws.demote(action, f"the job had already failed ({first.name} on {first.node or '-'}); "
                       "the scheduler only ended it")
-        elif action.name.startswith("Job cancelled") and (found := _failed_long_before(ws, action)) is not None:
+        elif action.name.startswith("Job cancelled") and (found := _failed_long_before(ws, action, earliest)) is not None:
             failed, minutes = found
             ws.demote(action, f"the program had reported its failure ({failed.name} on {failed.node or '-'}) "
                       f"{minutes:.0f} min before the cancel, which only ended it")
@@ -1252,11 +1273,12 @@ def stalls_after_the_end(ws: Workspace) -> None:
 CANCELLED_AFTER_FAILURE_S = 300.0  # a cancel this long after the program reported failing is a reaction to it
 
 
-def _failed_long_before(ws: Workspace, cancel: WorkSymptom) -> tuple[WorkSymptom, float] | None:
+def _failed_long_before(ws: Workspace, cancel: WorkSymptom,
+                        earliest: dict[str, datetime]) -> tuple[WorkSymptom, float] | None:
     """The program's own first failure report (its output, dated) and how many minutes it came before a cancel: at
     least CANCELLED_AFTER_FAILURE_S, with no training progress after it - the run had failed and someone ended what
     was left."""
-    cancelled = _struck_at(ws, cancel) if cancel.first_time is not None and not ws.undated(cancel) else None
+    cancelled = _struck_at(ws, cancel, earliest) if cancel.first_time is not None and not ws.undated(cancel) else None
     if cancelled is None:
         return None
     progress_end = last_progress(ws)
