@@ -295,12 +295,17 @@ def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
 _SLOW_LINK = "Ethernet link back below gigabit"
 
 
+def _nccl_interfaces(ws: Workspace) -> set[str]:
+    """The interfaces NCCL's bootstrap lines name, on any node: the nodes of one workload name theirs alike
+    (NCCL_SOCKET_IFNAME), and one node's lines may have been collected on another."""
+    return {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
+
+
 @refiner("SlowLinkCarriedTheWorkload", phase=Phase.REFINE, doc=f"""
 A node's Ethernet link that came back at 10 or 100 Mbps (`{_SLOW_LINK}`) slows only what goes through it. When the
 workload's NCCL ran over an interface of that name (its bootstrap lines name it; the nodes are set up alike), no node
-used RDMA, the
-workload did not complete, and this node alone reported it, the slow link is the root candidate (network, that node):
-its ranks held every collective back. A management port at 100 Mbps, or a workload on RDMA, leaves it context.
+used RDMA, the workload did not complete, and this node alone reported it, the slow link is the root candidate
+(network, that node): its ranks held every collective back. A management port at 100 Mbps, or a workload on RDMA, leaves it context.
 """, cases=[
     RuleCase(title="NCCL over eno1, which came back at 100 Mbps, then the time limit", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
@@ -322,9 +327,7 @@ its ranks held every collective back. A management port at 100 Mbps, or a worklo
 def slow_link_carried_the_workload(ws: Workspace) -> None:
     if workload_completed(ws) or ws.facts_of("rdma_in_use"):
         return
-    # the nodes of one workload name their interfaces alike (NCCL_SOCKET_IFNAME): an interface NCCL used on one node is
-    # the one it used on the others, whose lines may have been collected elsewhere
-    used = {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
+    used = _nccl_interfaces(ws)
     slow = [s for s in ws.select(prefix=_SLOW_LINK, status="interesting")
             if s.node and (s.value_set("interface") | s.value_set("iface")) & used]
     if len({s.node for s in slow}) == 1 and len(ws.context.nodes) > 1:
@@ -351,7 +354,7 @@ NCCL used, or with no RDMA in use, stays the node's.
 def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
     if not ws.facts_of("rdma_in_use"):
         return
-    used = {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
+    used = _nccl_interfaces(ws)
     for s in ws.active(prefix="Ethernet NIC hung"):
         hung = s.value_set("hang_if") | s.value_set("netdev") | s.value_set("ena_netdev")
         if hung and not hung & used:
@@ -642,7 +645,7 @@ is what remains.
         expect=Expect(fired=False, sub_domain="host", culprits=["n1"])),
 ])
 def storm_does_not_raise(ws: Workspace) -> None:
-    raised = [s for s in ws.active(role="root", sub_domain=SubDomain.APPLICATION)]
+    raised = ws.active(role="root", sub_domain=SubDomain.APPLICATION)
     if not raised:
         return
     for storm in [*ws.active(prefix="PCIe AER corrected errors"), *ws.active(prefix=_CE_STORM)]:

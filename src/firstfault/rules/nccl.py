@@ -903,8 +903,8 @@ link broke. When exactly one node's own hardware failed (a GPU, NVLink, host or 
 are on other nodes and began with it or after (or carry no time), that node explains them and they are demoted; a
 network fault would not explain the other node's hardware record. On the node that failed itself, RDMA errors that
 began with its own failure or after (a process that aborted on an assertion, a crashed rank, a GPU fault) are its work
-ending with it, and are demoted the same way; ones that began before it may be its cause, and stay (in the same second, printed before
-it in the same log).
+ending with it, and are demoted the same way; ones that began before it may be its cause, and stay (in the same
+second, printed before it in the same log).
 """, cases=[
     # https://github.com/charmplusplus/charm/issues/2532 (Charm++'s verbs layer asserting on the completion error it
     # had just dumped)
