@@ -3,11 +3,14 @@ thresholds of the catalog issue, checked through the same code path as `firstfau
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import pytest
 
 from firstfault.cli import main
 from firstfault.engine import Engine
-from firstfault.tools.evaluate import evaluate
+from firstfault.tools.evaluate import Change, EvalReport, ScenarioScore, compare, evaluate
 from tests.support.workloads import CORPUS
 
 HOLDOUT = CORPUS.parent / "holdout"
@@ -91,3 +94,33 @@ def test_eval_command_thresholds(capsys) -> None:
     assert main(["eval", str(CORPUS), "--min-accuracy", "0.95", "--min-culprit", "0.95", "--max-false-blame", "0"]) == 0
     assert main(["eval", str(CORPUS), "--min-accuracy", "1.01"]) == 1
     assert "threshold" in capsys.readouterr().err
+
+
+def test_eval_baseline_lists_what_changed(capsys, tmp_path) -> None:
+    """`eval --baseline` against the holdout's own report: nothing changed; against a copy edited to say one scenario
+    was wrong before and another had another culprit, one is fixed and one moved; an unreadable report is an error."""
+    assert main(["eval", str(HOLDOUT), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    baseline = tmp_path / "before.json"
+    baseline.write_text(json.dumps(report))
+    assert main(["eval", str(HOLDOUT), "--baseline", str(baseline)]) == 0
+    assert not capsys.readouterr().err
+    first, second = report["scenarios"][:2]
+    first.update(passed=False, got_sub_domain="unknown")
+    second.update(got_terminal_state="PREEMPTED")
+    baseline.write_text(json.dumps(report))
+    assert main(["eval", str(HOLDOUT), "--baseline", str(baseline)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"fixed {first['id']}: unknown [") and err[1].startswith(f"moved {second['id']}: ")
+    assert len(err) == 2 and "PREEMPTED ->" in err[1]
+    baseline.write_text("{}")
+    assert main(["eval", str(HOLDOUT), "--baseline", str(baseline)]) == 2
+    assert "not a `firstfault eval --json` report" in capsys.readouterr().err
+
+
+def test_a_scenario_right_in_the_baseline_and_wrong_now_is_a_regression() -> None:
+    now = ScenarioScore("s1", "likely", ["gpu"], "network", ["n1"], ["n2"], "FAILED", "FAILED", "", "",
+                        False, False, True, True)
+    before = asdict(now) | {"got_sub_domain": "gpu", "got_culprits": ["n1"], "passed": True}
+    changes = compare(EvalReport(scores=[now]), {"s1": before})
+    assert changes == [Change("broke", "s1", "gpu [n1] FAILED", "network [n2] FAILED")]

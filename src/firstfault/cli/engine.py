@@ -237,8 +237,9 @@ def _rules_test(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from firstfault.tools.evaluate import evaluate
+    from firstfault.tools.evaluate import compare, evaluate, load_baseline
 
+    baseline = load_baseline(args.baseline) if args.baseline else None
     report = evaluate(args.corpus, _engine())
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -246,6 +247,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _print_eval(report)
     m = report.metrics
     failed = []
+    if baseline is not None:
+        changes = compare(report, baseline)
+        for change in changes:
+            print(f"{change.kind} {change.id}: {change.before} -> {change.after}", file=sys.stderr)
+        broke = sum(1 for c in changes if c.kind == "broke")
+        if broke:
+            failed.append(f"{broke} scenario(s) right in {args.baseline} are wrong now")
     if args.min_accuracy is not None and m["sub_domain_accuracy"] < args.min_accuracy:
         failed.append(f"sub_domain accuracy {m['sub_domain_accuracy']} < {args.min_accuracy}")
     if args.min_culprit is not None and m["culprit_exact_match"] < args.min_culprit:
@@ -342,4 +350,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--min-accuracy", type=float, default=None, help="fail below this sub_domain accuracy (0..1)")
     p.add_argument("--min-culprit", type=float, default=None, help="fail below this culprit exact-match rate")
     p.add_argument("--max-false-blame", type=int, default=None, help="fail above this many false infra blames")
+    p.add_argument("--baseline", type=Path, default=None, metavar="FILE",
+                   help="an earlier `eval --json` report of the same corpus: print (on stderr) each scenario fixed, "
+                        "broken or answered differently since, and fail if any broke")
     p.set_defaults(func=cmd_eval)

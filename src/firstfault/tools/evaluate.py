@@ -8,6 +8,7 @@ hardware = an expected culprit that was not blamed.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -150,3 +151,42 @@ def evaluate(corpus: Path, engine: Engine | None = None) -> EvalReport:
         confusion.setdefault(expected_label, Counter())[got] += 1
     report.confusion = {k: dict(sorted(v.items())) for k, v in sorted(confusion.items())}
     return report
+
+
+@dataclass(frozen=True)
+class Change:
+    """One scenario whose answer differs from a baseline report's: `fixed`, `broke` or `moved` (still right or still
+    wrong, with another sub_domain, culprit set or terminal state)."""
+    kind: str
+    id: str
+    before: str
+    after: str
+
+
+def _answer(sub_domain: str, culprits: list[str], terminal_state: str) -> str:
+    return f"{sub_domain} [{','.join(culprits) or '-'}] {terminal_state}"
+
+
+def load_baseline(path: Path) -> dict[str, dict[str, Any]]:
+    """The scenarios of an earlier `firstfault eval --json` report, by id."""
+    try:
+        scenarios = json.loads(path.read_text(encoding="utf-8"))["scenarios"]
+        return {str(s["id"]): s for s in scenarios}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise EvidenceError(f"{path}: not a `firstfault eval --json` report ({type(exc).__name__}: {exc})") from None
+
+
+def compare(report: EvalReport, baseline: dict[str, dict[str, Any]]) -> list[Change]:
+    """What changed against the baseline, for the scenarios both reports scored (new scenarios are not changes)."""
+    changes = []
+    for s in report.scores:
+        old = baseline.get(s.id)
+        if old is None:
+            continue
+        before = _answer(old["got_sub_domain"], old["got_culprits"], old["got_terminal_state"])
+        after = _answer(s.got_sub_domain, s.got_culprits, s.got_terminal_state)
+        if bool(old["passed"]) != s.passed:
+            changes.append(Change("fixed" if s.passed else "broke", s.id, before, after))
+        elif before != after:
+            changes.append(Change("moved", s.id, before, after))
+    return changes
