@@ -1337,7 +1337,9 @@ task that exited with a non-zero code in the workload's last five minutes (the b
 failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count. A requeue ended an earlier attempt of the same job, not the
-job that then completed (a script that requeues itself before its time limit, a preempted job that ran again).
+job that then completed (a script that requeues itself before its time limit, a preempted job that ran again). A step
+ended by its own time limit (`srun --time`) in the workload's last five minutes ended the workload, whatever the batch
+script returned after it or the program printed as it was killed: TIMEOUT, with nothing demoted.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -1394,11 +1396,39 @@ job that then completed (a script that requeues itself before its time limit, a 
         "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    # https://github.com/mlcommons/training_results_v5.1/blob/main/Nebius/results/nebius_b200_n4/llama2_70b_lora/result_6.txt
+    # (srun --time=10 on the training step; the run's success record came ten seconds after the limit struck)
+    RuleCase(title="accounting says completed; the training step's own limit ended it as it converged", evidence={
+        "n1/applog": ["2025-01-01T01:55:00Z 0: :::MLLOG {\"namespace\": \"\", \"time_ms\": 1735696500000, "
+                      "\"event_type\": \"POINT_IN_TIME\", \"key\": \"eval_accuracy\", \"value\": 0.9251}",
+                      "2025-01-01T01:58:25Z 0: slurmstepd: error: *** STEP 364.44 ON n1 CANCELLED AT 2025-01-01T01:58:25 "
+                      "DUE TO TIME LIMIT ***",
+                      "2025-01-01T01:58:35Z 0: :::MLLOG {\"namespace\": \"\", \"time_ms\": 1735696715000, "
+                      "\"event_type\": \"INTERVAL_END\", \"key\": \"run_stop\", \"value\": null, \"metadata\": "
+                      "{\"status\": \"success\"}}",
+                      "2025-01-01T01:58:35Z srun: error: n1: tasks 0-7: Terminated"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:04Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    RuleCase(title="accounting says completed; an early step's limit, then the run went on and finished", evidence={
+        "n1/applog": ["2025-01-01T00:05:00Z slurmstepd: error: *** STEP 364.1 ON n1 CANCELLED AT 2025-01-01T00:05:00 "
+                      "DUE TO TIME LIMIT ***",
+                      "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished "
+                      "(WorkerState.SUCCEEDED)."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:51:00Z"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
 ])
 def completed_workload(ws: Workspace) -> None:
     recorded = normalise_state(ws.context.scheduler_state)
     exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
+        return
+    limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name) if _at_the_end(ws, s)), None)
+    if limit is not None:
+        # the batch script's exit 0 after its step was ended by its time limit (srun returns, the script goes on)
+        ws.decision.terminal_state = TerminalState.TIMEOUT
+        ws.note("state", f"accounting says COMPLETED, but {limit.name} ended a step as the workload ended: TIMEOUT")
         return
     roots = [s for s in ws.active(role="root")
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
