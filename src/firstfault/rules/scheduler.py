@@ -1484,7 +1484,8 @@ interrupted it from its terminal (Ctrl-C), FAILED when no root was found but a p
 runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY), and so is a recorded CANCELLED whose root is
 the scheduler's own memory-limit kill (older Slurm records that kill as CANCELLED). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
-where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT.
+where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT, and so
+is a workload without a recorded state whose step a time limit ended as it ended.
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
@@ -1500,6 +1501,16 @@ where a time limit or Job deadline ended the workload (even one that had hung or
         "deadline"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    # https://github.com/mlcommons/training_results_v5.0/blob/main/Supermicro/results/SYS-A21GE-NBRT/retinanet/result_1.txt
+    # (NCCL refused a vNIC request at exit, rank 0 waited in the barrier until the step's limit; no accounting kept)
+    RuleCase(title="no state recorded; a failure at exit, then the step's time limit", evidence={"n1/applog": [
+        "2025-01-01T01:20:00Z 7:   what():  NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
+        "NCCLUtils.cpp:77, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.25.1",
+        "2025-01-01T01:58:25Z 0: slurmstepd: error: *** STEP 58107.4 ON n1 CANCELLED AT 2025-01-01T01:58:25 DUE TO "
+        "TIME LIMIT ***"]},
+        context={"scheduler_state": "", "exit_code": "", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:00Z"},
+        expect=Expect(fired=True, terminal_state="TIMEOUT")),
     RuleCase(title="no scheduler; the OOM killer ended a rank", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, "
         "anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
@@ -1537,7 +1548,8 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
     generic_failure = ws.decision.terminal_state == TerminalState.FAILED and recorded in (TerminalState.FAILED,
                                                                                          TerminalState.UNKNOWN)
     limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
-    if generic_failure and limit is not None:
+    undecided = recorded == TerminalState.UNKNOWN and ws.decision.terminal_state in (None, TerminalState.UNKNOWN)
+    if limit is not None and (generic_failure or undecided and _at_the_end(ws, limit)):
         # a workload that a time limit or Job deadline ended ended by it, even one that had hung or lost a node first
         ws.decision.terminal_state = TerminalState.TIMEOUT
         ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "
