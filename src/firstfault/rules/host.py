@@ -356,7 +356,7 @@ def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
         return
     used = _nccl_interfaces(ws)
     for s in ws.active(prefix="Ethernet NIC hung"):
-        hung = s.value_set("hang_if") | s.value_set("netdev") | s.value_set("ena_netdev") | s.value_set("lost_if")
+        hung = {v for key in ("hang_if", "netdev", "wd_if", "ena_netdev", "lost_if") for v in s.value_set(key)}
         if hung and not hung & used:
             ws.demote(s, f"{', '.join(sorted(hung))} carried none of the workload's traffic: NCCL ran over RDMA "
                          f"and {', '.join(sorted(used)) or 'other interfaces'}")

@@ -163,17 +163,18 @@ def network_block_device_is_not_local(ws: Workspace) -> None:
 # The hung-task detector reports a task again each check period (120 s by default) while it stays blocked: reports of
 # a node's own storage stack spanning this long are I/O that did not complete for minutes, not one slow write.
 STORAGE_STACK_HUNG_S = 240.0
-# Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, device-mapper and
-# md RAID workers, the LVM tools.
-_STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|vgchange$)")
+# Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, btrfs's transaction
+# thread (its 15-character comm 'btrfs-transacti'), device-mapper and md RAID workers, the LVM tools.
+_STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|btrfs-transacti|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|"
+                                 r"vgchange$)")
 _STORAGE_HUNG = "Hung task in the node's storage stack"
 
 
 @filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
-Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, device-mapper and md workers, the
-LVM tools), or of any task whose printed stack runs through ext4, jbd2 or XFS (a writeback worker, the training
-process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for
-minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
+Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, btrfs's transaction thread,
+device-mapper and md workers, the LVM tools), or of any task whose printed stack runs through ext4, jbd2, XFS or btrfs
+(a writeback worker, the training process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that
+node's storage did not complete I/O for minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
 stays context; a file server's stall on the same node takes them as its own (FileServerStallOutcome).
 """, cases=[
     # https://github.com/Azure/local-csi-driver/issues/153 (an LVM volume on local NVMe, AKS H100 node)
@@ -190,6 +191,14 @@ stays context; a file server's stall on the same node takes them as its own (Fil
         "Apr  7 04:29:27 n1 kernel: [3170353.268135] INFO: task python:55855 blocked for more than 241 seconds.",
         "Apr  7 04:29:27 n1 kernel: [3170353.457135]  __ext4_journal_start_sb+0x6e/0x130 [ext4]"]},
         context={"start_time": "2025-04-07T04:00:00Z", "end_time": "2025-04-07T05:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
+    # https://github.com/ocurrent/obuilder/issues/47 (an unlink blocked in btrfs's metadata reclaim for minutes)
+    RuleCase(title="the trainer's unlink blocked in btrfs for six minutes", evidence={"n1/syslog": [
+        "Jan 14 11:43:05 n1 kernel: [1325170.432411] INFO: task python3:218804 blocked for more than 120 seconds.",
+        "Jan 14 11:43:05 n1 kernel: [1325170.455957]  flush_space+0x60b/0x770 [btrfs]",
+        "Jan 14 11:49:07 n1 kernel: [1325532.927871] INFO: task python3:218804 blocked for more than 483 seconds.",
+        "Jan 14 11:49:07 n1 kernel: [1325532.955957]  flush_space+0x60b/0x770 [btrfs]"]},
+        context={"start_time": "2025-01-14T11:00:00Z", "end_time": "2025-01-14T12:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
     RuleCase(title="one slow journal commit", evidence={"n1/syslog": [
         "Dec  9 12:34:12 n1 kernel: [293631.000000] INFO: task jbd2/vdt-8:390 blocked for more than 120 seconds."]},
