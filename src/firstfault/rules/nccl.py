@@ -262,7 +262,8 @@ def _hosts_named(ws: Workspace, event: Event, hosts: list[Event]) -> list[str]:
 @collector("IpToNodeMap", doc="""
 Map the addresses NCCL uses (Bootstrap / OOB interface lines, a RoCE queue pair's local GID), the address a Ray
 node announces when it starts, and the host names NCCL's processes print (a pod's, under Kubernetes), to the node
-that printed them, so that peers named by IP or host name in network errors (and nodes a controller names by
+that printed them, and the addresses records pair with a node's name (Slurm's node record, kubectl's wide node list, a
+script's host-and-address line) to that node, so that peers named by IP or host name in network errors (and nodes a controller names by
 address) can be resolved to nodes. An address printed by more than one node (127.0.0.1,
 a container bridge's 172.17.0.1) identifies no node and is left out; so are loopback and link-local ones.
 """, cases=[
@@ -297,9 +298,26 @@ a container bridge's 172.17.0.1) identifies no node and is left out; so are loop
                      "2025-01-01T00:10:00Z job-worker-1:1:1 [0] NCCL WARN NET/IB : Got completion from peer job-worker-2<1> with error 12, opcode 2, len 1, vendor err 129"],
         "c/applog": ["2025-01-01T00:00:01Z job-worker-2:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.5<0>"]},
         expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    # https://github.com/togethercomputer/together-dgxc-benchmarking (worklog/2026-04-09_nccl_benchmark.md: a faulty
+    # HCA named only by its address in its peers' errors; the job script echoed each node's name and address)
+    RuleCase(title="peer named by address, the node's address in a script's echo", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a 10.210.1.141", "2025-01-01T00:00:01Z b 10.210.1.144",
+                     "2025-01-01T00:00:01Z c 10.210.1.153",
+                     "2025-01-01T00:10:00Z a:1:1 [1] transport/net_ib.cc:2243 NCCL WARN NET/IB : Got completion from "
+                     "peer 10.210.1.153 with error 4, opcode 0, len 0, vendor err 81 (Send)"],
+        "b/applog": ["2025-01-01T00:10:00Z b:1:1 [3] transport/net_ib.cc:2243 NCCL WARN NET/IB : Got completion from "
+                     "peer 10.210.1.153 with error 4, opcode 0, len 0, vendor err 81 (Send)"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, culprits=["c"], sub_domain="network")),
+    RuleCase(title="an address paired with a host outside the workload", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z storage-01 10.210.1.153",
+                     "2025-01-01T00:10:00Z a:1:1 [1] transport/net_ib.cc:2243 NCCL WARN NET/IB : Got completion from "
+                     "peer 10.210.1.153 with error 4, opcode 0, len 0, vendor err 81 (Send)"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(culprits=[])),
 ])
 def ip_to_node_map(ws: Workspace) -> None:
     addresses = _claims(ws.facts_of("ip_map"), "address", _routable)
+    for address, node in _address_records(ws):
+        addresses.setdefault(address, set()).add(node)
     hosts = _claims(ws.facts_of("host_alias"), "host", lambda host: ws.canonical_node(host) is None)
     ws.facts["ip_to_node"] = {ip: next(iter(nodes)) for ip, nodes in addresses.items() if len(nodes) == 1}
     ws.facts["host_to_node"] = {host: next(iter(nodes)) for host, nodes in hosts.items() if len(nodes) == 1}
@@ -310,6 +328,24 @@ def ip_to_node_map(ws: Workspace) -> None:
                 + (f"; ignored (claimed by several nodes): {', '.join(shared)}" if shared else ""))
     if ws.facts["host_to_node"]:
         ws.note("collect", f"{len(ws.facts['host_to_node'])} process host names (pods) mapped to their nodes")
+
+
+# NodeAddressRecord's (host name, address) capture pairs, one per record form
+_RECORD_FIELDS = (("host", "address"), ("listed", "internal_ip"), ("named", "its_address"),
+                  ("hosts_name", "hosts_address"))
+
+
+def _address_records(ws: Workspace) -> set[tuple[str, str]]:
+    """(address, node) pairs from records that name a host with its address, for hosts that are nodes of the workload
+    (a record prints one pair, so its event's kept line is the pair)."""
+    pairs = set()
+    for event in ws.facts_of("node_address"):
+        for host_key, address_key in _RECORD_FIELDS:
+            host, address = event.attributes.get(host_key), event.attributes.get(address_key)
+            node = ws.canonical_node(str(host)) if host else None
+            if node and address and _routable(str(address)):
+                pairs.add((str(address), node))
+    return pairs
 
 
 def _the_one_unaddressed_node(ws: Workspace) -> None:
