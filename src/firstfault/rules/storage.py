@@ -244,8 +244,12 @@ A FUSE filesystem's daemon that crashed on one node of the workload alone (`{_DA
 general-protection line naming s3fs, ossfs, geesefs, gcsfuse, blobfuse ...) cut that node off its mount: the
 node's client failed, and it is the root candidate (storage, the node blamed); the ENOTCONN errors of the node's
 processes follow from it. The same holds when the OOM killer killed the daemon (a mount pod over its memory limit):
-that kill is the node's client lost, not the workload out of memory, and the host OOM symptom is demoted. The same daemon crashing on several nodes is its own bug meeting the same workload, or the
-store behind it: it stays context, and no node is blamed.
+that kill is the node's client lost, not the workload out of memory, and the host OOM symptoms (the kernel's, a
+node-problem-detector's OOMKilling event) are demoted. Longhorn's volume engine and instance manager serve a Kubernetes
+node's block volumes as a FUSE daemon serves its mount: when they die, the node's iSCSI sessions to them drop
+(`Network block storage connection lost` from then on on that node is demoted with them). The same daemon crashing on
+several nodes is its own bug meeting the same workload, or the store behind it: it stays context, and no node is
+blamed.
 """, cases=[
     # https://github.com/s3fs-fuse/s3fs-fuse/issues/366 (random s3fs crashes; the trainer's reads then fail)
     RuleCase(title="one node's s3fs crashes, its ranks lose the mount", evidence={
@@ -264,6 +268,17 @@ store behind it: it stays context, and no node is blamed.
         context={"nodes": ["a", "b"], "start_time": "2025-07-06T23:00:00Z", "end_time": "2025-07-07T00:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED,
                       demoted=["Host OOM kill"])),
+    # https://github.com/longhorn/longhorn/issues/12643 (a leaking instance manager; its volumes' iSCSI sessions drop)
+    RuleCase(title="the OOM killer takes one node's Longhorn instance manager", evidence={
+        "b/syslog": ["Feb  7 21:14:37 b kernel: [566365.208000] Out of memory: Killed process 86927 (longhorn-instan) "
+                     "total-vm:10660660kB, anon-rss:5409428kB, file-rss:284kB, shmem-rss:0kB, UID:0 pgtables:11232kB "
+                     "oom_score_adj:999",
+                     "Feb  7 21:14:37 b kernel: [566365.618000]  connection3:0: detected conn error (1020)"],
+        "b/scheduler": ["2026-02-07T21:14:40Z Warning  OOMKilling  node/b  Out of memory: Killed process 86927 "
+                        "(longhorn-instan)"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "start_time": "2026-02-07T18:00:00Z",
+                 "end_time": "2026-02-07T22:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
     RuleCase(title="the same daemon crashes on both nodes", evidence={
         f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 "
                         "ip 00000000004a3c1f sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
@@ -272,13 +287,24 @@ store behind it: it stays context, and no node is blamed.
 ])
 def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node]
-    if len({s.node for s in crashed}) == 1:
-        daemons = {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
-        for s in crashed:
-            ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
-        for oom in ws.active(prefix="Host OOM kill", node=crashed[0].node):
-            if oom.value_set("process") and oom.value_set("process") <= daemons:
-                ws.demote(oom, "the OOM killer took the node's filesystem daemon, not the workload's processes")
+    if len({s.node for s in crashed}) != 1:
+        return
+    node, daemons = crashed[0].node, {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
+    for s in crashed:
+        ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
+    for oom in [*ws.active(prefix="Host OOM kill", node=node), *ws.active(prefix="Kubernetes OOMKilled", node=node)]:
+        killed = oom.value_set("process") or {m.group(1) for e in oom.evidence for m in _KILLED_PROCESS.finditer(e.text)}
+        if killed and killed <= daemons:
+            ws.demote(oom, "the OOM killer took the node's filesystem daemon, not the workload's processes")
+    since = min((s.first_time for s in crashed if s.first_time), default=None)
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for lost in ws.active(prefix="Network block storage connection lost", node=node):
+        if since is not None and lost.first_time is not None and lost.first_time >= since - skew:
+            ws.demote(lost, "the daemon that served the node's volumes had died")
+
+
+# The OOM killer's record of its victim, as the kernel and node-problem-detector's OOMKilling event print it
+_KILLED_PROCESS = re.compile(r"Killed process \d+ \(([^)]+)\)")
 
 
 @refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
