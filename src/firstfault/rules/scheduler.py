@@ -1336,7 +1336,8 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
 task that exited with a non-zero code in the workload's last five minutes (the batch script ignored the step's
 failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
-(an entrypoint that always exits 0): it does not count. A requeue ended an earlier attempt of the same job, not the
+(an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
+between (its BackOff record): the restarted run's success is its own. A requeue ended an earlier attempt of the same job, not the
 job that then completed (a script that requeues itself before its time limit, a preempted job that ran again). A step
 ended by its own time limit (`srun --time`) in the workload's last five minutes ended the workload, whatever the batch
 script returned after it or the program printed as it was killed: TIMEOUT, with nothing demoted.
@@ -1410,6 +1411,22 @@ script returned after it or the program printed as it was killed: TIMEOUT, with 
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T01:59:04Z"},
         expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    # https://github.com/kubeflow/mpi-operator/issues/470 (the launcher ran before its workers were ready, crashed and
+    # was restarted by the kubelet; the restarted run completed)
+    RuleCase(title="the job succeeded; its launcher failed, was restarted, and the run completed", evidence={
+        "n1/applog": ["2025-01-01T00:10:03Z ORTE was unable to reliably start one or more daemons.",
+                      "2025-01-01T00:10:49Z # Avg bus bandwidth    : 11.9617 "],
+        "n1/syslog": ["2025-01-01T00:10:19.873000+00:00 n1 kubelet[3411]: E0101 00:10:19.873020    3411 "
+                      "pod_workers.go:951] \"Error syncing pod, skipping\" err=\"failed to \\\"StartContainer\\\" for "
+                      "\\\"mpi-launcher\\\" with CrashLoopBackOff: \\\"back-off 10s restarting failed "
+                      "container=mpi-launcher pod=nccl-tests-launcher-mkjgm_default\\\"\""]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Succeeded", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    RuleCase(title="the job succeeded; its launcher failed and a wrapper said 'done' without a restart", evidence={
+        "n1/applog": ["2025-01-01T00:10:03Z ORTE was unable to reliably start one or more daemons.",
+                      "2025-01-01T00:10:49Z # Avg bus bandwidth    : 11.9617 "]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Succeeded", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
     RuleCase(title="accounting says completed; an early step's limit, then the run went on and finished", evidence={
         "n1/applog": ["2025-01-01T00:05:00Z slurmstepd: error: *** STEP 364.1 ON n1 CANCELLED AT 2025-01-01T00:05:00 "
                       "DUE TO TIME LIMIT ***",
@@ -1462,7 +1479,8 @@ SUCCESS_AFTER_KILL_S = 300.0
 
 
 def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
-    """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress between; or,
+    """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress or container
+    restart between; or,
     without a time of its own, it was printed before srun recorded a task exiting with a non-zero code, in the same
     stream (whose lines are in time order): a step that failed after it is how the workload ended (an exception at exit
     after the report, with the tasks exiting 0, is not)."""
@@ -1470,8 +1488,15 @@ def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]
     if said is None or ws.undated(report):
         return printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
     progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
+    # a container the kubelet restarted ran the workload again: a success after the restart is that run's own
+    progress += [e.time for s in ws.select() for e in s.evidence if e.time and _CONTAINER_RESTARTED.search(e.text)]
     return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
                and not any(r.first_time < t <= said for t in progress) for r in roots)
+
+
+# The kubelet's record of a container it restarts after a failure: the BackOff event ('Back-off restarting failed
+# container') and its CrashLoopBackOff sync error ('back-off 10s restarting failed container=...')
+_CONTAINER_RESTARTED = re.compile(r"(?i)\bback-off (?:\d+\w* )?restarting failed container")
 
 
 @refiner("TerminalStateFromEvidence", phase=Phase.POST_OUTCOME, doc="""
