@@ -1218,3 +1218,62 @@ def reset_explains_its_node_failure(ws: Workspace) -> None:
             if (blamed_nodes(ws, report) == [reset.node] and when is not None and not ws.undated(report)
                     and reset.first_time - before <= when <= reset.first_time + skew):
                 ws.demote(report, f"{reset.node} reset under the workload; this report is how that looked")
+
+
+# Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, btrfs's transaction
+# thread (its 15-character comm 'btrfs-transacti'), device-mapper and md RAID workers, the LVM tools. Their hang is the
+# node's storage (rule StorageStackHung), not its kernel at large.
+STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|btrfs-transacti|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|"
+                                r"vgchange$)")
+_TASKS_HUNG = "Many unrelated tasks hung on the node"
+NODE_TASKS_HUNG = 3  # distinct tasks reported hung on one node, system tasks among them, that make its kernel stuck
+# The workload's own processes (Python, its data workers, Ray's workers, launchers): their hang is the workload's
+_WORKLOAD_TASK = re.compile(r"^(?:python\S*|pt_\w+|ray::\S*|torchrun|mpirun|srun|java)$")
+# Frames that say where hung tasks waited: a storage client, a local filesystem, the GPU driver (their own rules)
+_WAITED_ON = ("Task hung in a shared filesystem client", "Kernel stack in a local filesystem",
+              "Task hung in the NVIDIA driver")
+
+
+@filter_rule("NodeTasksHung", phase=Phase.FILTER, after=("StorageStackHung",), doc=f"""
+The hung-task detector reporting {NODE_TASKS_HUNG} or more different tasks of one node, at least two of them not the
+workload's own processes (kernel workers, system daemons: kworker, ntpd, snmpd, dockerd, kswapd), says that node's
+kernel stopped serving its processes: they become `{_TASKS_HUNG}` (host, the node blamed). Reports whose stacks show
+where the tasks waited (a shared or local filesystem, the NVIDIA driver) or that name the storage stack's own tasks
+(jbd2, xfsaild ...) are read by those rules instead; reports of the workload's processes alone are the workload
+waiting.
+""", cases=[
+    # https://github.com/sonic-net/sonic-buildimage/issues/4822 (many unrelated tasks in D state at once)
+    RuleCase(title="a kernel worker and two daemons hung at once", evidence={"n2/syslog": [
+        "Jan  1 00:10:12 n2 kernel: [26825.855448] INFO: task kworker/2:1:5747 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: [26825.873379] INFO: task ntpd:11794 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: [26825.888053] INFO: task snmpd:12767 blocked for more than 120 seconds."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["n2"], root_symptom=_TASKS_HUNG)),
+    RuleCase(title="the workload's own processes hung", evidence={"n2/syslog": [
+        "Jan  1 00:10:12 n2 kernel: INFO: task python3:5747 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: INFO: task pt_data_worker:11794 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: INFO: task kworker/2:1:12767 blocked for more than 120 seconds."]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="daemons hung in the NFS client", evidence={"n2/syslog": [
+        "Jan  1 00:10:12 n2 kernel: INFO: task kworker/2:1:5747 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: INFO: task ntpd:11794 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel: INFO: task snmpd:12767 blocked for more than 120 seconds.",
+        "Jan  1 00:10:12 n2 kernel:  nfs_wait_bit_killable+0x1e/0x40 [nfs]"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
+])
+def node_tasks_hung(ws: Workspace) -> None:
+    by_node: dict[str, list[Event]] = {}
+    for event in ws.events_of(EventType.NODE_INTERESTING):
+        if event.symptom == "Hung task" and event.node:
+            by_node.setdefault(event.node, []).append(event)
+    waited = {e.node for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom in _WAITED_ON}
+    for node, events in sorted(by_node.items()):
+        named = {t for e in events for t in e.value_set("task")}
+        tasks = {re.sub(r"/.*$", "", t) for t in named}
+        system = {t for t in tasks if not _WORKLOAD_TASK.match(t)}
+        storage = any(STORAGE_STACK_TASK.match(t) for t in named)
+        if node in waited or storage or len(tasks) < NODE_TASKS_HUNG or len(system) < 2:
+            continue
+        for event in events:
+            ws.reread(event, _TASKS_HUNG, f"{len(tasks)} different tasks of {node} hung at once, "
+                                          f"{', '.join(sorted(system))} among them")

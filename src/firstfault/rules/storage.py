@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
-from firstfault.rules.host import HUNG_STACK_S, promote_on_one_node
+from firstfault.rules.host import HUNG_STACK_S, STORAGE_STACK_TASK, promote_on_one_node
 from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
@@ -133,11 +133,26 @@ def lnet_recovery_pings_are_health_checks(ws: Workspace) -> None:
         ws.drop(event, "LNet health's recovery ping to a peer interface it routes around, not a filesystem operation")
 
 
+# LocalDiskFailure's captures that name a SCSI block device (a partition's name ends in its number)
+_DISK_KEYS = ("device", "block", "sense_dev", "ext4_device", "ext4_bio", "fs")
+
+
+def _iscsi_disks(ws: Workspace) -> dict[str, set[str]]:
+    """By node, the sd disks the kernel attached on an iSCSI initiator's SCSI host."""
+    hosts = {(e.node, h) for e in ws.facts_of("iscsi_host") for h in e.value_set("scsi_host")}
+    disks: dict[str, set[str]] = {}
+    for event in ws.facts_of("scsi_disk"):
+        if event.node and (event.node, str(event.attributes.get("scsi_host"))) in hosts:
+            disks.setdefault(event.node, set()).update(event.value_set("disk"))
+    return disks
+
+
 @refiner("NetworkBlockDeviceIsNotLocal", phase=Phase.REFINE_EARLY, doc="""
 A node that lost the connection to a network block device's target (iSCSI, a SAN path, a distributed block store)
 and then logged block-layer or filesystem errors: those errors are on the remote device, not on a failing local
 disk, so `Local disk failure` on that node, from the connection loss on, is demoted and the node is not blamed for
-it. Disk errors before any connection loss, or on another node, keep their reading.
+it; so are errors on a disk the kernel attached through an iSCSI initiator (a Longhorn volume, a SAN LUN), whenever
+they come. Disk errors before any connection loss, or on another node, keep their reading.
 """, cases=[
     RuleCase(title="ext4 aborts on an iSCSI volume whose connection dropped", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 iscsid: Kernel reported iSCSI connection 2:0 error (1011 - ISCSI_ERR_CONN_FAILED: iSCSI "
@@ -145,6 +160,13 @@ it. Disk errors before any connection loss, or on another node, keep their readi
         "Jan  1 00:10:20 n1 kernel: I/O error, dev sdf, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 prio "
         "class 2"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["Local disk failure"])),
+    # https://github.com/longhorn/longhorn/issues/1920 (medium errors on a Longhorn volume: Longhorn's bug, not a disk)
+    RuleCase(title="medium errors on a disk that came through an iSCSI initiator", evidence={"n1/syslog": [
+        "Jan  1 00:00:30 n1 kernel: scsi host3: iSCSI Initiator over TCP/IP",
+        "Jan  1 00:00:30 n1 kernel: sd 3:0:0:1: [sde] Attached SCSI disk",
+        "Jan  1 00:10:20 n1 kernel: sd 3:0:0:1: [sde] tag#40 Sense Key : Medium Error [current] ",
+        "Jan  1 00:10:20 n1 kernel: Buffer I/O error on dev sde, logical block 407599, async page read"]},
+        expect=Expect(fired=True, culprits=[], demoted=["Local disk failure"])),
     RuleCase(title="a local disk failing with no storage connection lost", evidence={"n1/syslog": [
         "Jan  1 00:10:20 n1 kernel: I/O error, dev nvme0n1, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 "
         "prio class 2"]},
@@ -152,7 +174,13 @@ it. Disk errors before any connection loss, or on another node, keep their readi
 ])
 def network_block_device_is_not_local(ws: Workspace) -> None:
     skew = timedelta(seconds=ws.params.clock_skew_s)
+    remote = _iscsi_disks(ws)
     for disk in ws.active(prefix="Local disk failure"):
+        named = {re.sub(r"\d+$", "", d) for key in _DISK_KEYS for d in disk.value_set(key)}
+        if named and named <= remote.get(disk.node or "", set()):
+            ws.demote(disk, f"{', '.join(sorted(named))} came through an iSCSI initiator on {disk.node}: the device is "
+                      "remote")
+            continue
         lost = [s.first_time for s in ws.select(node=disk.node, prefix="Network block storage connection lost")
                 if s.first_time is not None]
         if lost and (disk.first_time is None or min(lost) <= disk.first_time + skew):
@@ -163,10 +191,6 @@ def network_block_device_is_not_local(ws: Workspace) -> None:
 # The hung-task detector reports a task again each check period (120 s by default) while it stays blocked: reports of
 # a node's own storage stack spanning this long are I/O that did not complete for minutes, not one slow write.
 STORAGE_STACK_HUNG_S = 240.0
-# Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, btrfs's transaction
-# thread (its 15-character comm 'btrfs-transacti'), device-mapper and md RAID workers, the LVM tools.
-_STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|btrfs-transacti|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|"
-                                 r"vgchange$)")
 _STORAGE_HUNG = "Hung task in the node's storage stack"
 
 
@@ -223,7 +247,7 @@ def storage_stack_hung(ws: Workspace) -> None:
     by_node: dict[str, list[Event]] = {}
     for event in ws.events_of(EventType.NODE_INTERESTING):
         if event.symptom == "Hung task" and event.node and (
-                _STORAGE_STACK_TASK.match(str(event.attributes.get("task"))) or in_local_filesystem(event)):
+                STORAGE_STACK_TASK.match(str(event.attributes.get("task"))) or in_local_filesystem(event)):
             by_node.setdefault(event.node, []).append(event)
     for node, events in sorted(by_node.items()):
         times = [t for e in events for t in (e.time, e.last_time) if t is not None]
