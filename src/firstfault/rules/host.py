@@ -1277,3 +1277,45 @@ def node_tasks_hung(ws: Workspace) -> None:
         for event in events:
             ws.reread(event, _TASKS_HUNG, f"{len(tasks)} different tasks of {node} hung at once, "
                                           f"{', '.join(sorted(system))} among them")
+
+
+_ENV_DIFFERS = "Node's environment differs from its peers'"
+
+
+@filter_rule("EnvironmentDiffersOnSomeNodes", phase=Phase.FILTER, doc=f"""
+A library the dynamic loader cannot find stops every process of a node at exec, whatever the program does. When it is
+reported on some nodes of a multi-node workload while other nodes ran the same program (their own output was read)
+without it, the difference is those nodes' installation, not the job's configuration: the reports become
+`{_ENV_DIFFERS}` (configuration, those nodes blamed). Reported on every node, they stay the job's environment (no node
+blamed). RDMA registration refused for want of locked memory is not read so: which processes register memory, and
+when, depends on the program (a parameter server's, one side of a transfer).
+""", cases=[
+    # https://github.com/togethercomputer/together-dgxc-benchmarking (worklog/2026-04-28_straggler_finder_report.md:
+    # one node's ranks exited 127 on a library the others loaded)
+    RuleCase(title="one node of three cannot load a library", evidence={
+        "c/applog": ["2025-01-01T00:10:00Z /opt/nccl-tests/build/all_reduce_perf: error while loading shared "
+                     "libraries: libcudart.so.12: cannot open shared object file: No such file or directory"],
+        "a/applog": ["2025-01-01T00:09:58Z # nccl-tests version 2.17.1 nccl-headers=22907 nccl-library=22907"],
+        "b/applog": ["2025-01-01T00:09:58Z # Collective test starting: all_reduce_perf"]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=["c"], root_symptom=_ENV_DIFFERS)),
+    RuleCase(title="every node cannot load it", evidence={
+        f"{n}/applog": ["2025-01-01T00:10:00Z /opt/nccl-tests/build/all_reduce_perf: error while loading shared "
+                        "libraries: libcudart.so.12: cannot open shared object file: No such file or directory"]
+        for n in ("a", "b")},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
+    RuleCase(title="one node's library error, the others left no output", evidence={
+        "c/applog": ["2025-01-01T00:10:00Z /opt/nccl-tests/build/all_reduce_perf: error while loading shared "
+                     "libraries: libcudart.so.12: cannot open shared object file: No such file or directory"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, culprits=[])),
+])
+def environment_differs_on_some_nodes(ws: Workspace) -> None:
+    nodes = set(ws.context.nodes)
+    failed = [e for e in ws.events_of(EventType.NODE_BAD)
+              if e.node and e.symptom == "Python environment error" and e.value_set("loader_lib")]
+    hit = {ws.canonical_node(e.node) for e in failed}
+    ran = {end.node for end in ws.output_ends if end.node and end.points} - hit
+    if len(nodes) < 2 or not failed or hit >= nodes or not ran & nodes:
+        return
+    for event in failed:
+        ws.reread(event, _ENV_DIFFERS, f"{event.node} alone of the nodes that ran the program met it")
