@@ -1337,7 +1337,9 @@ task that exited with a non-zero code in the workload's last five minutes (the b
 failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
-between (its BackOff record): the restarted run's success is its own. A requeue ended an earlier attempt of the same job, not the
+between (its BackOff record): the restarted run's success is its own; and a Kubernetes Job whose pod tally counts
+failed pods beside the one that succeeded retried to success (backoffLimit): the failures were earlier attempts'. A
+requeue ended an earlier attempt of the same job, not the
 job that then completed (a script that requeues itself before its time limit, a preempted job that ran again). A step
 ended by its own time limit (`srun --time`) in the workload's last five minutes ended the workload, whatever the batch
 script returned after it or the program printed as it was killed: TIMEOUT, with nothing demoted.
@@ -1422,6 +1424,12 @@ script returned after it or the program printed as it was killed: TIMEOUT, with 
                       "container=mpi-launcher pod=nccl-tests-launcher-mkjgm_default\\\"\""]},
         context={"scheduler": "kubernetes", "scheduler_state": "Succeeded", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    # https://github.com/kubeflow/mpi-operator/issues/386 (the launcher Job failed four pods, then one succeeded)
+    RuleCase(title="the Job's launcher failed four pods, then one succeeded", evidence={
+        "n1/applog": ["2025-01-01T00:10:03Z [launcher-7bq2x] ORTE was unable to reliably start one or more daemons."],
+        "n1/scheduler": ["Pods Statuses:  0 Active / 1 Succeeded / 4 Failed"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Succeeded", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
     RuleCase(title="the job succeeded; its launcher failed and a wrapper said 'done' without a restart", evidence={
         "n1/applog": ["2025-01-01T00:10:03Z ORTE was unable to reliably start one or more daemons.",
                       "2025-01-01T00:10:49Z # Avg bus bandwidth    : 11.9617 "]},
@@ -1447,6 +1455,10 @@ def completed_workload(ws: Workspace) -> None:
         ws.decision.terminal_state = TerminalState.TIMEOUT
         ws.note("state", f"accounting says COMPLETED, but {limit.name} ended a step as the workload ended: TIMEOUT")
         return
+    if recorded == TerminalState.COMPLETED and _job_retried_to_success(ws):
+        for s in ws.active():
+            ws.demote(s, "the Job failed pods before the one that succeeded: an earlier attempt's, survived")
+        return
     roots = [s for s in ws.active(role="root")
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
@@ -1464,6 +1476,12 @@ def completed_workload(ws: Workspace) -> None:
 _REQUEUES = ("Slurm requeue",)
 # srun's record of a task that exited with a non-zero code: a step of the job failed, whatever the batch script returned.
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]")
+
+
+def _job_retried_to_success(ws: Workspace) -> bool:
+    """A Kubernetes Job's pod tally counts a succeeded pod after failed ones: it retried to success (backoffLimit)."""
+    return any(int(e.attributes.get("succeeded") or 0) > 0 and int(e.attributes.get("failed") or 0) > 0
+               for e in ws.facts_of("job_pod_tally"))
 
 
 def _at_the_end(ws: Workspace, s: WorkSymptom) -> bool:
