@@ -138,21 +138,53 @@ _DISK_KEYS = ("device", "block", "sense_dev", "ext4_device", "ext4_bio", "fs")
 
 
 def _iscsi_disks(ws: Workspace) -> dict[str, set[str]]:
-    """By node, the sd disks the kernel attached on an iSCSI initiator's SCSI host."""
-    hosts = {(e.node, h) for e in ws.facts_of("iscsi_host") for h in e.value_set("scsi_host")}
+    """By node, the sd disks the kernel attached on an iSCSI initiator's SCSI host (facts are still events here)."""
+    hosts = {(e.node, h) for e in ws.events_of(f"{EventType.CONTEXT}.iscsi_host") for h in e.value_set("scsi_host")}
     disks: dict[str, set[str]] = {}
-    for event in ws.facts_of("scsi_disk"):
+    for event in ws.events_of(f"{EventType.CONTEXT}.scsi_disk"):
         if event.node and (event.node, str(event.attributes.get("scsi_host"))) in hosts:
             disks.setdefault(event.node, set()).update(event.value_set("disk"))
     return disks
+
+
+_REMOTE_VOLUME = "Remote block volume failed"
+
+
+@filter_rule("IscsiDiskIsRemote", phase=Phase.FILTER, doc=f"""
+A disk the kernel attached through an iSCSI initiator ('scsi hostN: iSCSI Initiator over TCP/IP', then 'sd N:...:
+[sdX] Attached SCSI disk') is a remote volume (a Longhorn volume, a SAN LUN), not the node's own drive: block-layer
+and filesystem errors on it are `{_REMOTE_VOLUME}` (storage, no node blamed: the volume's replicas or target are
+elsewhere), not `Local disk failure`.
+""", cases=[
+    # https://github.com/longhorn/longhorn/issues/1920 (medium errors on a Longhorn volume: Longhorn's bug, not a disk)
+    RuleCase(title="medium errors on a disk that came through an iSCSI initiator", evidence={"n1/syslog": [
+        "Jan  1 00:00:30 n1 kernel: scsi host3: iSCSI Initiator over TCP/IP",
+        "Jan  1 00:00:30 n1 kernel: sd 3:0:0:1: [sde] Attached SCSI disk",
+        "Jan  1 00:10:20 n1 kernel: sd 3:0:0:1: [sde] tag#40 Sense Key : Medium Error [current] ",
+        "Jan  1 00:10:20 n1 kernel: Buffer I/O error on dev sde, logical block 407599, async page read"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_REMOTE_VOLUME)),
+    RuleCase(title="medium errors on a disk of a local controller", evidence={"n1/syslog": [
+        "Jan  1 00:00:30 n1 kernel: scsi host0: ahci",
+        "Jan  1 00:00:30 n1 kernel: sd 0:0:0:0: [sda] Attached SCSI disk",
+        "Jan  1 00:10:20 n1 kernel: sd 0:0:0:0: [sda] tag#40 Sense Key : Medium Error [current] "]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n1"])),
+])
+def iscsi_disk_is_remote(ws: Workspace) -> None:
+    remote = _iscsi_disks(ws)
+    if not remote:
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Local disk failure"]:
+        named = {re.sub(r"\d+$", "", d) for key in _DISK_KEYS for d in event.value_set(key)}
+        if named and named <= remote.get(event.node or "", set()):
+            ws.reread(event, _REMOTE_VOLUME, f"{', '.join(sorted(named))} came through an iSCSI initiator on "
+                                             f"{event.node}: the device is remote")
 
 
 @refiner("NetworkBlockDeviceIsNotLocal", phase=Phase.REFINE_EARLY, doc="""
 A node that lost the connection to a network block device's target (iSCSI, a SAN path, a distributed block store)
 and then logged block-layer or filesystem errors: those errors are on the remote device, not on a failing local
 disk, so `Local disk failure` on that node, from the connection loss on, is demoted and the node is not blamed for
-it; so are errors on a disk the kernel attached through an iSCSI initiator (a Longhorn volume, a SAN LUN), whenever
-they come. Disk errors before any connection loss, or on another node, keep their reading.
+it. Disk errors before any connection loss, or on another node, keep their reading.
 """, cases=[
     RuleCase(title="ext4 aborts on an iSCSI volume whose connection dropped", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 iscsid: Kernel reported iSCSI connection 2:0 error (1011 - ISCSI_ERR_CONN_FAILED: iSCSI "
@@ -160,13 +192,6 @@ they come. Disk errors before any connection loss, or on another node, keep thei
         "Jan  1 00:10:20 n1 kernel: I/O error, dev sdf, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 prio "
         "class 2"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=[], demoted=["Local disk failure"])),
-    # https://github.com/longhorn/longhorn/issues/1920 (medium errors on a Longhorn volume: Longhorn's bug, not a disk)
-    RuleCase(title="medium errors on a disk that came through an iSCSI initiator", evidence={"n1/syslog": [
-        "Jan  1 00:00:30 n1 kernel: scsi host3: iSCSI Initiator over TCP/IP",
-        "Jan  1 00:00:30 n1 kernel: sd 3:0:0:1: [sde] Attached SCSI disk",
-        "Jan  1 00:10:20 n1 kernel: sd 3:0:0:1: [sde] tag#40 Sense Key : Medium Error [current] ",
-        "Jan  1 00:10:20 n1 kernel: Buffer I/O error on dev sde, logical block 407599, async page read"]},
-        expect=Expect(fired=True, culprits=[], demoted=["Local disk failure"])),
     RuleCase(title="a local disk failing with no storage connection lost", evidence={"n1/syslog": [
         "Jan  1 00:10:20 n1 kernel: I/O error, dev nvme0n1, sector 18874432 op 0x1:(WRITE) flags 0x800 phys_seg 256 "
         "prio class 2"]},
@@ -174,13 +199,7 @@ they come. Disk errors before any connection loss, or on another node, keep thei
 ])
 def network_block_device_is_not_local(ws: Workspace) -> None:
     skew = timedelta(seconds=ws.params.clock_skew_s)
-    remote = _iscsi_disks(ws)
     for disk in ws.active(prefix="Local disk failure"):
-        named = {re.sub(r"\d+$", "", d) for key in _DISK_KEYS for d in disk.value_set(key)}
-        if named and named <= remote.get(disk.node or "", set()):
-            ws.demote(disk, f"{', '.join(sorted(named))} came through an iSCSI initiator on {disk.node}: the device is "
-                      "remote")
-            continue
         lost = [s.first_time for s in ws.select(node=disk.node, prefix="Network block storage connection lost")
                 if s.first_time is not None]
         if lost and (disk.first_time is None or min(lost) <= disk.first_time + skew):
