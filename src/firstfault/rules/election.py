@@ -496,7 +496,7 @@ def last_progress(ws: Workspace) -> datetime | None:
     return min(latest, ws.end_time + timedelta(seconds=ws.params.clock_skew_s))
 
 
-@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc=f"""
+@refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd", "BeforeTheStart"), doc=f"""
 A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
 minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
 workload; it is demoted as survived.

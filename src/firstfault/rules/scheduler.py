@@ -747,7 +747,7 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
             ws.promote(s, "this node's kubelet was reclaiming disk when the workload's pods were evicted for a full disk")
 
 
-@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors",), doc=f"""
+@refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
 was shut down on purpose; a powered-down node Slurm could not resume never came up at all. A Kubernetes or Slurm node
