@@ -1314,8 +1314,9 @@ def environment_differs_on_some_nodes(ws: Workspace) -> None:
     failed = [e for e in ws.events_of(EventType.NODE_BAD)
               if e.node and e.symptom == "Python environment error" and e.value_set("loader_lib")]
     hit = {ws.canonical_node(e.node) for e in failed}
-    ran = {end.node for end in ws.output_ends if end.node and end.points} - hit
+    ran = {ws.canonical_node(end.node) for end in ws.output_ends if end.node and end.points} - hit
     if len(nodes) < 2 or not failed or hit >= nodes or not ran & nodes:
         return
     for event in failed:
-        ws.reread(event, _ENV_DIFFERS, f"{event.node} alone of the nodes that ran the program met it")
+        ws.reread(event, _ENV_DIFFERS, f"{event.node} met it; {len(ran & nodes)} other node(s) ran the program "
+                                       "without it")
