@@ -1463,7 +1463,8 @@ def completed_workload(ws: Workspace) -> None:
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
               and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
-    succeeded = any(not _follows_a_kill(ws, report, roots) for report in ws.select(prefix="Workload completed"))
+    working = _working_marks(ws) if roots else []
+    succeeded = any(not _follows_a_kill(ws, report, roots, working) for report in ws.select(prefix="Workload completed"))
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")
@@ -1496,20 +1497,24 @@ def _at_the_end(ws: Workspace, s: WorkSymptom) -> bool:
 SUCCESS_AFTER_KILL_S = 300.0
 
 
-def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
+def _working_marks(ws: Workspace) -> list[datetime]:
+    """When the workload was seen working: its training progress, and the kubelet restarting a failed container (the
+    restarted container ran the workload again, so a success after it is that run's own)."""
+    progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
+    return progress + [e.time for s in ws.select() for e in s.evidence if e.time and _CONTAINER_RESTARTED.search(e.text)]
+
+
+def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom], working: list[datetime]) -> bool:
     """The success report came within SUCCESS_AFTER_KILL_S after one of `roots`, and no training progress or container
-    restart between; or,
+    restart (`working`) between; or,
     without a time of its own, it was printed before srun recorded a task exiting with a non-zero code, in the same
     stream (whose lines are in time order): a step that failed after it is how the workload ended (an exception at exit
     after the report, with the tasks exiting 0, is not)."""
     said = report.last_time or report.first_time
     if said is None or ws.undated(report):
         return printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
-    progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
-    # a container the kubelet restarted ran the workload again: a success after the restart is that run's own
-    progress += [e.time for s in ws.select() for e in s.evidence if e.time and _CONTAINER_RESTARTED.search(e.text)]
     return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
-               and not any(r.first_time < t <= said for t in progress) for r in roots)
+               and not any(r.first_time < t <= said for t in working) for r in roots)
 
 
 # The kubelet's record of a container it restarts after a failure: the BackOff event ('Back-off restarting failed
