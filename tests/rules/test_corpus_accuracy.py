@@ -10,7 +10,8 @@ import pytest
 
 from firstfault.cli import main
 from firstfault.engine import Engine
-from firstfault.tools.evaluate import Change, EvalReport, ScenarioScore, compare, evaluate
+from firstfault.errors import EvidenceError
+from firstfault.tools.evaluate import Change, EvalReport, ScenarioScore, compare, evaluate, scenario_dirs
 from tests.support.workloads import CORPUS
 
 HOLDOUT = CORPUS.parent / "holdout"
@@ -117,6 +118,28 @@ def test_eval_baseline_lists_what_changed(capsys, tmp_path) -> None:
     baseline.write_text("{}")
     assert main(["eval", str(HOLDOUT), "--baseline", str(baseline)]) == 2
     assert "not a `firstfault eval --json` report" in capsys.readouterr().err
+
+
+def test_eval_over_several_corpora_in_several_processes(capsys, tmp_path) -> None:
+    """Two corpora in one `eval` score the scenarios of both, in order; two processes give the same report as one;
+    a directory of corpora stands for all of them; an id present twice, or a directory with no scenarios, is an
+    error that names it."""
+    corpora = [HOLDOUT, CORPUS.parent / "blind-335"]
+    assert main(["eval", *map(str, corpora), "--json"]) == 0
+    one_process = capsys.readouterr().out
+    assert main(["eval", *map(str, corpora), "--json", "--jobs", "2"]) == 0
+    assert capsys.readouterr().out == one_process
+    ids = [s["id"] for s in json.loads(one_process)["scenarios"]]
+    assert ids == [d.name for corpus in corpora for d in scenario_dirs([corpus])]
+    assert len(ids) == len(scenario_dirs([HOLDOUT])) + len(scenario_dirs([CORPUS.parent / "blind-335"]))
+    parent = tmp_path / "corpora"
+    parent.mkdir()
+    (parent / "holdout").symlink_to(HOLDOUT)
+    assert scenario_dirs([parent]) == [parent / "holdout" / d.name for d in scenario_dirs([HOLDOUT])]
+    with pytest.raises(EvidenceError, match="twice"):
+        scenario_dirs([HOLDOUT, parent])
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "no scenario directories" in capsys.readouterr().err
 
 
 def test_a_scenario_right_in_the_baseline_and_wrong_now_is_a_regression() -> None:

@@ -236,11 +236,16 @@ def _rules_test(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.progress import Progress
 
-    from firstfault.tools.evaluate import compare, evaluate, load_baseline
+    from firstfault.tools.evaluate import compare, evaluate, load_baseline, scenario_dirs
 
     baseline = load_baseline(args.baseline) if args.baseline else None
-    report = evaluate(args.corpus, _engine())
+    stderr = Console(stderr=True)
+    with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("scenarios", total=len(scenario_dirs(args.corpus)))
+        report = evaluate(args.corpus, None if args.jobs > 1 else _engine(), jobs=args.jobs,
+                          progress=lambda: bar.advance(task))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -261,7 +266,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.max_false_blame is not None and m["false_infra_blame"] > args.max_false_blame:
         failed.append(f"false infra blame {m['false_infra_blame']} > {args.max_false_blame}")
     for message in failed:
-        Console(stderr=True).print(f"[bold red]threshold:[/bold red] {message}")
+        stderr.print(f"[bold red]threshold:[/bold red] {message}")
     return 1 if failed else 0
 
 
@@ -344,8 +349,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     rsub.add_parser("docs", help="print the catalog documentation as Markdown (docs/rules.md)")
     p.set_defaults(func=cmd_rules)
 
-    p = sub.add_parser("eval", help="score the engine on a labelled corpus")
-    p.add_argument("corpus", type=Path)
+    p = sub.add_parser("eval", help="score the engine on labelled corpora")
+    p.add_argument("corpus", type=Path, nargs="+",
+                   help="a corpus (directory of scenario directories) or a directory of corpora; several may be given")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="analyse in N processes on the packaged catalog (the report is the same)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--min-accuracy", type=float, default=None, help="fail below this sub_domain accuracy (0..1)")
     p.add_argument("--min-culprit", type=float, default=None, help="fail below this culprit exact-match rate")

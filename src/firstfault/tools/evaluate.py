@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import tomllib
 from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,23 +103,72 @@ def _rate(scores: list[ScenarioScore], attr: str) -> float:
     return round(sum(1 for s in scores if getattr(s, attr)) / len(scores), 4) if scores else 0.0
 
 
-def evaluate(corpus: Path, engine: Engine | None = None) -> EvalReport:
-    engine = engine or default_engine()
-    scenario_dirs = sorted(p for p in corpus.iterdir() if (p / SCENARIO_FILE).is_file())
-    if not scenario_dirs:
-        raise EvidenceError(f"{corpus}: no scenario directories (each needs a {SCENARIO_FILE})")
-    scores = []
-    for directory in scenario_dirs:
-        try:
-            expected = tomllib.loads((directory / SCENARIO_FILE).read_text(encoding="utf-8")).get("expected", {})
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise EvidenceError(f"{directory / SCENARIO_FILE}: {exc}") from None
-        try:
-            result = engine.analyze_path(directory)
-        except EvidenceError as exc:
-            scores.append(score(directory, None, expected, str(exc)))
-            continue
-        scores.append(score(directory, result, expected))
+def scenario_dirs(corpora: Sequence[Path]) -> list[Path]:
+    """Every scenario directory of the corpora named: a corpus holds scenario directories (each with a
+    scenario.toml); a directory holding corpora instead (tests/data/corpus) stands for all of them. Ids (directory
+    names) must be unique across them: a baseline report joins on them."""
+    found: list[Path] = []
+    for corpus in corpora:
+        if not corpus.is_dir():
+            raise EvidenceError(f"{corpus}: not a directory")
+        scenarios = sorted(p for p in corpus.iterdir() if (p / SCENARIO_FILE).is_file())
+        if not scenarios:
+            scenarios = sorted(s for sub in corpus.iterdir() if sub.is_dir()
+                               for s in sub.iterdir() if (s / SCENARIO_FILE).is_file())
+        if not scenarios:
+            raise EvidenceError(f"{corpus}: no scenario directories (each needs a {SCENARIO_FILE}), "
+                                "nor corpora holding them")
+        found += scenarios
+    seen: dict[str, Path] = {}
+    for directory in found:
+        if directory.name in seen:
+            raise EvidenceError(f"scenario id {directory.name!r} twice: {seen[directory.name]} and {directory}")
+        seen[directory.name] = directory
+    return found
+
+
+def score_scenario(directory: Path, engine: Engine) -> ScenarioScore:
+    try:
+        expected = tomllib.loads((directory / SCENARIO_FILE).read_text(encoding="utf-8")).get("expected", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise EvidenceError(f"{directory / SCENARIO_FILE}: {exc}") from None
+    try:
+        result = engine.analyze_path(directory)
+    except EvidenceError as exc:
+        return score(directory, None, expected, str(exc))
+    return score(directory, result, expected)
+
+
+def _score_in_worker(directory: Path) -> ScenarioScore:
+    return score_scenario(directory, default_engine())
+
+
+def _scores(directories: list[Path], engine: Engine | None, jobs: int,
+            progress: Callable[[], None] | None) -> list[ScenarioScore]:
+    if jobs <= 1:
+        engine = engine or default_engine()
+        scores = []
+        for directory in directories:
+            scores.append(score_scenario(directory, engine))
+            if progress:
+                progress()
+        return scores
+    # Each worker process loads and verifies the packaged catalog once; map keeps the corpus order.
+    with ProcessPoolExecutor(jobs) as pool:
+        scores = []
+        for one in pool.map(_score_in_worker, directories, chunksize=8):
+            scores.append(one)
+            if progress:
+                progress()
+        return scores
+
+
+def evaluate(corpora: Path | Sequence[Path], engine: Engine | None = None, jobs: int = 1,
+             progress: Callable[[], None] | None = None) -> EvalReport:
+    """Score every scenario of the corpora. With jobs > 1 the scenarios are analysed in that many processes, each
+    on the packaged catalog (`engine` is then not used); the report is the same either way."""
+    directories = scenario_dirs([corpora] if isinstance(corpora, Path) else corpora)
+    scores = _scores(directories, engine, jobs, progress)
     report = EvalReport(scores=scores)
     blamed_when_none = sum(1 for s in scores if s.false_blame)
     expected_culprit_nodes = sum(len(s.expected_culprits) for s in scores)
