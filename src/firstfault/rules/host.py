@@ -1221,10 +1221,11 @@ def reset_explains_its_node_failure(ws: Workspace) -> None:
 
 
 # Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, btrfs's transaction
-# thread (its 15-character comm 'btrfs-transacti'), device-mapper and md RAID workers, the LVM tools. Their hang is the
+# thread (its 15-character comm 'btrfs-transacti'), ZFS's transaction-group threads (txg_sync, txg_quiesce) and its
+# write pipeline's workers (z_wr_iss, z_wr_int), device-mapper and md RAID workers, the LVM tools. Their hang is the
 # node's storage (rule StorageStackHung), not its kernel at large.
-STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|btrfs-transacti|kdmflush|dmcrypt_write|md\d+_raid|lvm$|lvcreate$|"
-                                r"vgchange$)")
+STORAGE_STACK_TASK = re.compile(r"^(?:jbd2/|xfsaild/|btrfs-transacti|txg_sync$|txg_quiesce$|z_wr_|kdmflush|dmcrypt_write|"
+                                r"md\d+_raid|lvm$|lvcreate$|vgchange$)")
 _TASKS_HUNG = "Many unrelated tasks hung on the node"
 NODE_TASKS_HUNG = 3  # distinct tasks reported hung on one node, system tasks among them, that make its kernel stuck
 # The workload's own processes (Python, its data workers, Ray's workers, launchers): their hang is the workload's
@@ -1240,8 +1241,31 @@ workload's own processes (kernel workers, system daemons: kworker, ntpd, snmpd, 
 kernel stopped serving its processes: they become `{_TASKS_HUNG}` (host, the node blamed). Reports whose stacks show
 where the tasks waited (a shared or local filesystem, the NVIDIA driver) or that name the storage stack's own tasks
 (jbd2, xfsaild ...) are read by those rules instead; reports of the workload's processes alone are the workload
-waiting.
+waiting. A node the scheduler then declared lost within {WARNED_BEFORE_LOSS_S / 60:.0f} minutes of its last report needs
+fewer: any system task among its hung ones (the storage stack's too, or with stacks in a local filesystem or a driver)
+says its kernel stopped serving processes before it stopped answering (a wait in a shared filesystem's client is
+still the file server's).
 """, cases=[
+    # https://github.com/openzfs/zfs/issues/2934 (ZFS's txg_sync hung and the system with it)
+    RuleCase(title="txg_sync and the trainer hung, then the node stopped answering", evidence={
+        "n2/syslog": ["Mar  8 09:28:10 n2 kernel: [ 1560.084180] INFO: task txg_sync:13532 blocked for more than 120 seconds.",
+                      "Mar  8 09:30:10 n2 kernel: [ 1680.091377] INFO: task python:14210 blocked for more than 120 seconds."],
+        "n1/scheduler": ["[2016-03-08T09:35:50.004] error: Nodes n2 not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["n1", "n2"],
+                 "start_time": "2016-03-08T09:05:00Z", "end_time": "2016-03-08T09:36:00Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["n2"], root_symptom=_TASKS_HUNG)),
+    RuleCase(title="only the trainer hung before the node was lost", evidence={
+        "n2/syslog": ["Mar  8 09:30:10 n2 kernel: [ 1680.091377] INFO: task python:14210 blocked for more than 120 seconds."],
+        "n1/scheduler": ["[2016-03-08T09:35:50.004] error: Nodes n2 not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["n1", "n2"],
+                 "start_time": "2016-03-08T05:05:00Z", "end_time": "2016-03-08T09:36:00Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["n2"])),
+    RuleCase(title="a journal thread hung hours before the node was lost", evidence={
+        "n2/syslog": ["Mar  8 05:28:10 n2 kernel: [ 1560.084180] INFO: task jbd2/sda1-8:532 blocked for more than 120 seconds."],
+        "n1/scheduler": ["[2016-03-08T09:35:50.004] error: Nodes n2 not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["n1", "n2"],
+                 "start_time": "2016-03-08T05:05:00Z", "end_time": "2016-03-08T09:36:00Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["n2"])),
     # https://github.com/sonic-net/sonic-buildimage/issues/4822 (many unrelated tasks in D state at once)
     RuleCase(title="a kernel worker and two daemons hung at once", evidence={"n2/syslog": [
         "Jan  1 00:10:12 n2 kernel: [26825.855448] INFO: task kworker/2:1:5747 blocked for more than 120 seconds.",
@@ -1266,17 +1290,34 @@ def node_tasks_hung(ws: Workspace) -> None:
     for event in ws.events_of(EventType.NODE_INTERESTING):
         if event.symptom == "Hung task" and event.node:
             by_node.setdefault(event.node, []).append(event)
-    waited = {e.node for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom in _WAITED_ON}
+    waited = {e.node: e.symptom for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom in _WAITED_ON}
+    declared = _first_declared_lost(ws)
     for node, events in sorted(by_node.items()):
         named = {t for e in events for t in e.value_set("task")}
         tasks = {re.sub(r"/.*$", "", t) for t in named}
         system = {t for t in tasks if not _WORKLOAD_TASK.match(t)}
         storage = any(STORAGE_STACK_TASK.match(t) for t in named)
-        if node in waited or storage or len(tasks) < NODE_TASKS_HUNG or len(system) < 2:
+        last = max(e.last_time or e.time for e in events if e.time) if any(e.time for e in events) else None
+        lost = ws.canonical_node(node) in declared and last is not None and \
+            timedelta(0) <= declared[ws.canonical_node(node) or ""] - last <= timedelta(seconds=WARNED_BEFORE_LOSS_S)
+        if lost and system and waited.get(node) != "Task hung in a shared filesystem client":
+            pass  # the node's own tasks hung, then the scheduler lost the node: its kernel stopped serving them
+        elif node in waited or storage or len(tasks) < NODE_TASKS_HUNG or len(system) < 2:
             continue
         for event in events:
             ws.reread(event, _TASKS_HUNG, f"{len(tasks)} different tasks of {node} hung at once, "
                                           f"{', '.join(sorted(system))} among them")
+
+
+def _first_declared_lost(ws: Workspace) -> dict[str, datetime]:
+    """When the scheduler first declared each node lost (its node-failure reports with a time of their own)."""
+    declared: dict[str, datetime] = {}
+    for event in ws.events:
+        if event.symptom in NODE_FAILURE_REPORTS and event.type == EventType.NODE_BAD and event.time is not None \
+                and not event.evidence.time_inferred:
+            for node in filter(None, (ws.canonical_node(name) for name in event.value_set("blamed_node"))):
+                declared[node] = min(declared.get(node, event.time), event.time)
+    return declared
 
 
 _ENV_DIFFERS = "Node's environment differs from its peers'"

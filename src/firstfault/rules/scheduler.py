@@ -1543,6 +1543,15 @@ is a workload without a recorded state whose step a time limit ended as it ended
         "n1/scheduler": ["2025-01-01T00:11:00Z   Normal   NodeNotReady   Node/n2   Node n2 status is now: NodeNotReady"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="host", culprits=["n2"], terminal_state="NODE_FAIL")),
+    # https://github.com/longhorn/longhorn/issues/3283 (the node NotReady for 21 s while its iSCSI volumes failed; the
+    # job failed ten minutes later on its read-only checkpoint directory)
+    RuleCase(title="the node was NotReady for seconds and Ready again before the job failed", evidence={
+        "n2/syslog": ["Jan  1 00:10:00 n2 kernel: [1000.1] Kernel panic - not syncing: softlockup: hung tasks"],
+        "n1/scheduler": ["2025-01-01T00:11:00Z   Normal   NodeNotReady   Node/n2   Node n2 status is now: NodeNotReady",
+                         "2025-01-01T00:11:21Z   Normal   NodeReady      Node/n2   Node n2 status is now: NodeReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "end_time": "2025-01-01T00:21:00Z"},
+        expect=Expect(fired=False, sub_domain="host", culprits=["n2"], terminal_state="FAILED")),
     RuleCase(title="a Kubernetes Job hung, then its deadline ended it", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
         "2025-01-01T01:59:00Z   Warning   DeadlineExceeded   Job/train-7   Job was active longer than specified "
@@ -1651,9 +1660,11 @@ def _killed_for_memory(root: list[WorkSymptom]) -> bool:
 
 def _node_declared_failed(ws: Workspace) -> str | None:
     """The root cause's node, when a scheduler's node-failure report (Slurm DOWN, Kubernetes NotReady) made during the
-    workload names it (one made before the workload started was about whatever ran then)."""
+    workload names it (one made before the workload started was about whatever ran then; a NotReady the node recovered
+    from within its pods' toleration, without a reboot, lost nothing)."""
     root_nodes = {s.node for s in ws.decision.root if s.node}
     start = ws.context.start_time
+    ready_again = _ready_again(ws)
     for report in ws.select():
         if report.attributes.get("terminal_state") != TerminalState.NODE_FAIL.value:
             continue
@@ -1661,9 +1672,35 @@ def _node_declared_failed(ws: Workspace) -> str | None:
                 report.first_time < start - timedelta(seconds=ws.params.clock_skew_s):
             continue
         named = {ws.canonical_node(n) for n in report.value_set("blamed_node")}
+        last = report.last_time or report.first_time
+        if not report.value_set("reset") and last is not None and not ws.undated(report):
+            # NotReady, then Ready again before its pods' NotReady toleration ran out: they were not evicted
+            named = {n for n in named if not any(last < t <= last + timedelta(seconds=NOT_READY_TOLERATION_S)
+                                                 for t in ready_again.get(n or "", []))}
         if named & root_nodes:
             return sorted(named & root_nodes)[0]  # type: ignore[type-var]
     return None
+
+
+# Kubernetes' DefaultTolerationSeconds admission plugin gives every pod 300 s of toleration for the not-ready and
+# unreachable taints: a node back to Ready sooner kept its pods (and a node that rebooted lost them whenever it returned).
+NOT_READY_TOLERATION_S = 300.0
+
+
+def _ready_again(ws: Workspace) -> dict[str, list[datetime]]:
+    """When each node was recorded Ready again during the workload (rule TerminalStateFromEvidence)."""
+    end = ws.context.end_time
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    ready: dict[str, list[datetime]] = {}
+    for event in ws.events_of(EventType.NODE_INTERESTING):
+        if event.symptom != "Kubernetes node ready again" or event.time is None or event.evidence.time_inferred:
+            continue
+        if end is not None and event.time > end + skew:
+            continue
+        for key in ("ready_node", "ready_node2", "ready_node3", "ready_node4"):
+            for name in event.value_set(key):
+                ready.setdefault(ws.canonical_node(name) or name, []).append(event.last_time or event.time)
+    return ready
 
 
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).

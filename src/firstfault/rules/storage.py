@@ -214,9 +214,9 @@ _STORAGE_HUNG = "Hung task in the node's storage stack"
 
 
 @filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
-Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, btrfs's transaction thread,
-device-mapper and md workers, the LVM tools), or of any task whose printed stack runs through ext4, jbd2, XFS or btrfs
-(a writeback worker, the training process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that
+Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, btrfs's transaction thread, ZFS's
+txg_sync and write workers, device-mapper and md workers, the LVM tools), or of any task whose printed stack runs through
+ext4, jbd2, XFS, btrfs or ZFS (a writeback worker, the training process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that
 node's storage did not complete I/O for minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
 stays context; a file server's stall on the same node takes them as its own (FileServerStallOutcome).
 """, cases=[
@@ -242,6 +242,14 @@ stays context; a file server's stall on the same node takes them as its own (Fil
         "Jan 14 11:49:07 n1 kernel: [1325532.927871] INFO: task python3:218804 blocked for more than 483 seconds.",
         "Jan 14 11:49:07 n1 kernel: [1325532.955957]  flush_space+0x60b/0x770 [btrfs]"]},
         context={"start_time": "2025-01-14T11:00:00Z", "end_time": "2025-01-14T12:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
+    # https://github.com/openzfs/zfs/issues/2990 (ZFS's transaction-group sync waiting on pool I/O, then the writers)
+    RuleCase(title="ZFS's txg_sync and the trainer blocked for six minutes", evidence={"n1/syslog": [
+        "Jun 11 02:18:58 n1 kernel: [ 8038.216669] INFO: task txg_sync:1351 blocked for more than 120 seconds.",
+        "Jun 11 02:18:58 n1 kernel: [ 8038.216921]  [<ffffffffa06e2fdd>] ? zio_wait+0x116/0x15f [zfs]",
+        "Jun 11 02:22:58 n1 kernel: [ 8278.225871] INFO: task python:41881 blocked for more than 120 seconds.",
+        "Jun 11 02:25:00 n1 kernel: [ 8400.002311] INFO: task python:41884 blocked for more than 120 seconds."]},
+        context={"start_time": "2024-06-11T00:40:00Z", "end_time": "2024-06-11T04:40:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
     RuleCase(title="one slow journal commit", evidence={"n1/syslog": [
         "Dec  9 12:34:12 n1 kernel: [293631.000000] INFO: task jbd2/vdt-8:390 blocked for more than 120 seconds."]},
