@@ -224,7 +224,8 @@ nodes: two nodes failing the same way at once is their common setting, not two b
 device or fabric up (a symptom marked `setup`: NVLink SHARP's multicast set-up, GPUs busy or unavailable to CUDA) on
 every node, and its sub_domain becomes configuration: the devices are fine, the way every node sets them up is not.
 Nodes the scheduler declared failed together with no fault of their own on record (the root is the scheduler's
-node-failure report, naming two or more nodes) lost something they share - a power feed, a switch - more likely than
+node-failure report, naming two or more of its nodes, or systemic_min_nodes nodes counting those of other jobs the same
+report names) lost something they share - a power feed, a switch, the controller's reach to them - more likely than
 each its own hardware: none is blamed. So did nodes whose network links all failed in the same moment (within the
 clock-skew tolerance), every node of the job: their switch went down or was reconfigured.
 """, cases=[
@@ -254,6 +255,12 @@ clock-skew tolerance), every node of the job: their switch went down or was reco
                          "[2025-01-01T00:20:00.000] error: Nodes n3 not responding, setting DOWN"]},
         context={"nodes": ["n0", "n1", "n2", "n3"], "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
         expect=Expect(fired=True, culprits=[], sub_domain="scheduler")),
+    # https://github.com/Azure/cyclecloud-slurm/pull/30 (pings fanned out through slurmd timed out: fifty nodes declared
+    # at once, one of them the workload's, back a minute later)
+    RuleCase(title="Slurm declares one of our nodes down with forty-nine others", evidence={
+        "n0/scheduler": ["[2025-01-01T00:20:00.000] error: Nodes n2,x[51-99] not responding, setting DOWN"]},
+        context={"nodes": ["n0", "n1", "n2", "n3"], "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
+        expect=Expect(fired=True, culprits=[], sub_domain="scheduler")),
     RuleCase(title="Slurm declares one node down", evidence={
         "n0/scheduler": ["[2025-01-01T00:20:00.000] error: Nodes n2 not responding, setting DOWN"]},
         context={"nodes": ["n0", "n1", "n2", "n3"], "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
@@ -271,7 +278,10 @@ def systemic_guard(ws: Workspace) -> None:
     setup_everywhere = (total >= 2 and len(culprits) == total and ws.decision.sub_domain in HARDWARE
                         and all(s.definition.setup for s in ws.decision.root))
     everywhere = total >= 2 and len(culprits) == total and ws.decision.sub_domain not in HARDWARE
-    lost_together = len(culprits) >= 2 and ws.decision.sub_domain == SubDomain.SCHEDULER
+    # the scheduler's node-failure reports also name nodes outside the workload: its other jobs' nodes lost with it
+    declared = {n for r in ws.decision.root for n in r.value_set("blamed_node")}
+    lost_together = ws.decision.sub_domain == SubDomain.SCHEDULER and (
+        len(culprits) >= 2 or len(declared) >= ws.params.systemic_min_nodes)
     links_together = (total >= 2 and len(culprits) == total and ws.decision.sub_domain == SubDomain.NETWORK
                       and _all_at_once(ws, ws.decision.root))
     if links_together:
@@ -279,8 +289,9 @@ def systemic_guard(ws: Workspace) -> None:
                 "they share changed, not each node's NIC; no node is blamed")
         ws.decision.culprits = {}
     elif lost_together:
-        ws.note("systemic", f"the scheduler declared {len(culprits)} nodes failed together, none with a fault of its own "
-                "on record: a cause they share (power, a switch), no single node is blamed")
+        ws.note("systemic", f"the scheduler declared {max(len(culprits), len(declared))} nodes failed together, none "
+                "with a fault of its own on record: a cause they share (power, a switch, the controller's reach), no "
+                "single node is blamed")
         ws.decision.culprits = {}
     elif setup_everywhere:
         ws.note("systemic", f"{ws.decision.root[0].name} on all {total} nodes: a device set-up every node failed "

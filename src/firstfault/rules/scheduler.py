@@ -777,6 +777,17 @@ failed to start: that is why it was lost.
                  "start_time": "2025-07-04T11:00:00Z", "end_time": "2025-07-04T15:31:00Z"},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
                       demoted=["Slurm node failure"])),
+    # https://github.com/aws/aws-parallelcluster/issues/1763 (the node-health daemon terminated a busy node after one
+    # sinfo timeout; srun's unstamped line sits under the last training line of an hour before)
+    RuleCase(title="a node its cluster's daemon powered off; srun's line carries no time", evidence={
+        "b/applog": ["2020-05-07 00:16:40,148 INFO train: epoch 1 | iter  2000/21000 | loss 2.500 | 11.6 it/s",
+                     "srun: error: Node failure on b"],
+        "b/syslog": ["May  7 00:58:01 b systemd-logind[1030]: Power key pressed."],
+        "a/scheduler": ["[2020-05-07T00:58:40.901] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2020-05-06T21:16:40Z", "end_time": "2020-05-07T00:58:06Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -812,8 +823,8 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
             del began[broken.node]
     for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
-        declared = report.first_time
-        shut = sorted(n for n in lost if n in began and (ws.undated(report) or declared is None or
+        declared = min(_stamped(report), default=None)  # an unstamped srun line inherits only a lower bound
+        shut = sorted(n for n in lost if n in began and (declared is None or
                                                         began[n] - window <= declared <= began[n] + window))
         if shut and len(shut) == len(lost):
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
@@ -1195,7 +1206,8 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
 that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
-or hung, and the scheduler only ended it. A cancel is also demoted when the program itself reported failing (an
+or hung, and the scheduler only ended it. A peer's error naming only the nodes whose pods an eviction took, dated no
+earlier than the eviction, is how the peers saw those pods end, whatever the clock-skew tolerance allows. A cancel is also demoted when the program itself reported failing (an
 error in its own output, even one that names no cause) more than five minutes before it and training did not go
 on after that: someone ended a run that had already failed.
 """, cases=[
@@ -1215,6 +1227,18 @@ on after that: someone ended a run that had already failed.
     RuleCase(title="time limit alone", evidence={
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
+    # https://github.com/volcano-sh/volcano/issues/4814 (a drained node's pod evicted; its peers' RDMA receives failed
+    # two seconds later, naming that node)
+    RuleCase(title="a pod evicted, then its peer's RDMA error naming its node", evidence={
+        "b/applog": ["2025-01-01T00:00:01Z job-worker-1:61:61 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.17<0>"],
+        "a/applog": ["2025-01-01T00:00:01Z job-worker-0:61:61 [0] NCCL INFO Bootstrap : Using eth0:10.244.2.17<0>",
+                     "2025-01-01T00:28:20Z NET/IB : Got completion from peer 10.244.3.17<41238> with status=12 opcode=0 "
+                     "len=0 vendor err=129 (Recv) localGid ::ffff:10.244.2.17 remoteGids::ffff:10.244.3.17 hca mlx5_1"],
+        "c/scheduler": ["I0101 00:28:18.432174       1 job_controller.go:356] Try to handle request <Queue: , Job: "
+                        "ml/job, Task:worker, Pod:job-worker-1, Event:PodEvicted, ExitCode:0, Action:, JobVersion: 0>"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b", "c"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:30:00Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["IB Error-12"])),
 ])
 def scheduler_action_yields(ws: Workspace) -> None:
     actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
@@ -1222,15 +1246,35 @@ def scheduler_action_yields(ws: Workspace) -> None:
               and s.name not in NODE_FAILURE_REPORTS]
     earliest = _earliest_reports(ws, {a.name for a in actions if a.name.startswith("Job cancelled")})
     for action in actions:
-        earlier = [s for s in others if _not_after(ws, s, action)]
+        taken = _pods_nodes(ws, action)
+        effects = [s for s in others if _peer_of_taken(ws, s, action, taken)]
+        earlier = [s for s in others if _not_after(ws, s, action) and s not in effects]
         if earlier:
             first = min(earlier, key=WorkSymptom.sort_key)
             ws.demote(action, f"the job had already failed ({first.name} on {first.node or '-'}); "
                       "the scheduler only ended it")
+        elif effects:
+            for effect in effects:
+                ws.demote(effect, f"names {', '.join(sorted(taken))}, whose pod was taken by {action.name}: how its "
+                          "peers saw that pod end")
         elif action.name.startswith("Job cancelled") and (found := _failed_long_before(ws, action, earliest)) is not None:
             failed, minutes = found
             ws.demote(action, f"the program had reported its failure ({failed.name} on {failed.node or '-'}) "
                       f"{minutes:.0f} min before the cancel, which only ended it")
+
+
+def _pods_nodes(ws: Workspace, action: WorkSymptom) -> set[str]:
+    """The nodes that ran the pods an eviction names (by the pods' host names in their own NCCL lines)."""
+    hosts = ws.facts.get("host_to_node", {})
+    return {hosts[p] for p in action.value_set("pod") | action.value_set("blamed_pod") if p in hosts}
+
+
+def _peer_of_taken(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom, taken: set[str]) -> bool:
+    """A peer's error that names only the nodes whose pods the action took, no earlier than the action: what its
+    peers saw of that pod's end, not a failure before it (the clock-skew tolerance does not apply to it)."""
+    peers = named_peers(ws, candidate)
+    return bool(taken and peers and peers <= taken and not ws.undated(candidate) and candidate.first_time is not None
+                and action.first_time is not None and candidate.first_time >= action.first_time)
 
 
 # Kernel reports a node gives while processes are being torn down: a CPU stuck in the kernel as killed processes free
