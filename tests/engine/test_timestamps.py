@@ -42,6 +42,9 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
      "2025-03-01T00:00:00.455000"),
     ("1740787200.343966 rank: 0, batch:0", "2025-03-01T00:00:00.343966"),
     ("  29 | 09/14/2022 | 12:59:46 | Power Unit Pwr Unit Status | Power off/down | Asserted", "2022-09-14T12:59:46"),
+    ("cluster-autoscaler: I0301 02:13:19.000000       1 scale_down.go:1102] Scale-down: removing empty node",
+     "2025-03-01T02:13:19"),
+    ("[pod/train-worker-1/pytorch] 2025-03-01T02:13:19Z step 100", "2025-03-01T02:13:19"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
@@ -52,7 +55,8 @@ def test_formats(line: str, expected: str) -> None:
                                   "[titan] step 5 at 2026-05-12 17:07:23",
                                   "12/03/01 09:41:12 a log4j stamp years from the window is not read",
                                   "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window",
-                                  "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's"])
+                                  "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's",
+                                  "error: I0301 is not a component's glog line without its time"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

@@ -29,6 +29,8 @@ _NON_TIME_PREFIX = re.compile(
       | (?:kern|user|daemon|syslog)\s*:\s*\w+\s*:\s  # dmesg --decode
       | \d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}\s(?=\S)  # minute-resolution platform stamp (often local time)
       | \[[A-Za-z][\w.-]{0,31}\]\s      # a logger's name tag: torchtitan's [titan] (its stamp follows)
+      | \[pod/[\w.-]+/[\w.-]+\]\s      # kubectl logs --prefix: [pod/<pod>/<container>]
+      | [a-z][\w.-]{2,62}:\s(?=[IWEF]\d{4}\s\d{2}:)  # a component's name ahead of its glog line (cluster-autoscaler: I0314 ...)
     )""",
     re.VERBOSE,
 )

@@ -32,7 +32,8 @@ WARNED_BEFORE_LOSS_S = 3600.0
 WARNINGS_MIN = 3  # reports of a warning that repeats (throttling, corrected machine checks) that make a node that keeps warning
 # A node's warnings of its own hardware or runtime: those that count once, and those that count only when they repeat.
 _ONE_OFF_WARNINGS = ("BMC temperature warning", "BMC logged a power-down",
-                     "Node's container runtime stopped answering (PLEG)")
+                     "Node's container runtime stopped answering (PLEG)", "Node's clock stepped",
+                     "slurmd cannot resolve its controller")
 _REPEATED_WARNINGS = ("CPU thermal throttling", "Machine check (corrected)")
 # A node declared failed that boots again within this long came back from that failure (not from a later repair).
 REBOOT_AFTER_FAILURE_S = 1800.0
@@ -396,7 +397,8 @@ def hardware_slowdown_on_one_node(ws: Workspace) -> None:
 @refiner("LostAfterItsOwnWarnings", phase=Phase.REFINE, doc=f"""
 A node that warned of its own hardware or runtime - its BMC logged a temperature sensor going high (an IPMI
 upper-threshold event) or its power unit going off, its kubelet found its container runtime stalled (PLEG not
-healthy), its CPUs throttled, or its machine checks logged corrected errors, at least
+healthy), its clock was stepped by minutes (its credentials then expire), its slurmd could not resolve the controller,
+its CPUs throttled, or its machine checks logged corrected errors, at least
 {WARNINGS_MIN} times for the last two - in the {WARNED_BEFORE_LOSS_S / 60:.0f} minutes before the scheduler declared
 that node alone lost, with no orderly shutdown logged on it, went down from what it warned of: a part overheating or
 failing (a retimer, a VRM, a CPU, a DIMM) hangs or resets a machine without a kernel message, a runtime that stopped
@@ -425,6 +427,18 @@ in the same minutes too (a room too hot, corrected errors every node logs) is le
         "a/scheduler": ["[2025-01-01T00:36:12.000] error: Nodes b not responding, setting DOWN"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="BMC logged a power-down")),
+    # https://github.com/chaos/slurm/issues/54 (chronyd stepped one node back 13 hours; slurmctld refused its credentials)
+    RuleCase(title="the node's clock stepped back 13 hours, then it stopped answering", evidence={
+        "b/syslog": ["Jan  1 00:10:49 b chronyd[1032]: System clock was stepped by -46799.912442 seconds"],
+        "a/scheduler": ["[2025-01-01T00:17:02.001] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom="Node's clock stepped")),
+    RuleCase(title="slurmd lost the controller's name, then the node stopped answering", evidence={
+        "b/syslog": ['Jan  1 00:54:50 b slurmd[31519]: slurmd: error: slurm_set_addr: Unable to resolve "ctl-0"'],
+        "a/scheduler": ["[2025-01-01T00:59:17.012] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=["b"],
+                      root_symptom="slurmd cannot resolve its controller")),
     RuleCase(title="an orderly shutdown, then the power off", evidence={
         "b/syslog": ["Jan  1 00:29:30 b systemd-logind[912]: System is powering down."],
         "b/scheduler": ["  29 | 01/01/2025 | 00:29:46 | Power Unit Pwr Unit Status | Power off/down | Asserted"],

@@ -424,13 +424,13 @@ def import_failure_read_by_its_cause(ws: Workspace) -> None:
     _drop_where_read_elsewhere(ws, "PythonEnvironmentError", "another rule reads why the import failed")
 
 
-def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str) -> None:
-    """Drop `rule`'s bad-node events whose line another extractor reads (the generic exception rule reads every
-    exception line: its reading says nothing more)."""
+def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str, generic: frozenset[str] = frozenset()) -> None:
+    """Drop `rule`'s bad-node events whose line another extractor reads (the generic exception rule, and the `generic`
+    ones, read lines whatever they say: their reading says nothing more)."""
     events = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == rule]
     if not events:
         return
-    explained = _read_by_others(ws, rule, (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
+    explained = _read_by_others(ws, rule, (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}) | generic)
     for event in events:
         if explained(event):
             ws.drop(event, reason)
@@ -454,6 +454,26 @@ The generic reading as a PyTorch bug is dropped where another rule reads the lin
 ])
 def internal_assert_read_elsewhere(ws: Workspace) -> None:
     _drop_where_read_elsewhere(ws, "TorchInternalAssert", "another rule reads what the failed check means")
+
+
+@filter_rule("NoSpaceReadByItsTarget", phase=Phase.FILTER, doc="""
+ENOSPC says only that a write found no room; what ran out is in the line. Where another extractor reads the same
+line by what it names (a cgroup cpuset with no CPUs or memory nodes, a container image store, /dev/shm), that reading
+stands alone and the generic `No space left on device` reading of the line is dropped; elsewhere it stays.
+""", cases=[
+    # https://github.com/Azure/cyclecloud-slurm/issues/388 (a dynamic node's cpuset cgroup)
+    RuleCase(title="a cgroup write refused with ENOSPC", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z slurmstepd: error: common_file_write_uints: write value '40112' to '/sys/fs/cgroup/cpuset/"
+        "slurm/uid_20118/job_21873/step_batch/cgroup.procs' failed: No space left on device"]},
+        expect=Expect(fired=True, sub_domain="configuration", absent=["No space left on device"])),
+    RuleCase(title="a full checkpoint filesystem", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device: '/ckpt/step_100.pt'"]},
+        expect=Expect(fired=False, sub_domain="storage")),
+])
+def no_space_read_by_its_target(ws: Workspace) -> None:
+    # srun's launch failure quotes whatever reason slurmd gave: its reading says no more than the errno
+    _drop_where_read_elsewhere(ws, "ErrnoNoSpace", "another rule reads what ran out of space",
+                               frozenset({"SlurmTaskLaunchFailure"}))
 
 
 # An exception type at the start of another exception's message ('InductorError: OSError: [Errno 16] ...'): a wrapper

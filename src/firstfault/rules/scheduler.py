@@ -1765,6 +1765,10 @@ for wrongly.
         expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"])),
     RuleCase(title="a launch refused by the node", evidence={"a/applog": [
         "2025-01-01T00:01:00Z srun: error: Task launch for StepId=77.0 failed on node b: Invalid job credential"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=["b"])),
+    RuleCase(title="a launch refused by every node", evidence={"a/applog": [
+        f"2025-01-01T00:01:00Z srun: error: Task launch for StepId=77.0 failed on node {n}: Invalid job credential"
+        for n in ("a", "b")]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
 ])
 def launch_on_unreachable_node(ws: Workspace) -> None:
