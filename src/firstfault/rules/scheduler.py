@@ -1747,6 +1747,37 @@ def _ready_again(ws: Workspace) -> dict[str, list[datetime]]:
     return ready
 
 
+_REFUSED_CREDENTIAL = ("Step launch refused: credential expired (node clock)",
+                       "Step launch refused: credential invalid on the node")
+_REFUSED_BY_SEVERAL = "Step credential refused by several nodes"
+
+
+@filter_rule("CredentialRefusedByEveryNode", phase=Phase.FILTER, doc=f"""
+srun's 'Task launch ... failed on node <n>: Job credential expired' (or 'Invalid job credential') blames that node's
+clock or Slurm installation when it alone refused the credential. The credential is the controller's, signed with its
+clock and key: refused by two nodes or more, the controller's set-up is what is off, and the reports become
+`{_REFUSED_BY_SEVERAL}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/c3nl-neuraldynamics/c3nl_cluster/issues/18 (the controller's clock out of sync)
+    RuleCase(title="every node finds the credential expired", evidence={"a/applog": [
+        f"2025-01-01T00:04:42Z srun: error: Task launch for StepId=8.0 failed on node {n}: Job credential expired"
+        for n in ("a", "b", "c")]},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_REFUSED_BY_SEVERAL)),
+    RuleCase(title="one node finds it expired", evidence={"a/applog": [
+        "2025-01-01T00:04:42Z srun: error: Task launch for StepId=8.0 failed on node b: Job credential expired"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
+])
+def credential_refused_by_every_node(ws: Workspace) -> None:
+    events = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _REFUSED_CREDENTIAL]
+    refused = {n for e in events for n in (ws.canonical_node(b) for b in e.value_set("blamed_node")) if n}
+    if len(refused) < 2:
+        return
+    for event in events:
+        ws.reread(event, _REFUSED_BY_SEVERAL, f"{len(refused)} nodes refused the step's credential: the controller's "
+                  "clock or key, not theirs", {**event.attributes, "blamed_node": ""})
+
+
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
 _UNREACHED = re.compile(r"Communication (?:connection|send|receive) failure|Socket timed out on send/recv operation|"
                         r"Zero Bytes were transmitted or received")
