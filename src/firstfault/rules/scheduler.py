@@ -517,6 +517,40 @@ def slurm_node_list_expanded(ws: Workspace) -> None:
                 symptom=event.symptom)
 
 
+_ADDRESS = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$|^[0-9a-fA-F:]+:[0-9a-fA-F:]*$|^ip-\d+-\d+-\d+-\d+\b")
+
+
+@refiner("NodeFailureOutsideTheWorkload", phase=Phase.REFINE_EARLY, after=("PodOnLostNode",), doc="""
+A scheduler's node-failure report (Kubernetes NotReady, Slurm DOWN) that names only nodes by host name, none of them
+allocated to the workload, is another node's loss: a storage or system node, another job's. It can explain the
+workload's failure only through what that node served, which other reports show; as the workload's own node failure
+it is demoted to context. Reports naming an address (an IP, an EC2 name) that no evidence maps are left alone: the node
+may be one of the workload's under another name.
+""", cases=[
+    # https://github.com/longhorn/longhorn/issues/6651 (a Longhorn storage node rebooted under a two-node job)
+    RuleCase(title="a storage node outside the job went NotReady", evidence={
+        "a/scheduler": ["2025-01-01T00:43:58Z Normal   NodeNotReady   node/lh-stor-3   Node lh-stor-3 status is now: "
+                        "NodeNotReady"],
+        "a/applog": ["2025-01-01T00:52:27Z [rank0]: OSError: [Errno 30] Read-only file system: '/ckpt/epoch_17'"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, culprits=[], demoted=["Kubernetes node failure"])),
+    RuleCase(title="the workload's own node went NotReady", evidence={
+        "a/scheduler": ["2025-01-01T00:43:58Z Normal   NodeNotReady   node/b   Node b status is now: NodeNotReady"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=["b"])),
+])
+def node_failure_outside_the_workload(ws: Workspace) -> None:
+    if not ws.context.nodes:
+        return
+    for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
+        named = report.value_set("blamed_node")
+        if not named or report.value_set("blamed_pod") or blamed_nodes(ws, report):
+            continue
+        if any(_ADDRESS.match(n) for n in named):
+            continue
+        ws.demote(report, f"names {', '.join(sorted(named))}, not a node of this workload")
+
+
 @refiner("PodOnLostNode", phase=Phase.REFINE_EARLY, doc="""
 A Kubernetes node failure reported through a pod's events names the pod. The node that ran it is the one whose own
 NCCL lines print that pod's host name (IpToNodeMap's host names); that node is blamed. A report whose pod maps to no
