@@ -1478,8 +1478,8 @@ def _claim_line(rank: str, world: int) -> str:
 A run's global ranks are distinct. When processes on two nodes initialise with the same global rank and world size
 (Lightning's 'Initializing distributed: GLOBAL_RANK: R, MEMBER: R+1/N') within {RANK_CLAIM_WINDOW_S:.0f} s of each other,
 every node was given the same node rank: `{_RANK_TWICE}` (configuration, no node blamed) is placed at the second
-node's claim. Claims further apart are a restart that placed the ranks anew; claims without a time of their own
-are not compared.
+node's claim. Claims further apart are a restart that placed the ranks anew; claims without a time of their own are
+compared only when no node made a claim twice (one start-up, nothing restarted).
 """, cases=[
     RuleCase(title="two nodes both start ranks 0 and 1 of four", evidence={
         f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(r), 4)}" for i, r in enumerate((0, 1))]
@@ -1490,25 +1490,40 @@ are not compared.
     RuleCase(title="distinct ranks on each node", evidence={
         f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(2 * k + i), 4)}" for i in range(2)]
         for k, n in enumerate("ab")}, context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+    # https://github.com/Lightning-AI/pytorch-lightning/issues/6206 (--num_nodes 1 on three nodes: each its own world)
+    RuleCase(title="three nodes each start ranks 0 and 1 of two, no times", evidence={
+        f"{n}/applog": ["initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2", "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2"]
+        for n in "abc"},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_RANK_TWICE)),
+    RuleCase(title="one node restarted its ranks, no times", evidence={
+        "a/applog": [_claim_line("0", 2), _claim_line("0", 2)], "b/applog": [_claim_line("1", 2)]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
     RuleCase(title="rank 1 moved to another node when the workers restarted", evidence={
         "a/applog": [f"2025-01-01T00:00:00Z {_claim_line('1', 2)}"],
         "b/applog": [f"2025-01-01T00:20:00Z {_claim_line('1', 2)}"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
 ])
 def global_rank_on_two_nodes(ws: Workspace) -> None:
-    claims: dict[tuple[str, str], list[tuple[datetime, Event]]] = {}
+    claims: dict[tuple[str, str], list[tuple[datetime | None, Event]]] = {}
     for event in ws.events_of(f"{EventType.CONTEXT}.global_rank"):
-        at = _dated(event)
-        if event.node and at is not None:
+        if event.node:
             for rank in event.value_set("global_rank"):
                 for world in event.value_set("world"):
-                    claims.setdefault((rank, world), []).append((at, event))
+                    claims.setdefault((rank, world), []).append((_dated(event), event))
+    # undated claims are one start-up when no node made any claim twice (no restart to tell apart); a node's claims
+    # coalesce into one event whose line count exceeds its distinct ranks when one was claimed again
+    once = all(event.count <= len(event.value_set("global_rank")) for events in claims.values() for _, event in events)
     window = timedelta(seconds=RANK_CLAIM_WINDOW_S)
-    clashes = [max(one, other, key=lambda c: (c[0], c[1].node or ""))
+
+    def together(one: datetime | None, other: datetime | None) -> bool:
+        return abs(one - other) <= window if one is not None and other is not None else once
+
+    clashes = [max(one, other, key=lambda c: (c[0] is not None, c[0] or datetime.min, c[1].node or ""))
                for events in claims.values() for i, one in enumerate(events) for other in events[i + 1:]
-               if one[1].node != other[1].node and abs(one[0] - other[0]) <= window]
+               if one[1].node != other[1].node and together(one[0], other[0])]
     if clashes:
-        at, second = min(clashes, key=lambda c: (c[0], c[1].node or ""))
+        at, second = min(clashes, key=lambda c: (c[0] is None, c[0] or datetime.min, c[1].node or ""))
         ws.emit(EmitSpec(type=EventType.NODE_BAD, node=second.node, symptom=_RANK_TWICE, evidence=second.evidence,
                          time=at))
 

@@ -1784,13 +1784,15 @@ def _ready_again(ws: Workspace) -> dict[str, list[datetime]]:
 _REFUSED_CREDENTIAL = ("Step launch refused: credential expired (node clock)",
                        "Step launch refused: credential invalid on the node")
 _REFUSED_BY_SEVERAL = "Step credential refused by several nodes"
+_MUNGE_REFUSED = "Munge refused a credential (key mismatch)"
 
 
 @filter_rule("CredentialRefusedByEveryNode", phase=Phase.FILTER, doc=f"""
 srun's 'Task launch ... failed on node <n>: Job credential expired' (or 'Invalid job credential') blames that node's
 clock or Slurm installation when it alone refused the credential. The credential is the controller's, signed with its
 clock and key: refused by two nodes or more, the controller's set-up is what is off, and the reports become
-`{_REFUSED_BY_SEVERAL}` (configuration, no node blamed).
+`{_REFUSED_BY_SEVERAL}` (configuration, no node blamed). Refused by one node alone, munge's own refusals in the daemons'
+logs (`{_MUNGE_REFUSED}`) are that node's key seen from both ends, and are dropped.
 """, cases=[
     # https://github.com/c3nl-neuraldynamics/c3nl_cluster/issues/18 (the controller's clock out of sync)
     RuleCase(title="every node finds the credential expired", evidence={"a/applog": [
@@ -1798,6 +1800,12 @@ clock and key: refused by two nodes or more, the controller's set-up is what is 
         for n in ("a", "b", "c")]},
         context={"nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_REFUSED_BY_SEVERAL)),
+    # https://github.com/clustervision/trinity/issues/759 (a reimaged node with another munge key)
+    RuleCase(title="one node refuses the launch; munge's refusals in the logs", evidence={
+        "a/scheduler": ["[2025-01-01T00:00:26.410] error: Munge decode failed: Invalid credential"],
+        "a/applog": ["2025-01-01T00:04:44Z srun: error: Task launch for StepId=8.0 failed on node b: Protocol "
+                     "authentication error"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=True, sub_domain="configuration", culprits=["b"])),
     RuleCase(title="one node finds it expired", evidence={"a/applog": [
         "2025-01-01T00:04:42Z srun: error: Task launch for StepId=8.0 failed on node b: Job credential expired"]},
         context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
@@ -1805,6 +1813,10 @@ clock and key: refused by two nodes or more, the controller's set-up is what is 
 def credential_refused_by_every_node(ws: Workspace) -> None:
     events = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _REFUSED_CREDENTIAL]
     refused = {n for e in events for n in (ws.canonical_node(b) for b in e.value_set("blamed_node")) if n}
+    if len(refused) == 1:
+        # munged's refusals of the same key mismatch, as the daemons logged them, are that node's refusal
+        for munge in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _MUNGE_REFUSED]:
+            ws.drop(munge, f"{min(refused)} alone refused the step's credential: its key, which munge's refusals echo")
     if len(refused) < 2:
         return
     for event in events:
