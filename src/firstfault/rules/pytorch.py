@@ -1479,7 +1479,9 @@ A run's global ranks are distinct. When processes on two nodes initialise with t
 (Lightning's 'Initializing distributed: GLOBAL_RANK: R, MEMBER: R+1/N') within {RANK_CLAIM_WINDOW_S:.0f} s of each other,
 every node was given the same node rank: `{_RANK_TWICE}` (configuration, no node blamed) is placed at the second
 node's claim. Claims further apart are a restart that placed the ranks anew; claims without a time of their own are
-compared only when no node made a claim twice (one start-up, nothing restarted).
+compared only when no node made a claim twice (one start-up, nothing restarted). Ranks claimed twice while other
+ranks of the same world were never claimed (every process's output through one stream) are the same collision: a
+restart claims the whole world again.
 """, cases=[
     RuleCase(title="two nodes both start ranks 0 and 1 of four", evidence={
         f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(r), 4)}" for i, r in enumerate((0, 1))]
@@ -1496,6 +1498,14 @@ compared only when no node made a claim twice (one start-up, nothing restarted).
         for n in "abc"},
         context={"nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_RANK_TWICE)),
+    # https://github.com/Lightning-AI/pytorch-lightning/issues/4389 (one srun task per node: each node starts ranks 0-3)
+    RuleCase(title="ranks 0-3 of eight claimed twice in one stream", evidence={
+        "a/applog": [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (0, 0, 1, 1, 2, 2, 3, 3)]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_RANK_TWICE)),
+    RuleCase(title="the whole world claimed again after a restart", evidence={
+        "a/applog": [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4" for r in (0, 1, 2, 3, 0, 1, 2, 3)]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
     RuleCase(title="one node restarted its ranks, no times", evidence={
         "a/applog": [_claim_line("0", 2), _claim_line("0", 2)], "b/applog": [_claim_line("1", 2)]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
@@ -1522,10 +1532,27 @@ def global_rank_on_two_nodes(ws: Workspace) -> None:
     clashes = [max(one, other, key=lambda c: (c[0] is not None, c[0] or datetime.min, c[1].node or ""))
                for events in claims.values() for i, one in enumerate(events) for other in events[i + 1:]
                if one[1].node != other[1].node and together(one[0], other[0])]
+    if not clashes and once is False:
+        clashes = _ranks_doubled_short_of_the_world(claims)
     if clashes:
         at, second = min(clashes, key=lambda c: (c[0] is None, c[0] or datetime.min, c[1].node or ""))
         ws.emit(EmitSpec(type=EventType.NODE_BAD, node=second.node, symptom=_RANK_TWICE, evidence=second.evidence,
                          time=at))
+
+
+def _ranks_doubled_short_of_the_world(claims: dict[tuple[str, str], list[tuple[datetime | None, Event]]]
+                                      ) -> list[tuple[datetime | None, Event]]:
+    """Claims of one world size in which ranks were claimed again while others of that world never were (all the
+    processes' output through one stream, say): two launches took the same ranks. A restart claims the whole world
+    again; this does not."""
+    found = []
+    for world in {w for _, w in claims}:
+        events = {id(e): e for (_, w), listed in claims.items() if w == world for _, e in listed}.values()
+        lines = sum(e.count for e in events)
+        ranks = {r for e in events for r in e.value_set("global_rank")}
+        if world.isdigit() and lines > len(ranks) and len(ranks) < int(world) <= lines:
+            found += [(_dated(e), e) for e in events]
+    return found
 
 
 _RENDEZVOUS_TIMEOUT = "Rendezvous or store timeout"
