@@ -1479,9 +1479,9 @@ A run's global ranks are distinct. When processes on two nodes initialise with t
 (Lightning's 'Initializing distributed: GLOBAL_RANK: R, MEMBER: R+1/N') within {RANK_CLAIM_WINDOW_S:.0f} s of each other,
 every node was given the same node rank: `{_RANK_TWICE}` (configuration, no node blamed) is placed at the second
 node's claim. Claims further apart are a restart that placed the ranks anew; claims without a time of their own are
-compared only when no node made a claim twice (one start-up, nothing restarted). Ranks claimed twice while other
-ranks of the same world were never claimed (every process's output through one stream) are the same collision: a
-restart claims the whole world again.
+compared only when no node made a claim twice (one start-up, nothing restarted). The first ranks claimed again while
+the rest of the same world never were (every process's output through one stream) are the same collision: a restart
+claims the whole world again, and a node whose output is missing leaves a gap elsewhere.
 """, cases=[
     RuleCase(title="two nodes both start ranks 0 and 1 of four", evidence={
         f"{n}/applog": [f"2025-01-01T00:00:0{i}Z {_claim_line(str(r), 4)}" for i, r in enumerate((0, 1))]
@@ -1503,6 +1503,10 @@ restart claims the whole world again.
         "a/applog": [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (0, 0, 1, 1, 2, 2, 3, 3)]},
         context={"nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_RANK_TWICE)),
+    RuleCase(title="each process initialised twice, one node's output missing", evidence={
+        "a/applog": [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (0, 1, 2, 3) * 2],
+        "c/applog": [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (6, 7) * 2]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False)),
     RuleCase(title="the whole world claimed again after a restart", evidence={
         "a/applog": [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4" for r in (0, 1, 2, 3, 0, 1, 2, 3)]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
@@ -1542,15 +1546,17 @@ def global_rank_on_two_nodes(ws: Workspace) -> None:
 
 def _ranks_doubled_short_of_the_world(claims: dict[tuple[str, str], list[tuple[datetime | None, Event]]]
                                       ) -> list[tuple[datetime | None, Event]]:
-    """Claims of one world size in which ranks were claimed again while others of that world never were (all the
-    processes' output through one stream, say): two launches took the same ranks. A restart claims the whole world
-    again; this does not."""
+    """Claims of one world size in which the first ranks (0 to k-1) were claimed again and the others of that world
+    never were (all the processes' output through one stream, say): every node started the same ranks, as each node
+    does when it believes it is node 0. A restart claims the whole world again, and a node whose output is missing
+    leaves a gap elsewhere than at the top."""
     found = []
     for world in {w for _, w in claims}:
         events = {id(e): e for (_, w), listed in claims.items() if w == world for _, e in listed}.values()
         lines = sum(e.count for e in events)
         ranks = {r for e in events for r in e.value_set("global_rank")}
-        if world.isdigit() and lines > len(ranks) and len(ranks) < int(world) <= lines:
+        first = ranks == {str(i) for i in range(len(ranks))}
+        if world.isdigit() and first and lines > len(ranks) and len(ranks) < int(world) <= lines:
             found += [(_dated(e), e) for e in events]
     return found
 
