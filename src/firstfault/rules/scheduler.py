@@ -784,7 +784,8 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
-was shut down on purpose; a powered-down node Slurm could not resume never came up at all. A Kubernetes or Slurm node
+was shut down on purpose; a powered-down node Slurm could not resume never came up at all. Its munged stops with the
+shutdown, so the Slurm messages that then fail for want of munged are the shutdown's too. A Kubernetes or Slurm node
 failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed. The operating system's shutdown then stands as
@@ -822,6 +823,14 @@ failed to start: that is why it was lost.
                  "start_time": "2020-05-06T21:16:40Z", "end_time": "2020-05-07T00:58:06Z"},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
                       demoted=["Slurm node failure"])),
+    # https://github.com/aws/aws-parallelcluster/issues/1763 (a node powered off; its slurmstepd then found no munged)
+    RuleCase(title="a node shutting down loses munged with everything else", evidence={
+        "b/syslog": ["Jan  1 00:29:08 b systemd-logind[912]: Power key pressed."],
+        "b/applog": ['2025-01-01T00:29:10Z slurmstepd: error: Munge encode failed: Failed to access '
+                     '"/var/run/munge/munge.socket.2": No such file or directory']},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:31:00Z"},
+        expect=Expect(fired=True, culprits=[], demoted=["munged not running on the node"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -855,6 +864,13 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
         since = shutdowns.get(broken.node or "", ws.context.start_time)
         if broken.node in began and broken.first_time and (since is None or broken.first_time >= since):
             del began[broken.node]
+    # a shutdown (a reclaimed spot instance's too) stops munged with every other service: the node's messages fail
+    stopping = dict(began)
+    stopping.update({s.node: s.first_time for s in ws.select(prefix="Spot instance reclaimed") if s.node and s.first_time})
+    for gone in ws.active(prefix="munged not running on the node"):
+        when = stopping.get(gone.node or "")
+        if when is not None and (ws.undated(gone) or gone.first_time is None or when <= gone.first_time):
+            ws.demote(gone, f"{gone.node} was shutting down: its munged stopped with it")
     for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
         declared = min(_stamped(report), default=None)  # an unstamped srun line inherits only a lower bound
