@@ -1311,16 +1311,22 @@ def node_tasks_hung(ws: Workspace) -> None:
         tasks = {re.sub(r"/.*$", "", t) for t in named}
         system = {t for t in tasks if not _WORKLOAD_TASK.match(t)}
         storage = any(STORAGE_STACK_TASK.match(t) for t in named)
-        last = max(e.last_time or e.time for e in events if e.time) if any(e.time for e in events) else None
-        lost = ws.canonical_node(node) in declared and last is not None and \
-            timedelta(0) <= declared[ws.canonical_node(node) or ""] - last <= timedelta(seconds=WARNED_BEFORE_LOSS_S)
-        if lost and system and waited.get(node) != "Task hung in a shared filesystem client":
-            pass  # the node's own tasks hung, then the scheduler lost the node: its kernel stopped serving them
-        elif node in waited or storage or len(tasks) < NODE_TASKS_HUNG or len(system) < 2:
+        # the node's own tasks hung, then the scheduler lost the node: its kernel stopped serving them
+        lost = bool(system) and waited.get(node) != "Task hung in a shared filesystem client" and \
+            _lost_soon_after(declared.get(ws.canonical_node(node) or ""), events)
+        alone = node not in waited and not storage and len(tasks) >= NODE_TASKS_HUNG and len(system) >= 2
+        if not (lost or alone):
             continue
         for event in events:
             ws.reread(event, _TASKS_HUNG, f"{len(tasks)} different tasks of {node} hung at once, "
                                           f"{', '.join(sorted(system))} among them")
+
+
+def _lost_soon_after(declared: datetime | None, events: list[Event]) -> bool:
+    """The scheduler declared the node lost within WARNED_BEFORE_LOSS_S after the last of these reports."""
+    last = max((e.last_time or e.time for e in events if e.time), default=None)
+    return declared is not None and last is not None and \
+        timedelta(0) <= declared - last <= timedelta(seconds=WARNED_BEFORE_LOSS_S)
 
 
 def _first_declared_lost(ws: Workspace) -> dict[str, datetime]:

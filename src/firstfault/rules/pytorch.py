@@ -1536,7 +1536,7 @@ def global_rank_on_two_nodes(ws: Workspace) -> None:
     clashes = [max(one, other, key=lambda c: (c[0] is not None, c[0] or datetime.min, c[1].node or ""))
                for events in claims.values() for i, one in enumerate(events) for other in events[i + 1:]
                if one[1].node != other[1].node and together(one[0], other[0])]
-    if not clashes and once is False:
+    if not clashes and not once:
         clashes = _ranks_doubled_short_of_the_world(claims)
     if clashes:
         at, second = min(clashes, key=lambda c: (c[0] is None, c[0] or datetime.min, c[1].node or ""))
@@ -1551,7 +1551,7 @@ def _ranks_doubled_short_of_the_world(claims: dict[tuple[str, str], list[tuple[d
     does when it believes it is node 0. A restart claims the whole world again, and a node whose output is missing
     leaves a gap elsewhere than at the top."""
     found = []
-    for world in {w for _, w in claims}:
+    for world in sorted({w for _, w in claims}):
         events = {id(e): e for (_, w), listed in claims.items() if w == world for _, e in listed}.values()
         lines = sum(e.count for e in events)
         ranks = {r for e in events for r in e.value_set("global_rank")}

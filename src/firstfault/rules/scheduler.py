@@ -1257,7 +1257,8 @@ A scheduler action (time limit, preemption, cancellation, eviction, declared nod
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
 that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it. A peer's error naming only the nodes whose pods an eviction took, dated no
-earlier than the eviction, is how the peers saw those pods end, whatever the clock-skew tolerance allows. A cancel is also demoted when the program itself reported failing (an
+earlier than the eviction, is how the peers saw those pods end, whatever the clock-skew tolerance allows. A cancel is
+also demoted when the program itself reported failing (an
 error in its own output, even one that names no cause) more than five minutes before it and training did not go
 on after that: someone ended a run that had already failed.
 """, cases=[
@@ -1803,7 +1804,7 @@ _REFUSED_BY_SEVERAL = "Step credential refused by several nodes"
 _MUNGE_REFUSED = "Munge refused a credential (key mismatch)"
 
 
-@filter_rule("CredentialRefusedByEveryNode", phase=Phase.FILTER, doc=f"""
+@filter_rule("CredentialRefusedBySeveralNodes", phase=Phase.FILTER, doc=f"""
 srun's 'Task launch ... failed on node <n>: Job credential expired' (or 'Invalid job credential') blames that node's
 clock or Slurm installation when it alone refused the credential. The credential is the controller's, signed with its
 clock and key: refused by two nodes or more, the controller's set-up is what is off, and the reports become
@@ -1826,7 +1827,7 @@ logs (`{_MUNGE_REFUSED}`) are that node's key seen from both ends, and are dropp
         "2025-01-01T00:04:42Z srun: error: Task launch for StepId=8.0 failed on node b: Job credential expired"]},
         context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="host", culprits=["b"])),
 ])
-def credential_refused_by_every_node(ws: Workspace) -> None:
+def credential_refused_by_several_nodes(ws: Workspace) -> None:
     events = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _REFUSED_CREDENTIAL]
     refused = {n for e in events for n in (ws.canonical_node(b) for b in e.value_set("blamed_node")) if n}
     if len(refused) == 1:

@@ -215,10 +215,11 @@ _STORAGE_HUNG = "Hung task in the node's storage stack"
 
 @filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
 Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, btrfs's transaction thread, ZFS's
-txg_sync and write workers, device-mapper and md workers, the LVM tools), or of any task whose printed stack runs through
-ext4, jbd2, XFS, btrfs or ZFS (a writeback worker, the training process's fsync), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more say that
-node's storage did not complete I/O for minutes: they become `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and
-stays context; a file server's stall on the same node takes them as its own (FileServerStallOutcome).
+txg_sync and write workers, device-mapper and md workers, the LVM tools), or of any task whose printed stack runs
+through ext4, jbd2, XFS, btrfs or ZFS (a writeback worker, the training process's fsync), that recur over
+{STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for minutes: they become
+`{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and stays context; a file
+server's stall on the same node takes them as its own (FileServerStallOutcome).
 """, cases=[
     # https://github.com/Azure/local-csi-driver/issues/153 (an LVM volume on local NVMe, AKS H100 node)
     RuleCase(title="the LVM tools and the journal blocked for six minutes", evidence={"n1/syslog": [
