@@ -51,7 +51,8 @@ HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time li
 # Undated progress is placed from iteration counts: the stall must then also be this share of the time since the start.
 UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
-TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded", "LSF run limit reached")
+TIME_LIMITS = ("Slurm time limit", "Job deadline exceeded", "PBS walltime exceeded", "LSF run limit reached",
+               "MPI launcher time limit")
 # Reports of a node declared failed: by the scheduler (Slurm, Kubernetes, Flux) or by Ray's GCS.
 SCHEDULER_NODE_FAILURES = ("Slurm node failure", "Kubernetes node failure", "Flux node failure")
 NODE_FAILURE_REPORTS = (*SCHEDULER_NODE_FAILURES, "Ray node failure")
