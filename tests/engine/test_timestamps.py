@@ -45,6 +45,9 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("cluster-autoscaler: I0301 02:13:19.000000       1 scale_down.go:1102] Scale-down: removing empty node",
      "2025-03-01T02:13:19"),
     ("[pod/train-worker-1/pytorch] 2025-03-01T02:13:19Z step 100", "2025-03-01T02:13:19"),
+    # kubectl describe node's condition row: dated at its transition time (the second stamp), its offset applied
+    ("  Ready            False   Fri, 10 Jul 2026 20:31:27 +0000   Fri, 10 Jul 2026 20:30:02 +0200   KubeletNotReady   "
+     "container runtime is down", "2026-07-10T18:30:02"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)

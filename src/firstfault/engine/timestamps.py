@@ -54,6 +54,12 @@ _IPMI_SEL = re.compile(r"^\s*[0-9a-fA-F]{1,6} \| (\d{2})/(\d{2})/(\d{4}) \| (\d{
 # pattern as Habana's SynapseAI and HCCL log ('[14:28:26.076200][HCCL ][info ]'), scripts' own '[hh:mm:ss] step N'.
 # Placed only inside a known workload window shorter than a day, on the one date that puts it there.
 _TIME_OF_DAY = re.compile(r"^\s*\[(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\](?=[\s\[])")
+# kubectl describe node's condition rows: '<Type>  <Status>  <LastHeartbeatTime>  <LastTransitionTime>  <Reason>
+# <Message>', both times in RFC 1123 form with an offset ('Fri, 10 Jul 2026 20:31:27 +0000'). The row is dated at its
+# transition: when the condition took the status it shows.
+_KUBE_CONDITION = re.compile(
+    r"^\s*[A-Z]\w+\s+(?:True|False|Unknown)\s+[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} [+-]\d{4}\s+"
+    r"[A-Z][a-z]{2}, (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) ([+-]\d{4})\s")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
@@ -179,6 +185,11 @@ class TimestampParser:
                 mo, d, y, h, mi, s = m.groups()
                 return (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False,
                         m.group())
+            if m := _KUBE_CONDITION.match(text):
+                d, mon, y, h, mi, s, zone = m.groups()
+                if mon in _MONTHS:
+                    dt = datetime(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(s), tzinfo=_zone(zone))
+                    return dt.astimezone(timezone.utc), True, m.group()
             if m := _TIME_OF_DAY.match(text):
                 h, mi, s, frac = m.groups()
                 return self._placed(self._in_window(int(h), int(mi), int(s), _micro(frac)), m)

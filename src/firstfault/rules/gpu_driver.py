@@ -303,6 +303,70 @@ def fabric_missing_on_some_nodes(ws: Workspace) -> None:
                          time=event.time))
 
 
+_FEWER_GPUS = "Node advertises fewer GPUs than its peers"
+
+
+def _node_facts(ws: Workspace, fact: str, attribute: str) -> dict[str, set[str]]:
+    """The values of a fact's attribute each node's own evidence gave."""
+    found: dict[str, set[str]] = {}
+    for event in ws.events_of(f"{EventType.CONTEXT}.{fact}"):
+        node = ws.canonical_node(event.node)
+        if node:
+            found.setdefault(node, set()).update(event.value_set(attribute))
+    return found
+
+
+@filter_rule("NodeAdvertisesFewerGpus", phase=Phase.FILTER, doc=f"""
+Where kubectl describe node shows, in each node's own evidence, how many GPUs the node advertises (nvidia.com/gpu) and
+its instance type, nodes of one type should advertise the same count. A node of the workload that advertises fewer
+(its lowest count, capacity or allocatable) than all the other nodes of its type, at least one other, do is
+`{_FEWER_GPUS}` (gpu, the node blamed). Nodes without an instance type are compared only with each other when no node
+names one. Not in a run that completed.
+""", cases=[
+    # https://github.com/aws/eks-node-monitoring-agent/pull/121 (a g6e.12xlarge running with 3 of its 4 GPUs, no Xid)
+    RuleCase(title="one node of the type offers 3 GPUs, its peers 4; a pod of the job could not be placed", evidence={
+        **{f"{n}/scheduler": ["                    node.kubernetes.io/instance-type=g6e.12xlarge",
+                              f"  nvidia.com/gpu:     {count}"] for n, count in (("a", 4), ("b", 4), ("c", 3))},
+        "a/applog": ["2025-01-01T00:10:00Z   Warning   FailedScheduling   pod/job-worker-2   0/3 nodes are available: "
+                     "1 Insufficient nvidia.com/gpu, 2 node(s) didn't match pod anti-affinity rules."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    RuleCase(title="nodes of two types with their own GPU counts", evidence={
+        f"{n}/scheduler": [f"                    node.kubernetes.io/instance-type={kind}",
+                           f"  nvidia.com/gpu:     {count}"]
+        for n, kind, count in (("a", "p4d.24xlarge", 8), ("b", "g6e.12xlarge", 4))},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b"]},
+        expect=Expect(fired=False)),
+    RuleCase(title="every node's describe output in one file: one node's evidence, nothing to compare", evidence={
+        "a/scheduler": ["                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     4",
+                        "                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     3"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b"]},
+        expect=Expect(fired=False)),
+])
+def node_advertises_fewer_gpus(ws: Workspace) -> None:
+    if workload_completed(ws):
+        return
+    counts = {node: min(int(v) for v in values) for node, values in _node_facts(ws, "node_gpu_count", "gpus").items()}
+    kinds = _node_facts(ws, "instance_type", "instance_type")
+    groups: dict[str, list[str]] = {}
+    for node in sorted(counts):
+        kind = kinds.get(node, set())
+        if len(kind) > 1 or (not kind and kinds):
+            continue  # several types in one node's evidence, or a node of unknown type beside typed ones
+        groups.setdefault(next(iter(kind), ""), []).append(node)
+    workload = set(ws.context.nodes)
+    for members in groups.values():
+        for node in members:
+            peers = {counts[other] for other in members if other != node}
+            if len(peers) == 1 and counts[node] < min(peers) and (not workload or node in workload):
+                event = next(e for e in sorted(ws.events_of(f"{EventType.CONTEXT}.node_gpu_count"), key=time_order)
+                             if ws.canonical_node(e.node) == node and str(counts[node]) in e.value_set("gpus"))
+                ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_FEWER_GPUS, evidence=event.evidence,
+                                 time=event.time, attributes={
+                                     "meaning": f"{node} advertises {counts[node]} GPUs, the other nodes of its type "
+                                                f"{min(peers)}"}))
+
+
 _GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")
 _HANG_EVERYWHERE = "The same GPU hang on every node"
 _GPU_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed", "Intel GPU reset failed")
