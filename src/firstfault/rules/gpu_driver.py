@@ -303,7 +303,7 @@ def fabric_missing_on_some_nodes(ws: Workspace) -> None:
                          time=event.time))
 
 
-_FEWER_GPUS = "Node advertises fewer GPUs than its peers"
+_FEWER_GPUS = "Node advertises fewer GPUs than it carries"
 
 
 def _node_facts(ws: Workspace, fact: str, attribute: str) -> dict[str, set[str]]:
@@ -317,9 +317,10 @@ def _node_facts(ws: Workspace, fact: str, attribute: str) -> dict[str, set[str]]
 
 
 @filter_rule("NodeAdvertisesFewerGpus", phase=Phase.FILTER, doc=f"""
-Where kubectl describe node shows, in each node's own evidence, how many GPUs the node advertises (nvidia.com/gpu) and
-its instance type, nodes of one type should advertise the same count. A node of the workload that advertises fewer
-(its lowest count, capacity or allocatable) than all the other nodes of its type, at least one other, do is
+Where kubectl describe node shows, in each node's own evidence, how many GPUs the node advertises (nvidia.com/gpu; none
+when its Capacity block lists no such line) and its instance type, nodes of one type should advertise the same count.
+A node of the workload that advertises fewer (its lowest count, capacity or allocatable) than all the other nodes of its
+type, at least one other, do, or fewer than its instance type carries (Karpenter's instance-gpu-count label), is
 `{_FEWER_GPUS}` (gpu, the node blamed). Nodes without an instance type are compared only with each other when no node
 names one. Not in a run that completed.
 """, cases=[
@@ -331,6 +332,16 @@ names one. Not in a run that completed.
                      "1 Insufficient nvidia.com/gpu, 2 node(s) didn't match pod anti-affinity rules."]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    # https://github.com/bottlerocket-os/bottlerocket/issues/4087 (the device plugin never ran on a g4dn node)
+    RuleCase(title="a node whose instance type carries a GPU lists none in its capacity", evidence={
+        "c/scheduler": ["                    karpenter.k8s.aws/instance-gpu-count=1", "Capacity:", "  cpu:  8",
+                        "  pods:  29"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    RuleCase(title="a CPU node lists no GPU: nothing says it should have one", evidence={
+        "c/scheduler": ["Capacity:", "  cpu:  8", "  pods:  29"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
+        expect=Expect(fired=False)),
     RuleCase(title="nodes of two types with their own GPU counts", evidence={
         f"{n}/scheduler": [f"                    node.kubernetes.io/instance-type={kind}",
                            f"  nvidia.com/gpu:     {count}"]
@@ -347,6 +358,16 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
     if workload_completed(ws):
         return
     counts = {node: min(int(v) for v in values) for node, values in _node_facts(ws, "node_gpu_count", "gpus").items()}
+    carried = {node: max(int(v) for v in values)
+               for node, values in _node_facts(ws, "instance_gpu_count", "expected_gpus").items()}
+    for node in _node_facts(ws, "node_capacity_listed", "").keys() - counts.keys():
+        counts[node] = 0  # its capacity is listed, with no GPU in it
+    workload = set(ws.context.nodes)
+    named: set[str] = set()
+    for node, expected in sorted(carried.items()):
+        if counts.get(node, expected) < expected and (not workload or node in workload):
+            _fewer_gpus(ws, node, counts[node], f"its instance type carries {expected}")
+            named.add(node)
     kinds = _node_facts(ws, "instance_type", "instance_type")
     groups: dict[str, list[str]] = {}
     for node in sorted(counts):
@@ -354,17 +375,21 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
         if len(kind) > 1 or (not kind and kinds):
             continue  # several types in one node's evidence, or a node of unknown type beside typed ones
         groups.setdefault(next(iter(kind), ""), []).append(node)
-    workload = set(ws.context.nodes)
     for members in groups.values():
         for node in members:
             peers = {counts[other] for other in members if other != node}
-            if len(peers) == 1 and counts[node] < min(peers) and (not workload or node in workload):
-                event = next(e for e in sorted(ws.events_of(f"{EventType.CONTEXT}.node_gpu_count"), key=time_order)
-                             if ws.canonical_node(e.node) == node and str(counts[node]) in e.value_set("gpus"))
-                ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_FEWER_GPUS, evidence=event.evidence,
-                                 time=event.time, attributes={
-                                     "meaning": f"{node} advertises {counts[node]} GPUs, the other nodes of its type "
-                                                f"{min(peers)}"}))
+            if len(peers) == 1 and counts[node] < min(peers) and (not workload or node in workload) \
+                    and node not in named:
+                _fewer_gpus(ws, node, counts[node], f"the other nodes of its type {min(peers)}")
+
+
+def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
+    """Emit the reading on `node` at its GPU count's line (its Capacity heading when it lists none)."""
+    facts = ("node_gpu_count", "node_capacity_listed") if count else ("node_capacity_listed",)
+    event = next(e for fact in facts for e in sorted(ws.events_of(f"{EventType.CONTEXT}.{fact}"), key=time_order)
+                 if ws.canonical_node(e.node) == node and (fact != "node_gpu_count" or str(count) in e.value_set("gpus")))
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_FEWER_GPUS, evidence=event.evidence,
+                     time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
 
 _GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")

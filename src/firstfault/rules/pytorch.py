@@ -15,6 +15,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from functools import lru_cache
 
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
@@ -77,12 +78,13 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
 # closed (a KV cache's KVTransferError, a library's ...TimeoutError or ...ConnectionError, Dask's CommClosedError,
 # Spark's RpcTimeoutException, gRPC's RpcError for a call that ended with a non-OK status - grpc.RpcError,
-# _InactiveRpcError, grpc.aio's AioRpcError: the peer or the path is where the cause is); and a message that
-# sends the reader to another error (an earlier one, another rank's) is a report of that error. None is the
-# program's own fault.
+# _InactiveRpcError, grpc.aio's AioRpcError: the peer or the path is where the cause is; a transfer library's error
+# for a backend that failed under it or a peer that went away, NIXL's nixlBackendError and nixlRemoteDisconnectError);
+# and a message that sends the reader to another error (an earlier one, another rank's) is a report of that error.
+# None is the program's own fault.
 _FAILED_SUFFIXES = ("FailedError", "FailureError", "FailedException", "FailureException", "TransferError", "TimeoutError",
                     "TimeoutException", "ConnectionError", "DisconnectedError", "ClosedError", "CommunicationError",
-                    "NetworkError", "RpcError")
+                    "NetworkError", "RpcError", "BackendError", "DisconnectError")
 # ... and one that names failed things inside it (a workflow engine's FailedJobsException, a pool's FailedTasksError);
 # TensorFlow's FailedPreconditionError is the program's own (an op run in a state it cannot run in).
 _NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|Exception)$")
@@ -1010,12 +1012,34 @@ _HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library v
 _POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled")
 
 
+RAN_BEFORE_FAILING_S = 600.0  # a container that ran this long before it exited had started
+
+
+def _longest_container_run(ws: Workspace, node: str | None) -> float:
+    """The longest run, in seconds, a container's state in kubectl describe pod shows on `node` (a 'Started:' and the
+    'Finished:' after it in the same output); 0 when none is shown."""
+    longest, started = 0.0, None
+    runs = [e for e in ws.facts_of("container_run") if ws.canonical_node(e.node) == node]
+    for event in sorted(runs, key=lambda e: (e.evidence.provenance.origin, e.evidence.provenance.line or 0)):
+        if event.attributes.get("started"):
+            started = parsedate_to_datetime(str(event.attributes["started"]))
+        elif event.attributes.get("finished") and started is not None:
+            finished = parsedate_to_datetime(str(event.attributes["finished"]))
+            longest, started = max(longest, (finished - started).total_seconds()), None
+    return longest
+
+
 @refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, doc=f"""
 Kubernetes' status of a pod whose container could not start or kept failing (CrashLoopBackOff, RunContainerError,
 CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
 hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}), or a container
 was killed for memory (the kernel's memory-cgroup OOM kill, Kubernetes' OOMKilled; runc's 'container init was
-OOM-killed'), no later than that status, that report is the reason and the pod status is demoted.
+OOM-killed'), no later than that status, that report is the reason and the pod status is demoted. So is a
+CrashLoopBackOff on a node where a process of the workload ended in an uncaught exception (fact `program_raised`)
+before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
+raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
+minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
+exited soon after it started may have been given a setting it cannot start with.
 """, cases=[
     # https://github.com/NVIDIA/gpu-operator/issues/898 (a node whose driver was upgraded under running pods)
     RuleCase(title="the pod crash-looped on the node whose driver the hook could not use", evidence={
@@ -1035,16 +1059,42 @@ OOM-killed'), no later than that status, that report is the reason and the pod s
                       'CrashLoopBackOff: \\"back-off 10s restarting failed container=gke-gcsfuse-sidecar"']},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="host_oom", demoted=["Container image or start error"])),
+    # https://github.com/ai-dynamo/nixl/issues/149 (a decode engine that served for hours, then raised)
+    RuleCase(title="the program raised after hours of serving; the kubelet backs off its restarts", evidence={
+        "n1/applog": ["2025-01-01T03:14:09Z ERROR 01-01 03:14:09 [core.py:387] nixl._bindings.nixlBackendError: "
+                      "NIXL_ERR_BACKEND"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 00:20:04 +0000",
+                         "      Finished:     Wed, 01 Jan 2025 03:14:10 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "end_time": "2025-01-01T03:20:00Z"},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
+    RuleCase(title="the program raised at start-up, again and again", evidence={
+        "n1/applog": ["2025-01-01T00:21:09Z ERROR 01-01 00:21:09 [core.py:387] nixl._bindings.nixlBackendError: "
+                      "NIXL_ERR_BACKEND"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 00:20:04 +0000",
+                         "      Finished:     Wed, 01 Jan 2025 00:21:10 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "end_time": "2025-01-01T00:30:00Z"},
+        expect=Expect(fired=False, sub_domain="configuration")),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
 ])
 def pod_status_follows_its_reason(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    raised = {ws.canonical_node(e.node): e for e in ws.facts_of("program_raised")}
+    for status in ws.active(prefix="Container image or start error"):
+        program = raised.get(status.node)
+        if "CrashLoopBackOff" in status.value_set("reason") and program is not None and (
+                ws.undated(status) or program.time is None or status.first_time is None
+                or program.time <= status.first_time + skew) and \
+                _longest_container_run(ws, status.node) >= RAN_BEFORE_FAILING_S:
+            ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
+                              "container ran and failed, and the kubelet backs off restarting it")
     reasons = [h for name in _POD_STATUS_REASONS for h in ws.active(prefix=name)]
     if not reasons:
         return
-    skew = timedelta(seconds=ws.params.clock_skew_s)
     for status in ws.active(prefix="Container image or start error"):
         explained = [h for h in reasons if ws.undated(status) or h.first_time is None or status.first_time is None
                      or h.first_time <= status.first_time + skew]
