@@ -292,7 +292,8 @@ that outlived the work held the allocation, and the limit stays. Megatron's iter
 a time of their own still say how far training got: the last iteration times the longest time per iteration, from the
 workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
-stopped making progress. Without progress lines or reports, the program's own output says it: its last stamped line
+stopped making progress; so does NCCL's INFO log when ranks began a communicator ('Init START') and none finished one
+('Init COMPLETE') with no training progress: the ranks hung in NCCL's initialisation. Without progress lines or reports, the program's own output says it: its last stamped line
 that no extractor read, on any node (lines printed within minutes of the limit are its shutdown, and any unstamped
 output after that line, whose time is unknown, leaves the question open, as does a silence no longer than one the
 program kept earlier among its last lines and then went on: a job whose steps take hours prints nothing for hours).
@@ -388,6 +389,20 @@ program kept earlier among its last lines and then went on: a job whose steps ta
     _ended_by_the_limit("unstamped output after the program's last stamped line: its time is not known", [
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
+    # https://github.com/aws/sagemaker-training-toolkit/issues/240 (EFA left unset: ranks hung in ncclCommInitRankConfig
+    # with no error until the job's limit)
+    RuleCase(title="NCCL's init began on every rank and finished on none; mpirun's own limit", evidence={"n1/applog": [
+        "n1:11811:11881 [0] NCCL INFO comm 0x55de rank 0 nranks 4 cudaDev 0 busId 1000 commId 0x5c1e - Init START",
+        "n2:40219:40289 [0] NCCL INFO comm 0x55d1 rank 2 nranks 4 cudaDev 0 busId 1000 commId 0x5c1e - Init START",
+        "The user-provided time limit for job execution has been reached:"]},
+        context={"scheduler": "none", "end_time": "2025-01-01T00:10:00Z"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="NCCL's init completed; the run then went on until the limit", evidence={"n1/applog": [
+        "n1:11811:11881 [0] NCCL INFO comm 0x55de rank 0 nranks 4 cudaDev 0 busId 1000 commId 0x5c1e - Init START",
+        "n1:11811:11881 [0] NCCL INFO comm 0x55de rank 0 nranks 4 cudaDev 0 busId 1000 - Init COMPLETE",
+        "2025-01-01T00:09:59Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T00:09:59 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "end_time": "2025-01-01T00:10:00Z"},
+        expect=Expect(fired=False, sub_domain="scheduler")),
     RuleCase(title="undated progress; a py-spy dump shows ranks waiting in a broadcast", evidence={"n1/applog": [
         " iteration      151/  100000 | consumed samples: 2416 | lm loss: 6.69E+00 |",
         "Thread 835995 (active): \"MainThread\"",
@@ -400,6 +415,11 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     if any(ws.active(prefix="Rank waiting in a collective")):
         for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
             ws.demote(limit, "a stack dump shows ranks waiting in a collective: the job had hung")
+        return
+    if _hung_in_nccl_init(ws):
+        for limit in (s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)):
+            ws.demote(limit, "NCCL's communicator initialisation began ('Init START') and completed on no rank: the "
+                             "ranks had hung in it")
         return
     progress_end = last_progress(ws)
     # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
@@ -433,6 +453,12 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         if idle > max(HUNG_BEFORE_LIMIT_S, rhythm, margin * ((when - started).total_seconds() if started else 0.0)):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
+
+
+def _hung_in_nccl_init(ws: Workspace) -> bool:
+    """Ranks began an NCCL communicator and none completed one, and the workload never trained."""
+    phases = {phase for e in ws.facts_of("nccl_init") for phase in e.value_set("phase")}
+    return phases == {"START"} and not ws.select(prefix="Training progress")
 
 
 def _stamped(s: WorkSymptom) -> list[datetime]:
