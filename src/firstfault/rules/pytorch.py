@@ -73,6 +73,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # Spark's task killed by its driver (another task failed, the stage was cancelled), and py4j's wrapper of the Java
     # exception a PySpark call raised (the Java exception's own lines follow it)
     "TaskKilledException", "Py4JJavaError",
+    # the SageMaker training toolkit's report that the user's entry point exited non-zero ('ExecuteUserScriptError:',
+    # then 'ExitCode N' and the script's own stderr): why it exited is in the script's lines
+    "ExecuteUserScriptError",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
@@ -149,6 +152,7 @@ _REREAD_EXTRACTORS = frozenset({"CudaErrorCode"})
 
 # Python prints an exception whose message starts with a newline as its type and an empty first line
 _MESSAGE_ON_NEXT_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception):\s*$")
+MESSAGE_LINES = 3  # an exception printed with an empty first line carries its message on this many lines after it
 
 
 def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
@@ -157,7 +161,8 @@ def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
     line with a reading.
     Matching lines close in time are coalesced into one event that keeps its first line only, so a line of the same
     file that a coalesced event's extractor matches was read by it too. An exception printed with an empty first line
-    ('AssertionError: ') carries its message on the next line: a reading of that line is a reading of it."""
+    ('AssertionError: ') carries its message on the lines after it: a reading of one of the next MESSAGE_LINES lines
+    is a reading of it."""
     lines: set[tuple[str, int | None]] = set()
     coalesced: dict[str, set[str]] = {}  # origin -> extractors whose events there stand for several lines
     for e in ws.events:
@@ -177,7 +182,8 @@ def _read_by_others(ws: Workspace, rule: str, types: tuple[str, ...],
         text = event.evidence.text
         line = event.evidence.provenance.line
         continued = line is not None and _MESSAGE_ON_NEXT_LINE.search(text) is not None
-        return (origin, line) in lines or (continued and (origin, (line or 0) + 1) in lines) or any(
+        return (origin, line) in lines or (continued and any(
+            (origin, (line or 0) + k) in lines for k in range(1, MESSAGE_LINES + 1))) or any(
             name in extractors and extractors[name].regex.search(text) is not None
             for name in sorted(coalesced.get(origin, ()))) or any(x.regex.search(text) for x in replaced)
     return read
