@@ -1233,6 +1233,47 @@ def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
 
 
 
+RAY_DEATH_AFTER_DELETE_S = 120.0  # Ray's GCS marks a node dead within seconds of missing its heartbeats
+
+
+@refiner("PodDeletionTookTheRayNode", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
+Ray's GCS marks a node dead when its raylet stops answering - also when the raylet's pod was deleted. When the kubelet of
+the node Ray names logged a pod's deletion through the API ('"SyncLoop DELETE" source="api"') in the
+{RAY_DEATH_AFTER_DELETE_S / 60:.0f} minutes before Ray marked the node dead, the node left because its pod was deleted:
+the Ray node failure is demoted (the node is not blamed) and the deletion is the root candidate.
+""", cases=[
+    # https://github.com/vllm-project/aibrix/issues/2435 (a worker pod force-deleted under a serving Ray cluster)
+    RuleCase(title="a worker's pod is deleted; Ray marks its node dead two seconds later", evidence={
+        "w/syslog": ['Jan  1 00:10:05 w kubelet[2544]: I0101 00:10:05.118230    2544 kubelet.go:2439] "SyncLoop DELETE" '
+                     'source="api" pods=["serving/llm-worker-x7k2p"]'],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"],
+        "h/applog": ["2025-01-01 00:10:07,402 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."]},
+        context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Ray node failure"])),
+    RuleCase(title="a pod deleted on another node", evidence={
+        "h/syslog": ['Jan  1 00:10:05 h kubelet[2544]: I0101 00:10:05.118230    2544 kubelet.go:2439] "SyncLoop DELETE" '
+                     'source="api" pods=["serving/llm-router-1"]'],
+        "w/applog": ["2025-01-01 00:00:01,000 INFO scripts.py:862 -- Local node IP: 10.0.0.2"],
+        "h/applog": ["2025-01-01 00:10:07,402 WARNING worker.py:1828 -- The node with node id: 97ab and address: "
+                     "10.0.0.2 and node name: 10.0.0.2 has been marked dead because the detector has missed too many "
+                     "heartbeats from it."]},
+        context={"nodes": ["h", "w"], "scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, culprits=["w"])),
+])
+def pod_deletion_took_the_ray_node(ws: Workspace) -> None:
+    deletions = [s for s in ws.select(prefix="Pod deleted through the API") if s.first_time and not ws.undated(s)]
+    for report in ws.active(prefix="Ray node failure"):
+        began, lost = report.first_time, set(blamed_nodes(ws, report))
+        took = [d for d in deletions if began is not None and d.node in lost and d.first_time is not None
+                and timedelta(0) <= began - d.first_time <= timedelta(seconds=RAY_DEATH_AFTER_DELETE_S)]
+        if took:
+            ws.promote(took[0], f"Ray marked the node of {took[0].node} dead after its pod was deleted")
+            ws.demote(report, f"its pod was deleted through the API on {took[0].node} first: the node left, it did not "
+                              "fail")
+
+
 @refiner("UnplacedPodFollowsAFailure", phase=Phase.REFINE_LATE, doc=f"""
 `{NEVER_PLACED}` is the cause only when nothing else went wrong: a pod the scheduler cannot place after a node was lost,
 drained or preempted, after a GPU dropped out of a node's allocatable, or before a deadline struck a job that had
@@ -1279,7 +1320,7 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
           after=("HungBeforeLimitOrCancel", "UnplacedPodFollowsAFailure", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
-                 "PreemptionKilledTheRayNodes", "ResetExplainsItsNodeFailure"), doc="""
+                 "PreemptionKilledTheRayNodes", "ResetExplainsItsNodeFailure", "PodDeletionTookTheRayNode"), doc="""
 A scheduler action (time limit, preemption, cancellation, eviction, declared node failure) is demoted when
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
 that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
