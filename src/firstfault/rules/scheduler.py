@@ -817,7 +817,8 @@ failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
 not a fault of the node: it is demoted and the node is not blamed. The operating system's shutdown then stands as
 what took the node from the workload (scheduler, no node blamed). Not when the node came back and its slurmd then
-failed to start: that is why it was lost.
+failed to start: that is why it was lost. So is a node failure declared within that time of a cloud's record that it
+reclaimed a spot instance (the record on that node, or naming none): the cloud took the instance back.
 """, cases=[
     RuleCase(title="a spot node reclaimed", evidence={
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
@@ -858,6 +859,14 @@ failed to start: that is why it was lost.
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
                  "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:31:00Z"},
         expect=Expect(fired=True, culprits=[], demoted=["munged not running on the node"])),
+    # https://github.com/aws/aws-parallelcluster/issues/1671 (Spot instances reclaimed under a multi-node job: NODE_FAIL and
+    # a requeue)
+    RuleCase(title="the cloud reclaimed a spot instance; Slurm then lost its node", evidence={
+        "a/scheduler": ["aws ec2 describe-spot-instance-requests (g5.48xlarge, i-0c3d7ab41f2e8a911): Status.Code "
+                        "instance-terminated-no-capacity, UpdateTime 2025-01-01T00:30:01Z",
+                        "[2025-01-01T00:31:50.005] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Slurm node failure"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -898,9 +907,16 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
         when = stopping.get(gone.node or "")
         if when is not None and (ws.undated(gone) or gone.first_time is None or when <= gone.first_time):
             ws.demote(gone, f"{gone.node} was shutting down: its munged stopped with it")
+    reclaims = ws.active(prefix="Spot instance reclaimed")
     for report in [r for name in SCHEDULER_NODE_FAILURES for r in ws.active(prefix=name)]:
         lost = set(blamed_nodes(ws, report))
         declared = min(_stamped(report), default=None)  # an unstamped srun line inherits only a lower bound
+        reclaim = next((r for r in reclaims if declared is None or r.first_time is None or ws.undated(r)
+                        or abs(declared - r.first_time) <= window), None)
+        if reclaim is not None and (reclaim.node in lost or not reclaim.value_set("blamed_node")):
+            # the cloud took a spot instance back as the scheduler lost the node: the reclaim, not the node
+            ws.demote(report, f"a spot instance was reclaimed ({reclaim.node or '-'}): the node was taken back")
+            continue
         shut = sorted(n for n in lost if n in began and (declared is None or
                                                         began[n] - window <= declared <= began[n] + window))
         if shut and len(shut) == len(lost):
@@ -926,10 +942,13 @@ def _powered_off_b_then_timeout_on_a(timed_out: str) -> dict[str, list[str]]:
                          "Timeout(ms)=600000) ran for 600012 milliseconds before timing out."]}
 
 
-@refiner("ShutdownLeftPeersWaiting", phase=Phase.REFINE_LATE, after=("OrderlyShutdownIsNotANodeFailure",), doc=f"""
+@refiner("ShutdownLeftPeersWaiting", phase=Phase.REFINE_LATE,
+          after=("OrderlyShutdownIsNotANodeFailure", "UnplacedPodFollowsAFailure"), doc=f"""
 Without a scheduler's word on a lost node, the peers of a node whose operating system powered off in order (a
-reclaimed spot VM, an operator's reboot) only see its ranks vanish: their collectives and stores time out minutes
-later, and those reports name no node. When no root candidate remains, exactly one node of the workload began an
+reclaimed spot VM, an operator's reboot, a node auto-repair replacing it) only see its ranks vanish: their collectives
+and stores time out minutes later, their network transports report failed connections or completions, and those
+reports name no node. When no root candidate remains but such network errors on the other nodes after the shutdown
+(they are demoted), exactly one node of the workload began an
 orderly shutdown while it ran, that node reported no failure before it, the other nodes' first failure followed within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes and training did not go on after it, the shutdown is what took the node from
 the workload: it stands as the answer (scheduler, no node blamed). When none of the other nodes' failure lines carries
@@ -946,6 +965,14 @@ a time of its own, the workload's end stands for their first failure.
         context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1", "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T00:50:00Z"},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
+    # https://github.com/aws/containers-roadmap/issues/2567 (node auto-repair replacing a GPU node under a job)
+    RuleCase(title="a node powered down; its peers' OFI completions fail seconds later", evidence={
+        "b/syslog": ["Jan  1 00:20:00 b systemd-logind[1201]: System is powering down."],
+        "a/applog": ["2025-01-01T00:20:38Z a:200:260 [0] NCCL WARN NET/OFI Request 0x7f2c1c0b2e40 completed with error. "
+                     "RC: 103. Error: 4353 (Connection failed). Completed length: 0, Request: { dev: 0, size: 0, state: "
+                     "CREATED, type: RECV }"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[])),
     RuleCase(title="the peer failed first", evidence=_powered_off_b_then_timeout_on_a("00:10:05"),
              context={"nodes": ["a", "b"], "scheduler": "none", "exit_code": "1"},
              expect=Expect(fired=False, culprits=[])),
@@ -957,15 +984,22 @@ a time of its own, the workload's end stands for their first failure.
         expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
 ])
 def shutdown_left_peers_waiting(ws: Workspace) -> None:
-    if ws.active(role="root"):
-        return
     start, end = ws.context.start_time, ws.end_time
     began = {node: t for node, t in _shutdown_times(ws).items()
              if (start is None or t >= start) and (end is None or t <= end)}
     if len(began) != 1:
         return
     (node, shut), = began.items()
-    own_first = min((t for s in ws.active(node=node) if (t := s.first_time) and not ws.undated(s)), default=None)
+    window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
+    roots = ws.active(role="root")
+    # the other nodes' network errors after the shutdown: their transports finding the node's ranks gone
+    vanished = [r for r in roots if r.node != node and r.sub_domain == SubDomain.NETWORK and r.first_time
+                and not ws.undated(r) and shut <= r.first_time <= shut + window]
+    if len(vanished) != len(roots):
+        return
+    # a stall is placed on whichever node printed the last progress line: not that node's own failure
+    own_first = min((t for s in ws.active(node=node) if (t := s.first_time) and not ws.undated(s)
+                     and not s.name.startswith("Training stalled")), default=None)
     others = [s for s in ws.active() if s.node != node]
     others_first = min((t for s in others if (t := s.first_time) and not ws.undated(s)), default=None)
     if others_first is None and others and end is not None:
@@ -976,6 +1010,8 @@ def shutdown_left_peers_waiting(ws: Workspace) -> None:
     progress_end = last_progress(ws)
     if progress_end is not None and progress_end > shut + timedelta(seconds=SURVIVED_AFTER_S):
         return
+    for report in vanished:
+        ws.demote(report, f"{node} shut down in order just before: its peers' transport lost its ranks")
     for s in ws.select(prefix="Orderly OS shutdown", node=node):
         ws.promote(s, f"{node} was shut down in order {(others_first - shut).total_seconds() / 60:.0f} min before "
                       "its peers' first failure, which names no node")
