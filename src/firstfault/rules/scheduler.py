@@ -1272,7 +1272,8 @@ def preemption_killed_the_ray_nodes(ws: Workspace) -> None:
 RAY_DEATH_AFTER_DELETE_S = 120.0  # Ray's GCS marks a node dead within seconds of missing its heartbeats
 
 
-@refiner("PodDeletionTookTheRayNode", phase=Phase.REFINE_LATE, after=("RayNodeAliveWhenMarkedDead",), doc=f"""
+@refiner("PodDeletionTookTheRayNode", phase=Phase.REFINE_LATE,
+          after=("RayNodeAliveWhenMarkedDead", "UnplacedPodFollowsAFailure"), doc=f"""
 Ray's GCS marks a node dead when its raylet stops answering - also when the raylet's pod was deleted. When the kubelet of
 the node Ray names logged a pod's deletion through the API ('"SyncLoop DELETE" source="api"') in the
 {RAY_DEATH_AFTER_DELETE_S / 60:.0f} minutes before Ray marked the node dead, the node left because its pod was deleted:
