@@ -317,12 +317,13 @@ def _node_facts(ws: Workspace, fact: str, attribute: str) -> dict[str, set[str]]
 
 
 @filter_rule("NodeAdvertisesFewerGpus", phase=Phase.FILTER, doc=f"""
-Where kubectl describe node shows, in each node's own evidence, how many GPUs the node advertises (nvidia.com/gpu; none
-when its Capacity block lists no such line) and its instance type, nodes of one type should advertise the same count.
+Where kubectl describe node shows, in each node's own evidence, how many GPUs the node advertises (nvidia.com/gpu) and
+its instance type, nodes of one type should advertise the same count.
 A node of the workload that advertises fewer (its lowest count, capacity or allocatable) than all the other nodes of its
-type, at least one other, do, or fewer than its instance type carries (Karpenter's instance-gpu-count label), is
+type, at least one other, do, or fewer than its instance type carries (Karpenter's instance-gpu-count label; a node
+whose Capacity block lists no GPU line then advertises none), is
 `{_FEWER_GPUS}` (gpu, the node blamed). Nodes without an instance type are compared only with each other when no node
-names one. Not in a run that completed.
+names one, and then only where at least two others agree. Not in a run that completed.
 """, cases=[
     # https://github.com/aws/eks-node-monitoring-agent/pull/121 (a g6e.12xlarge running with 3 of its 4 GPUs, no Xid)
     RuleCase(title="one node of the type offers 3 GPUs, its peers 4; a pod of the job could not be placed", evidence={
@@ -342,6 +343,11 @@ names one. Not in a run that completed.
         "c/scheduler": ["Capacity:", "  cpu:  8", "  pods:  29"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
         expect=Expect(fired=False)),
+    RuleCase(title="a CPU node's capacity beside GPU nodes with no instance types shown: not a GPU node short of GPUs",
+             evidence={"a/scheduler": ["Capacity:", "  nvidia.com/gpu:     8"], "b/scheduler": ["Capacity:", "  cpu:  8"],
+                       "c/scheduler": ["Capacity:", "  nvidia.com/gpu:     8"]},
+             context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b", "c"]},
+             expect=Expect(fired=False)),
     RuleCase(title="nodes of two types with their own GPU counts", evidence={
         f"{n}/scheduler": [f"                    node.kubernetes.io/instance-type={kind}",
                            f"  nvidia.com/gpu:     {count}"]
@@ -360,22 +366,26 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
     counts = {node: min(int(v) for v in values) for node, values in _node_facts(ws, "node_gpu_count", "gpus").items()}
     carried = {node: max(int(v) for v in values)
                for node, values in _node_facts(ws, "instance_gpu_count", "expected_gpus").items()}
-    for node in _node_facts(ws, "node_capacity_listed", "").keys() - counts.keys():
-        counts[node] = 0  # its capacity is listed, with no GPU in it
+    listed = _node_facts(ws, "node_capacity_listed", "").keys()
     workload = set(ws.context.nodes)
     named: set[str] = set()
     for node, expected in sorted(carried.items()):
-        if counts.get(node, expected) < expected and (not workload or node in workload):
-            _fewer_gpus(ws, node, counts[node], f"its instance type carries {expected}")
+        # a node whose capacity is listed without a GPU line advertises none; only its instance type says it should
+        count = counts.get(node, 0 if node in listed else expected)
+        if count < expected and (not workload or node in workload):
+            _fewer_gpus(ws, node, count, f"its instance type carries {expected}")
             named.add(node)
     kinds = _node_facts(ws, "instance_type", "instance_type")
     groups: dict[str, list[str]] = {}
     for node in sorted(counts):
-        kind = kinds.get(node, set())
-        if len(kind) > 1 or (not kind and kinds):
+        types = kinds.get(node, set())
+        if len(types) > 1 or (not types and kinds):
             continue  # several types in one node's evidence, or a node of unknown type beside typed ones
-        groups.setdefault(next(iter(kind), ""), []).append(node)
-    for members in groups.values():
+        groups.setdefault(next(iter(types), ""), []).append(node)
+    for kind, members in groups.items():
+        # without an instance type the nodes may differ by design: two others agreeing, not one, set the count
+        if len(members) < (2 if kind else 3):
+            continue
         for node in members:
             peers = {counts[other] for other in members if other != node}
             if len(peers) == 1 and counts[node] < min(peers) and (not workload or node in workload) \

@@ -1021,6 +1021,19 @@ _POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled")
 RAN_BEFORE_FAILING_S = 600.0  # a container that ran this long before it exited had started
 
 
+def _crash_loop(title: str, exited: str, expect: Expect) -> RuleCase:
+    """A case: n1's program raised at `exited` (HH:MM) after a start at 00:20; kubectl describe shows the container's
+    previous run and the kubelet's CrashLoopBackOff."""
+    return RuleCase(title=title, evidence={
+        "n1/applog": [f"2025-01-01T{exited}:09Z ERROR 01-01 {exited}:09 [core.py:387] nixl._bindings.nixlBackendError: "
+                      "NIXL_ERR_BACKEND"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 00:20:04 +0000",
+                         f"      Finished:     Wed, 01 Jan 2025 {exited}:10 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "end_time": f"2025-01-01T{exited[:2]}:59:00Z"},
+        expect=expect)
+
+
 def _longest_container_run(ws: Workspace, node: str | None) -> float:
     """The longest run, in seconds, a container's state in kubectl describe pod shows on `node` (a 'Started:' and the
     'Finished:' after it in the same output); 0 when none is shown."""
@@ -1066,22 +1079,10 @@ exited soon after it started may have been given a setting it cannot start with.
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="host_oom", demoted=["Container image or start error"])),
     # https://github.com/ai-dynamo/nixl/issues/149 (a decode engine that served for hours, then raised)
-    RuleCase(title="the program raised after hours of serving; the kubelet backs off its restarts", evidence={
-        "n1/applog": ["2025-01-01T03:14:09Z ERROR 01-01 03:14:09 [core.py:387] nixl._bindings.nixlBackendError: "
-                      "NIXL_ERR_BACKEND"],
-        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
-                         "      Started:      Wed, 01 Jan 2025 00:20:04 +0000",
-                         "      Finished:     Wed, 01 Jan 2025 03:14:10 +0000"]},
-        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "end_time": "2025-01-01T03:20:00Z"},
-        expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
-    RuleCase(title="the program raised at start-up, again and again", evidence={
-        "n1/applog": ["2025-01-01T00:21:09Z ERROR 01-01 00:21:09 [core.py:387] nixl._bindings.nixlBackendError: "
-                      "NIXL_ERR_BACKEND"],
-        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
-                         "      Started:      Wed, 01 Jan 2025 00:20:04 +0000",
-                         "      Finished:     Wed, 01 Jan 2025 00:21:10 +0000"]},
-        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "end_time": "2025-01-01T00:30:00Z"},
-        expect=Expect(fired=False, sub_domain="configuration")),
+    _crash_loop("the program raised after hours of serving; the kubelet backs off its restarts", "03:14",
+                expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
+    _crash_loop("the program raised at start-up, again and again", "00:21",
+                expect=Expect(fired=False, sub_domain="configuration")),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
