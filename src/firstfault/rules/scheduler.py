@@ -293,7 +293,8 @@ a time of their own still say how far training got: the last iteration times the
 workload's start; the stall must then also be a quarter of the time since the start (a slow start-up is not counted).
 A stack dump that shows ranks waiting in a collective says the same whatever its time: it is taken of a job that
 stopped making progress; so does NCCL's INFO log when ranks began a communicator ('Init START') and none finished one
-('Init COMPLETE') with no training progress: the ranks hung in NCCL's initialisation. Without progress lines or reports, the program's own output says it: its last stamped line
+('Init COMPLETE') with no training progress: the ranks hung in NCCL's initialisation. Without progress lines or
+reports, the program's own output says it: its last stamped line
 that no extractor read, on any node (lines printed within minutes of the limit are its shutdown, and any unstamped
 output after that line, whose time is unknown, leaves the question open, as does a silence no longer than one the
 program kept earlier among its last lines and then went on: a job whose steps take hours prints nothing for hours).
