@@ -366,7 +366,7 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
     counts = {node: min(int(v) for v in values) for node, values in _node_facts(ws, "node_gpu_count", "gpus").items()}
     carried = {node: max(int(v) for v in values)
                for node, values in _node_facts(ws, "instance_gpu_count", "expected_gpus").items()}
-    listed = _node_facts(ws, "node_capacity_listed", "").keys()
+    listed = {ws.canonical_node(e.node) for e in ws.events_of(f"{EventType.CONTEXT}.node_capacity_listed")}
     workload = set(ws.context.nodes)
     named: set[str] = set()
     for node, expected in sorted(carried.items()):

@@ -819,7 +819,7 @@ failure naming that node, declared within
 not a fault of the node: it is demoted and the node is not blamed. The operating system's shutdown then stands as
 what took the node from the workload (scheduler, no node blamed). Not when the node came back and its slurmd then
 failed to start: that is why it was lost. So is a node failure declared within that time of a cloud's record that it
-reclaimed a spot instance (the record on that node, or naming none): the cloud took the instance back.
+reclaimed a spot instance (such records name an instance, not a node): the cloud took the instance back.
 """, cases=[
     RuleCase(title="a spot node reclaimed", evidence={
         "b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: I0101 00:10:00.000000 1 nodeshutdown_manager_linux.go:265] "
@@ -914,8 +914,9 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
         declared = min(_stamped(report), default=None)  # an unstamped srun line inherits only a lower bound
         reclaim = next((r for r in reclaims if declared is None or r.first_time is None or ws.undated(r)
                         or abs(declared - r.first_time) <= window), None)
-        if reclaim is not None and (reclaim.node in lost or not reclaim.value_set("blamed_node")):
-            # the cloud took a spot instance back as the scheduler lost the node: the reclaim, not the node
+        if reclaim is not None:
+            # the cloud took a spot instance back as the scheduler lost the node (its record names an instance, not a
+            # node): the reclaim, not the node
             ws.demote(report, f"a spot instance was reclaimed ({reclaim.node or '-'}): the node was taken back")
             continue
         shut = sorted(n for n in lost if n in began and (declared is None or
