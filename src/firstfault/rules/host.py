@@ -541,7 +541,8 @@ minutes of it, before or after (a status check fails a few minutes into an outag
 provider's report is the root candidate (host) and the scheduler's reports of that node are demoted. When the
 scheduler's reports carry no time of their own (`kubectl get events`' relative ages), a provider's report of that node
 stamped inside the workload's run stands for 'around it'. A report about another node, or far from the loss, stays
-context.
+context. The lost node's ENA resets in that window (a missed keep-alive, lost transmit completions) are the same
+failure: ENA is the instance's virtual NIC, served by the provider's hardware, so they are demoted with the loss.
 """, cases=[
     RuleCase(title="a retirement notice, then the node stops answering", evidence={
         "b/scheduler": ["2025-01-01 00:20:00,544 - [aws-health-forwarder] - WARNING - AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED b "
@@ -569,6 +570,20 @@ context.
         context={"scheduler": "kubernetes", "scheduler_state": "FAILED", "nodes": ["a", "b"],
                  "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:45:00Z"},
         expect=Expect(fired=False, culprits=["b"])),
+    # https://github.com/aws/aws-parallelcluster-node/pull/727 (an instance failing its EC2 health check; ENA resets first)
+    RuleCase(title="the lost instance's ENA reset before its status check failed", evidence={
+        "b/syslog": ["Jan  1 00:36:44 b kernel: [25304.092713] ena 0000:a0:00.0 eth0: Keep alive watchdog timeout."],
+        "b/scheduler": ["2025-01-01T00:39:02Z Instance reachability check failed",
+                        "[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"],
+                      root_symptom="Cloud reported the instance's host failing", demoted=["Ethernet NIC hung"])),
+    RuleCase(title="an Intel NIC's hang on the lost instance is its own fault", evidence={
+        "b/syslog": ["Jan  1 00:36:44 b kernel: [25304.092713] ixgbe 0000:a0:00.0 eth0: Detected Tx Unit Hang"],
+        "b/scheduler": ["2025-01-01T00:39:02Z Instance reachability check failed",
+                        "[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom="Ethernet NIC hung")),
     RuleCase(title="a status check failed on another node", evidence={
         "a/scheduler": ["2025-01-01T00:40:02Z Instance reachability check failed",
                         "[2025-01-01T00:38:10.402] error: Nodes b not responding, setting DOWN"]},
@@ -588,6 +603,11 @@ def lost_on_a_cloud_host_fault(ws: Workspace) -> None:
         when = f"at {declared:%H:%M:%S}" if declared is not None else "(its report undated) during the workload"
         _loss_explained(ws, min(faults, key=lambda s: s.sort_key()), reports,
                         f"the provider's verdict on the machine the scheduler lost {when}")
+        anchor = declared or min(s.first_time for s in faults if s.first_time)
+        for hang in ws.active(prefix="Ethernet NIC hung", node=node):
+            if hang.value_set("ena_netdev") and hang.first_time and abs(hang.first_time - anchor) <= near:
+                ws.demote(hang, "ENA is the instance's virtual NIC: its reset is part of the machine failure the "
+                                "provider reported")
 
 
 @refiner("MceCorrectedIsContext", phase=Phase.CLEAN, doc="""

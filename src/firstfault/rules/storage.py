@@ -586,17 +586,26 @@ _KILLED = "Worker killed by signal"
 # The capture groups of the catalog's signal-exit forms (torchelastic, DeepSpeed, Open MPI, launchers).
 _SIGNAL_GROUPS = ("signal", "signal_name", "ds_signal", "mpi_signal", "launcher_signal")
 DOCKER_DEFAULT_SHM_BYTES = 64 * 2**20
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT])")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT]?)")  # df's 64M, or a count of bytes (Ray's warning)
+_CRASHED = "Process crashed (segfault)"
 
 
 def _bytes(size: str) -> float:
     found = _SIZE.fullmatch(size)
-    return float(found.group(1)) * 1024 ** ("KMGT".index(found.group(2)) + 1) if found else float("inf")
+    return float(found.group(1)) * 1024 ** "_KMGT".index(found.group(2) or "_") if found else float("inf")
+
+
+def _bus_error(event: Event) -> bool:
+    """A worker's death or a crash report that names SIGBUS (signal 7)."""
+    if event.symptom == _CRASHED:
+        return event.attributes.get("crash_signal") == "BUS" or bool(event.attributes.get("python_bus_error"))
+    return event.symptom == _KILLED and any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS)
 
 
 @filter_rule("BusErrorInADefaultShm", phase=Phase.FILTER, doc=f"""
-A worker killed by SIGBUS (torchelastic's exitcode -7, DeepSpeed's 'exits with return code = -7', 'Signal 7 (SIGBUS)')
-where df shows the job's /dev/shm at Docker's default of 64 MB or less: a process touched a page of a shared-memory
+A worker killed by SIGBUS (torchelastic's exitcode -7, DeepSpeed's 'exits with return code = -7', 'Signal 7 (SIGBUS)',
+a crash handler's '*** SIGBUS received', faulthandler's 'Fatal Python error: Bus error') where df or Ray's start-up
+warning shows the job's /dev/shm at Docker's default of 64 MB or less: a process touched a page of a shared-memory
 segment (NCCL's, a DataLoader's) that the full tmpfs could not back, the documented failure of a container started
 without --shm-size or ipc=host. The kill becomes `{_SHM_FULL}` (configuration, no node). Without a /dev/shm that
 small the signal stays a worker's death that something else must explain.
@@ -607,6 +616,18 @@ small the signal stays a worker's death that something else must explain.
                       "2025-01-01T00:10:00Z [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', "
                       "'train.py', '--local_rank=1'] exits with return code = -7"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHM_FULL)),
+    # https://github.com/vllm-project/vllm/issues/789 (Ray's warning of a 64 MB /dev/shm, then a worker's SIGBUS)
+    RuleCase(title="a Ray worker's crash handler reports SIGBUS where Ray found a 64 MB /dev/shm", evidence={
+        "n1/applog": ["2025-01-01T00:00:01Z 2025-01-01 00:00:01,283\tWARNING services.py:1832 -- WARNING: The object "
+                      "store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available.",
+                      "2025-01-01T00:10:00Z (RayWorker pid=4711) *** SIGBUS received at time=1692322557 on cpu 5 ***",
+                      "2025-01-01T00:10:00Z (RayWorker pid=4711) Fatal Python error: Bus error"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHM_FULL)),
+    RuleCase(title="a segfault where Ray found a 64 MB /dev/shm", evidence={
+        "n1/applog": ["2025-01-01T00:00:01Z 2025-01-01 00:00:01,283\tWARNING services.py:1832 -- WARNING: The object "
+                      "store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available.",
+                      "2025-01-01T00:10:00Z (RayWorker pid=4711) *** SIGSEGV received at time=1692322557 on cpu 5 ***"]},
+        expect=Expect(fired=False, absent=[_SHM_FULL])),
     RuleCase(title="a SIGBUS where /dev/shm is large", evidence={
         "n1/applog": ["2025-01-01T00:00:01Z tmpfs           252G     0  252G   0% /dev/shm",
                       "2025-01-01T00:10:00Z [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', '-u', "
@@ -617,10 +638,9 @@ def bus_error_in_a_default_shm(ws: Workspace) -> None:
     sizes = [_bytes(str(e.attributes.get("size", ""))) for e in ws.events_of(f"{EventType.CONTEXT}.shm_size")]
     if not sizes or max(sizes) > DOCKER_DEFAULT_SHM_BYTES:
         return
-    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _KILLED]:
-        if any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS):
-            ws.reread(event, _SHM_FULL, f"SIGBUS where /dev/shm is {max(sizes) / 2**20:.0f} MB, Docker's default: "
-                                        "a shared-memory page the full tmpfs could not back")
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if _bus_error(e)]:
+        ws.reread(event, _SHM_FULL, f"SIGBUS where /dev/shm is {max(sizes) / 2**20:.0f} MB, Docker's default: "
+                                    "a shared-memory page the full tmpfs could not back")
 
 
 # Within this many seconds, SIGBUS deaths of several processes of one node are one event of their shared memory.
