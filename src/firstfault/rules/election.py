@@ -12,6 +12,7 @@ root candidate exists, and then the answer names no node.
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, normalise_state
@@ -468,6 +469,20 @@ def quiet_between_lines(ws: Workspace, origins: set[str], when: datetime) -> flo
                  if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S]
         longest = max([longest, *((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times))])
     return longest
+
+
+# An exception's type and message as Python prints them ending a traceback ('RuntimeError: ...'), and the count Ray's log
+# deduplication appends to a line other processes printed too.
+_EXCEPTION_MESSAGE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception): .*$")
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+
+def exception_message(text: str) -> str:
+    """An exception line's type and message, without the logger's or a relay's prefix and without Ray's repeat count;
+    the stripped text when it holds no exception."""
+    text = _RAY_REPEATED.sub("", text).strip()
+    found = _EXCEPTION_MESSAGE.search(text)
+    return found.group(0) if found else text
 
 
 def time_order(event: Event) -> tuple[bool, datetime | None]:

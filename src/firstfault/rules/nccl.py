@@ -18,7 +18,14 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import named_peers, printed_before, resolve_peer, time_order, workload_completed
+from firstfault.rules.election import (
+    exception_message,
+    named_peers,
+    printed_before,
+    resolve_peer,
+    time_order,
+    workload_completed,
+)
 from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
@@ -142,6 +149,17 @@ node's file (mpirun collecting every rank's output, syslog forwarded to one serv
                      "execution"],
         "b/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.2"]},
         expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"])),
+    # the failure of https://github.com/cloudrift-ai/emmy/pull/558 (error 802 on a node without Fabric Manager) as vLLM's
+    # Ray workers and its engine core each log it, behind their own logger's prefix
+    RuleCase(title="the engine re-raises a worker's CUDA error behind its own log prefix", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.1",
+                     "2025-01-01T00:10:00Z (RayWorkerWrapper pid=20480, ip=10.0.0.2) ERROR 12-03 09:41:32 "
+                     "[worker_base.py:620] RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system "
+                     "not yet initialized",
+                     "2025-01-01T00:10:02Z ERROR 12-03 09:41:34 [core.py:700] RuntimeError: Unexpected error from "
+                     "cudaGetDeviceCount(). Error 802: system not yet initialized"],
+        "b/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.2"]},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"])),
     RuleCase(title="an address no node of the workload claims", evidence={
         "a/applog": ["2025-01-01T00:00:01Z Local node IP: 10.0.0.1",
                      "2025-01-01T00:10:00Z (WorkerDict pid=4242, ip=10.0.0.9) RuntimeError: CUDA error: uncorrectable "
@@ -163,15 +181,15 @@ def relayed_output(ws: Workspace) -> None:
         if len(nodes) == 1 and event.node not in nodes:
             origin, node = event.evidence.provenance.origin, min(nodes)
             ws.move(event, node, f"printed at {address}, {node}'s address, and relayed to {event.node}'s output")
-            message = event.evidence.text.partition(f"ip={address})")[2].strip()
+            message = exception_message(event.evidence.text.partition(f"ip={address})")[2])
             if message:
                 moved[(origin, event.symptom)] = (message, node)
-    # the driver re-raises a remote task's exception (RayTaskError) with the same message, unprefixed
+    # the driver re-raises a remote task's exception (RayTaskError) with the same message, unprefixed (its own logger's
+    # prefix, if any, differs from the worker's)
     for event in ws.events_of(EventType.NODE_BAD):
         found = moved.get((event.evidence.provenance.origin, event.symptom))
         if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
-
 
 _PORT_NOT_ACTIVATED = "IB port not activated by the subnet manager"
 

@@ -21,7 +21,7 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import printed_before, quiet_between_lines, workload_completed
+from firstfault.rules.election import exception_message, printed_before, quiet_between_lines, workload_completed
 from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
@@ -76,6 +76,12 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # the SageMaker training toolkit's report that the user's entry point exited non-zero ('ExecuteUserScriptError:',
     # then 'ExitCode N' and the script's own stderr): why it exited is in the script's lines
     "ExecuteUserScriptError",
+    # an HTTP client whose server closed the connection before its response ended: aiohttp's ClientPayloadError
+    # ('Response payload is not completed') and ServerDisconnectedError, httpx's and h11's RemoteProtocolError ('peer
+    # closed connection without sending complete message body'), requests' ChunkedEncodingError, http.client's
+    # IncompleteRead and RemoteDisconnected - a benchmark or router seeing its server die; the server's lines say why
+    "ClientPayloadError", "ServerDisconnectedError", "RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead",
+    "RemoteDisconnected",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
@@ -225,6 +231,47 @@ def exit_handler_errors(ws: Workspace) -> None:
         origin, line = event.evidence.provenance.origin, event.evidence.provenance.line
         if line is not None and any(o == origin and b < line <= b + EXIT_HANDLER_LINES for o, b in banners):
             ws.drop(event, "raised by an exit handler after the program finished ('Error in atexit._run_exitfuncs')")
+
+
+@filter_rule("IgnoredExceptions", phase=Phase.FILTER_EARLY, doc=f"""
+CPython prints an exception it cannot raise - in a destructor, a weakref callback, a garbage-collection hook - under
+'Exception ignored in: <object>' (sys.unraisablehook) and goes on: the exception that ends the traceback after the banner
+(the first Python exception within {EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and
+its exception reading is dropped. Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
+""", cases=[
+    # https://github.com/vllm-project/vllm/issues/4114 (the communicator's destructor after its NCCL init failed)
+    RuleCase(title="a destructor's AttributeError ahead of the error that stopped the worker", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z (RayWorkerVllm pid=14289) Exception ignored in: <function NCCLCommunicator.__del__ at "
+        "0x7f4d8c3212d0>",
+        "2025-01-01T00:10:00Z (RayWorkerVllm pid=14289) Traceback (most recent call last):",
+        "2025-01-01T00:10:00Z (RayWorkerVllm pid=14289) AttributeError: 'NCCLCommunicator' object has no attribute "
+        "'comm'",
+        "2025-01-01T00:10:01Z (RayWorkerVllm pid=14289) RuntimeError: NCCL error: unhandled system error (run with "
+        "NCCL_DEBUG=INFO for details)",
+        "2025-01-01T00:10:02Z (RayWorkerVllm pid=23074, ip=10.0.0.3) AttributeError: 'NCCLCommunicator' object has no "
+        "attribute 'comm' [repeated 6x across cluster]"]},
+        expect=Expect(fired=True, absent=["Python exception"])),
+    RuleCase(title="the same AttributeError raised by the program", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z Traceback (most recent call last):",
+        "2025-01-01T00:10:00Z AttributeError: 'NCCLCommunicator' object has no attribute 'comm'"]},
+        expect=Expect(fired=False, sub_domain="application", root_symptom="Python exception")),
+])
+def ignored_exceptions(ws: Workspace) -> None:
+    banners = [(e.evidence.provenance.origin, e.evidence.provenance.line) for e in ws.events
+               if e.symptom == "Exception ignored by the interpreter" and e.evidence.provenance.line is not None]
+    for origin, banner in banners:
+        raised = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE
+                  and e.evidence.provenance.origin == origin and e.evidence.provenance.line is not None
+                  and banner < e.evidence.provenance.line <= banner + EXIT_HANDLER_LINES]
+        if not raised:
+            continue
+        ignored = min(raised, key=lambda e: e.evidence.provenance.line or 0)
+        message = exception_message(ignored.evidence.text)
+        for event in [ignored] + [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE
+                                  and e is not ignored and e.evidence.provenance.origin == origin
+                                  and "[repeated " in e.evidence.text and exception_message(e.evidence.text) == message]:
+            ws.drop(event, "printed under 'Exception ignored in' (or Ray's repeat of that line): the interpreter could "
+                           "not raise it, and the program went on")
 
 
 @filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
@@ -377,6 +424,10 @@ program's.
     _reports_elsewhere("an HTTP client's report of the server's 500",
         "2025-01-01T00:10:00Z openai.InternalServerError: Error code: 500 - {'error': {'message': 'EngineCore "
         "encountered an issue.', 'type': 'InternalServerError', 'code': 500}}"),
+    # https://github.com/sgl-project/sglang/issues/3815 (bench_serving's stream from a server whose TP process died)
+    _reports_elsewhere("an HTTP client's stream cut off by its server",
+        "2025-01-01T00:10:00Z aiohttp.client_exceptions.ClientPayloadError: Response payload is not completed: "
+        "<TransferEncodingError: 400, message='Not enough data for satisfy transfer length header.'>"),
     # https://github.com/pytorch/pytorch/issues/173679 (Inductor re-raising the OSError of a cache on NFS)
     _reports_elsewhere("a wrapper whose message is the exception it wraps",
         "2025-01-01T00:10:00Z [rank19]: torch._inductor.exc.InductorError: OSError: [Errno 16] Device or resource busy: "
@@ -1665,7 +1716,7 @@ def rendezvous_before_any_progress(ws: Workspace) -> None:
 # A program's own count of the GPUs it found falling short of what it needs: verl's resource pool check, vLLM's
 # placement ('The number of required GPUs exceeds the total number of available GPUs in the cluster'), its argument
 # check ('... cannot be larger than the number of available GPUs (N)').
-_TOO_FEW_GPUS = re.compile(r"available GPUs \d+ is less than (?:total )?desired GPUs|required GPUs exceeds the total "
+_TOO_FEW_GPUS = re.compile(r"available GPUs [\d.]+ is less than (?:total )?desired GPUs|required GPUs exceeds the total "
                            r"number of available GPUs|cannot be larger than the number of available GPUs")
 
 
@@ -1674,7 +1725,7 @@ A program that stops because it found fewer GPUs than it needs ('Total available
 GPUs 24', vLLM's 'required GPUs exceeds the total number of available GPUs') reports a count, not a cause. When a GPU
 of the workload failed before it (a GPU that did not initialise, fell off the bus, was lost), that GPU is the one
 missing: the program's report is demoted, and the GPU's failure is the root. Without such a failure the count is the
-job's request (configuration or the program's own check), and stays.
+job's request (configuration), and stays.
 """, cases=[
     # https://github.com/illinois-scicomp/machine-shop-maintenance/issues/76 (a GPU that kept failing RmInitAdapter), as
     # verl's resource-pool check then counts the GPUs
@@ -1683,10 +1734,10 @@ job's request (configuration or the program's own check), and stays.
                      "(0x25:0x40:1470)"],
         "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
         context={"nodes": ["a", "b", "c"]},
-        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], demoted=["Python exception"])),
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], demoted=["More GPUs asked than the Ray cluster has"])),
     RuleCase(title="the count alone", evidence={
         "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
-        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="application")),
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="configuration")),
 ])
 def too_few_gpus_counts_the_failed_one(ws: Workspace) -> None:
     skew = timedelta(seconds=ws.params.clock_skew_s)
