@@ -321,7 +321,8 @@ Where kubectl describe node shows, in each node's own evidence, how many GPUs th
 its instance type, nodes of one type should advertise the same count.
 A node of the workload that advertises fewer (its lowest count, capacity or allocatable) than all the other nodes of its
 type, at least one other, do, or fewer than its instance type carries (Karpenter's instance-gpu-count label; a node
-whose Capacity block lists no GPU line then advertises none), is
+whose Capacity block lists no GPU line then advertises none), or fewer allocatable than its capacity holds (the device
+plugin's count of healthy GPUs against all of them), is
 `{_FEWER_GPUS}` (gpu, the node blamed). Nodes without an instance type are compared only with each other when no node
 names one, and then only where at least two others agree. Not in a run that completed.
 """, cases=[
@@ -339,6 +340,16 @@ names one, and then only where at least two others agree. Not in a run that comp
                         "  pods:  29"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    # https://github.com/NVIDIA/k8s-device-plugin/issues/58 (16 GPUs in the capacity, none allocatable: all unhealthy)
+    RuleCase(title="a node lists its 16 GPUs in its capacity and none allocatable", evidence={
+        "c/scheduler": ["status:", "  allocatable:", "    cpu: \"48\"", "    nvidia.com/gpu: \"0\"", "  capacity:",
+                        "    cpu: \"48\"", "    nvidia.com/gpu: \"16\""]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    RuleCase(title="every GPU allocatable", evidence={
+        "c/scheduler": ["Capacity:", "  nvidia.com/gpu:     8", "Allocatable:", "  nvidia.com/gpu:     8"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
+        expect=Expect(fired=False)),
     RuleCase(title="a CPU node lists no GPU: nothing says it should have one", evidence={
         "c/scheduler": ["Capacity:", "  cpu:  8", "  pods:  29"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
@@ -375,6 +386,11 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
         if count < expected and (not workload or node in workload):
             _fewer_gpus(ws, node, count, f"its instance type carries {expected}")
             named.add(node)
+    for node, (allocatable, capacity) in sorted(_allocatable_and_capacity(ws).items()):
+        if allocatable < capacity and (not workload or node in workload) and node not in named:
+            _fewer_gpus(ws, node, allocatable, f"of the {capacity} in its capacity: the device plugin reports the rest "
+                                               "unhealthy")
+            named.add(node)
     kinds = _node_facts(ws, "instance_type", "instance_type")
     groups: dict[str, list[str]] = {}
     for node in sorted(counts):
@@ -393,9 +409,27 @@ def node_advertises_fewer_gpus(ws: Workspace) -> None:
                 _fewer_gpus(ws, node, counts[node], f"the other nodes of its type {min(peers)}")
 
 
+def _allocatable_and_capacity(ws: Workspace) -> dict[str, tuple[int, int]]:
+    """Per node whose own evidence holds one node record (one Capacity and one Allocatable heading) listing two GPU
+    counts: the lower (allocatable: the device plugin's healthy GPUs) and the higher (capacity: all of them).
+    Allocatable never exceeds capacity, so the order of the blocks does not matter."""
+    headings: dict[str, dict[str, int]] = {}
+    for fact in ("node_capacity_listed", "node_allocatable_listed"):
+        for event in ws.events_of(f"{EventType.CONTEXT}.{fact}"):
+            node = ws.canonical_node(event.node)
+            if node:
+                headings.setdefault(node, {})[fact] = headings.get(node, {}).get(fact, 0) + event.count
+    found = {}
+    for node, values in _node_facts(ws, "node_gpu_count", "gpus").items():
+        counts = sorted({int(v) for v in values})
+        if len(counts) == 2 and headings.get(node) == {"node_capacity_listed": 1, "node_allocatable_listed": 1}:
+            found[node] = (counts[0], counts[1])
+    return found
+
+
 def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
     """Emit the reading on `node` at its GPU count's line (its Capacity heading when it lists none)."""
-    facts = ("node_gpu_count", "node_capacity_listed") if count else ("node_capacity_listed",)
+    facts = ("node_gpu_count", "node_capacity_listed")
     event = next(e for fact in facts for e in sorted(ws.events_of(f"{EventType.CONTEXT}.{fact}"), key=time_order)
                  if ws.canonical_node(e.node) == node and (fact != "node_gpu_count" or str(count) in e.value_set("gpus")))
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_FEWER_GPUS, evidence=event.evidence,
