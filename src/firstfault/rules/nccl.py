@@ -664,6 +664,37 @@ def unopened_device_skipped(ws: Workspace) -> None:
             ws.demote(s, f"NCCL skipped the device it could not open and used {', '.join(sorted(using[s.node]))}")
 
 
+_PROTECTION_ERROR = "RDMA memory protection error"
+_PROVIDER_CQE_DUMP = re.compile(r"mlx5: \S+: got completion with error:")
+
+
+@refiner("ProtectionErrorNamesTheCompletion", phase=Phase.REFINE, doc=f"""
+libmlx5 prints 'mlx5: <host>: got completion with error:' and the CQE's words for every failed completion, before the
+library that polled it reports the completion's status. When the same node's library reports a protection status
+within clock_skew_s of the dump (`{_PROTECTION_ERROR}`), the dump is that completion: its `IB completion error` reading
+is demoted. A dump with no status reported beside it stays a completion error.
+""", cases=[
+    # https://github.com/open-mpi/ompi/issues/5047 (openib's report of the completion whose CQE libmlx5 dumped)
+    RuleCase(title="the provider's dump and openib's LOCAL PROTECTION ERROR of one completion", evidence={"a/applog": [
+        "2025-01-01T00:10:00Z mlx5: a: got completion with error:",
+        "2025-01-01T00:10:00Z [a][[42113,1],5][btl_openib_component.c:3645:handle_wc] from a to: b error polling LP CQ "
+        "with status LOCAL PROTECTION ERROR status number 4 for wr_id 2d1b7c8 opcode 128  vendor error 81 qp_idx 3"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["IB completion error"])),
+    RuleCase(title="the dump alone", evidence={"a/applog": ["2025-01-01T00:10:00Z mlx5: a: got completion with error:"]},
+             context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def protection_error_names_the_completion(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for dump in ws.active(prefix="IB completion error"):
+        if dump.first_time is None or not all(_PROVIDER_CQE_DUMP.search(e.text) for e in dump.evidence):
+            continue
+        if any(p.first_time is not None and abs(p.first_time - dump.first_time) <= skew
+               for p in ws.active(prefix=_PROTECTION_ERROR, node=dump.node)):
+            ws.demote(dump, f"libmlx5's dump of the completion whose protection status the library reported "
+                            f"({_PROTECTION_ERROR})")
+
+
 @refiner("JobInterfaceTakenDown", phase=Phase.REFINE, doc="""
 NetworkManager failing or deactivating a connection removes the device's addresses. When the device is the interface
 the workload's NCCL used on that same node ('Bootstrap : Using <if>:<address>', 'NET/Socket : Using'), and it happened

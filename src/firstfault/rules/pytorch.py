@@ -1725,7 +1725,8 @@ A program that stops because it found fewer GPUs than it needs ('Total available
 GPUs 24', vLLM's 'required GPUs exceeds the total number of available GPUs') reports a count, not a cause. When a GPU
 of the workload failed before it (a GPU that did not initialise, fell off the bus, was lost), that GPU is the one
 missing: the program's report is demoted, and the GPU's failure is the root. Without such a failure the count is the
-job's request (configuration), and stays.
+job's request (configuration), and stays. A GPU failure with no time of its own (nvidia-smi's 'couldn't communicate with
+the NVIDIA driver' in a script's output) counts whenever it was printed: it was found, not when it began.
 """, cases=[
     # https://github.com/illinois-scicomp/machine-shop-maintenance/issues/76 (a GPU that kept failing RmInitAdapter), as
     # verl's resource-pool check then counts the GPUs
@@ -1735,18 +1736,28 @@ job's request (configuration), and stays.
         "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
         context={"nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], demoted=["More GPUs asked than the Ray cluster has"])),
+    # https://github.com/ray-project/ray/issues/34095 (a Ray worker node whose NVIDIA driver was gone: half the GPUs)
+    RuleCase(title="nvidia-smi without a driver on one node, printed undated after the count", evidence={
+        "a/applog": ["2025-01-01T00:10:30Z ValueError: The number of required GPUs exceeds the total number of "
+                     "available GPUs in the cluster."],
+        "b/applog": ["NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                     "latest NVIDIA driver is installed and running."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"],
+                      demoted=["More GPUs asked than the Ray cluster has"])),
     RuleCase(title="the count alone", evidence={
         "a/applog": ["2025-01-01T00:10:30Z ValueError: Total available GPUs 23 is less than total desired GPUs 24"]},
         context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="configuration")),
 ])
 def too_few_gpus_counts_the_failed_one(ws: Workspace) -> None:
     skew = timedelta(seconds=ws.params.clock_skew_s)
-    failed = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU) if s.first_time and not ws.undated(s)]
+    failed = ws.active(role="root", sub_domain=SubDomain.GPU)
     for report in ws.active(role="root"):
         if report.first_time is None or not any(_TOO_FEW_GPUS.search(e.text) for e in report.evidence):
             continue
-        before = [g for g in failed if g is not report and g.first_time is not None
-                  and g.first_time <= report.first_time + skew]
+        # a GPU failure with no time of its own (nvidia-smi's output in a script) may have been found after the count
+        before = [g for g in failed if g is not report and (ws.undated(g) or (
+                  g.first_time is not None and g.first_time <= report.first_time + skew))]
         if before:
             first = min(before, key=WorkSymptom.sort_key)
             ws.demote(report, f"it counts the GPUs left after {first.name} on {first.node or '-'}")
