@@ -1535,8 +1535,9 @@ demoted, giving `none`. If root candidates from the run itself remain without a 
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
 completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
-task that exited with a non-zero code in the workload's last five minutes (the batch script ignored the step's
-failure; an earlier step's, such as a preflight check the script went past, is not how it ended). A success report within
+task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...) in the workload's last five minutes
+(the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
+not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
 between (its BackOff record): the restarted run's success is its own; and a Kubernetes Job whose pod tally counts
@@ -1588,6 +1589,12 @@ script returned after it or the program printed as it was killed: TIMEOUT, with 
         "2025-01-01T01:58:00Z srun: error: n1: task 26: Exited with exit code 1"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="FAILED")),
+    # https://github.com/open-mpi/ompi/issues/14174 (ranks aborted on an RDMA error; the batch script echoed and exited 0)
+    RuleCase(title="accounting says completed, srun says tasks aborted and the others were killed", evidence={
+        "n1/applog": ["2025-01-01T01:58:00Z srun: error: n2: task 2: Aborted (core dumped)",
+                      "2025-01-01T01:58:02Z srun: error: n1: tasks 0-1: Killed"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, terminal_state="FAILED")),
     # https://github.com/mlcommons/training_results_v5.0/blob/main/Dell/results/16xXE9712x4GB200/stable_diffusion/result_9.txt
     # (training reached its step count, then the evaluation step raised on every rank; the batch script exited 0)
     RuleCase(title="accounting says completed; an unstamped success report, then a later step failed", evidence={
@@ -1677,8 +1684,10 @@ def completed_workload(ws: Workspace) -> None:
 
 # Records of an attempt the scheduler requeued: the job itself went on.
 _REQUEUES = ("Slurm requeue",)
-# srun's record of a task that exited with a non-zero code: a step of the job failed, whatever the batch script returned.
-_TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]")
+# srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
+# the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others.
+_TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
+                             r"Floating point exception|Illegal instruction")
 
 
 def _job_retried_to_success(ws: Workspace) -> bool:
