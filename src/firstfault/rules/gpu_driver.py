@@ -474,6 +474,41 @@ def gpu_hang_on_every_node(ws: Workspace) -> None:
                                            "hardware error: the workload's kernels")
 
 
+_TOOL_RESET = "GPU reset by a tool on the workload's node"
+TOOL_RESET_REACH_S = 60  # a reset's hang exceptions reach the node's ROCm processes within seconds
+
+
+@refiner("ToolResetExplainsGpuHang", phase=Phase.REFINE, doc=f"""
+A GPU hang the ROCm runtime reported (`AMD GPU hang`) on a node where a reset command ran ({_TOOL_RESET}) up to
+{TOOL_RESET_REACH_S} s before it - or, the hang's line carrying no time of its own, while the workload ran - is the
+reset reaching every ROCm process of the node: the hang is demoted and the reset becomes the root candidate
+(configuration, no node blamed). A hang with no reset command beside it stays the GPU's.
+""", cases=[
+    # https://github.com/ROCm/rocm-systems/issues/3191 (another job's epilog resets GPU 6; this job uses GPUs 0-3)
+    RuleCase(title="another job's epilog resets a GPU; this job's processes report a hang", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a slurm-epilog[201455]: 50-gpu-reset: amd-smi reset --gpureset -g 6",
+                     "Jan  1 00:10:01 a kernel: [752480.167484] amdgpu 0000:d1:00.0: amdgpu: GPU reset begin!"],
+        "a/applog": ["2025-01-01T00:10:02Z HW Exception by GPU node-8 (Agent handle: 0x55d2a4e1c000) reason :GPU Hang"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:12:00Z"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_TOOL_RESET)),
+    RuleCase(title="a hang with no reset command on the node", evidence={
+        "a/applog": ["2025-01-01T00:10:02Z HW Exception by GPU node-8 (Agent handle: 0x55d2a4e1c000) reason :GPU Hang"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def tool_reset_explains_gpu_hang(ws: Workspace) -> None:
+    reach = timedelta(seconds=TOOL_RESET_REACH_S)
+    for hang in ws.active(prefix="AMD GPU hang"):
+        resets = [r for r in ws.select(prefix=_TOOL_RESET, status="interesting", node=hang.node)
+                  if r.first_time is not None and not ws.undated(r) and (
+                      ws.dated_during_run(r) if ws.undated(hang) or hang.first_time is None
+                      else timedelta(0) <= hang.first_time - r.first_time <= reach)]
+        if resets:
+            reset = min(resets, key=WorkSymptom.sort_key)
+            ws.promote(reset, f"a GPU reset ran on {hang.node} at {reset.first_time:%H:%M:%S}: it reaches every ROCm "
+                              "process of the node as a GPU hang")
+            ws.demote(hang, f"the reset on {hang.node} ({_TOOL_RESET}) reached this process")
+
+
 @filter_rule("HandleXidBurstEvents", phase=Phase.FILTER_EARLY, after=("DcgmXidGaugeChanges",), doc="""
 Decode raw Xid burst events into node symptoms. Xid 144-150 (NVLink5) are decoded from IntrInfo and
 errorStatus (decode sheet): a fatal row becomes a bad symptom named XID-<code>.<reason sub-code> (link-down
