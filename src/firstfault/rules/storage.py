@@ -359,6 +359,40 @@ def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
 _KILLED_PROCESS = re.compile(r"Killed process \d+ \(([^)]+)\)")
 
 
+_FILLED_BY_WORKLOAD = "Local disk filled while the workload ran"
+
+
+@filter_rule("WorkloadFilledTheDisk", phase=Phase.FILTER, doc=f"""
+df's row of a node's local disk at 100% (`{_DISK_FULL}`) after a df of the same mount on the same node showed room,
+earlier in the same stream (a job script's df before and after its run): the disk filled while the workload wrote to
+it (checkpoints, caches), it was not full when the workload came. The reading becomes `{_FILLED_BY_WORKLOAD}` (storage,
+no node blamed: cleaning the job's files frees it). A disk found full with no earlier room on record stays the node's.
+""", cases=[
+    # https://github.com/facebookresearch/mmf/issues/870 (checkpoints filled the node-local save directory)
+    RuleCase(title="the job script's df before and after: 95%, then 100%", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z /dev/nvme0n1p1  1.8T  1.7T  104G  95% /local",
+        "2025-01-01T00:10:00Z RuntimeError: [enforce fail at inline_container.cc:274] . unexpected pos 1216 vs 1110",
+        "2025-01-01T00:10:05Z /dev/nvme0n1p1  1.8T  1.8T     0 100% /local"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_FILLED_BY_WORKLOAD)),
+    RuleCase(title="another mount had room", evidence={"n1/applog": [
+        "2025-01-01T00:00:01Z /dev/nvme0n1p2   98G   61G  37G  63% /scratch",
+        "2025-01-01T00:10:05Z /dev/sda2  440G  417G     0 100% /"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, culprits=["n1"])),
+])
+def workload_filled_the_disk(ws: Workspace) -> None:
+    room = [(e.evidence.provenance.origin, e.evidence.provenance.line or 0, str(e.attributes.get("mount")))
+            for e in ws.events_of(f"{EventType.CONTEXT}.disk_with_room")]
+    if not room:
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _DISK_FULL]:
+        origin, line, mount = event.evidence.provenance.origin, event.evidence.provenance.line or 0, \
+            str(event.attributes.get("mount"))
+        if any(o == origin and at < line and m == mount for o, at, m in room):
+            ws.reread(event, _FILLED_BY_WORKLOAD, f"{mount} had room earlier in the same output: the workload's "
+                                                  "writes filled it")
+
+
 @refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
 `{_DISK_FULL}` read from df's table or a program's warning without a time of its own (a snapshot printed by a
 script or pasted after the job) says what the disk held when it was printed, not when the failure began: while
