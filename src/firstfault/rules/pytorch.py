@@ -1222,12 +1222,19 @@ SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation fram
 @refiner("SemaphoreBeforeEnospc", phase=Phase.REFINE_EARLY, doc=f"""
 A multiprocessing semaphore-creation frame followed on the same node, within {SEMAPHORE_ENOSPC_S:.0f} s, by an
 ENOSPC is /dev/shm full (configuration): the ENOSPC is demoted as its report. A semaphore frame without an ENOSPC
-after it is part of some other traceback and is demoted.
+after it is part of some other traceback and is demoted. A child's frame re-opening an inherited semaphore
+(`Semaphore removed under the job`) followed the same way by an ENOENT (FileNotFoundError) is the semaphore removed
+from /dev/shm while the job ran: the ENOENT's readings are demoted as its report; without one the frame is demoted.
 """, cases=[
     RuleCase(title="semaphore, then ENOSPC", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z     sl = self._semlock = _multiprocessing.SemLock(",
         "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device"]},
         expect=Expect(fired=True, sub_domain="configuration", demoted=["No space left on device"])),
+    # https://github.com/spark-arena/sparkrun/issues/285 (the worker's child re-opening a semaphore logind had removed)
+    RuleCase(title="a child re-opens an inherited semaphore that is gone", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z     self._semlock = _multiprocessing.SemLock._rebuild(*state)",
+        "2025-01-01T00:10:00Z FileNotFoundError: [Errno 2] No such file or directory"]},
+        expect=Expect(fired=True, sub_domain="configuration", root_symptom="Semaphore removed under the job")),
     RuleCase(title="a semaphore frame in another traceback", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z     sl = self._semlock = _multiprocessing.SemLock(",
         "2025-01-01T00:10:00Z KeyError: 'x'"]},
@@ -1235,15 +1242,22 @@ after it is part of some other traceback and is demoted.
 ])
 def semaphore_before_enospc(ws: Workspace) -> None:
     window = timedelta(seconds=SEMAPHORE_ENOSPC_S)
-    for frame in ws.active(prefix="Semaphore in /dev/shm refused"):
-        start = frame.first_time
-        enospc = [s for s in ws.active(node=frame.node, prefix="No space left on device")
-                  if start is not None and s.first_time is not None and start <= s.first_time <= start + window]
-        if not enospc:
-            ws.demote(frame, "no ENOSPC follows this semaphore frame: part of another traceback")
-            continue
-        for s in enospc:
-            ws.demote(s, "the ENOSPC of a semaphore being created in /dev/shm")
+    for name, errno, label, what in (("Semaphore in /dev/shm refused", _ENOSPC, "ENOSPC", "being created in /dev/shm"),
+                                     ("Semaphore removed under the job", _ENOENT, "ENOENT", "removed from /dev/shm")):
+        for frame in ws.active(prefix=name):
+            start = frame.first_time
+            reports = [s for s in ws.active(node=frame.node) if s is not frame and start is not None
+                       and s.first_time is not None and start <= s.first_time <= start + window
+                       and any(errno.search(e.text) for e in s.evidence)]
+            if not reports:
+                ws.demote(frame, f"no {label} follows this semaphore frame: part of another traceback")
+                continue
+            for s in reports:
+                ws.demote(s, f"the error of a semaphore {what}")
+
+
+_ENOSPC = re.compile(r"No space left on device|Errno 28\b")
+_ENOENT = re.compile(r"FileNotFoundError|No such file or directory|Errno 2\b")
 
 
 # Scientific codes' banners for an error their run raised: the error may be the program's own check, or one it caught

@@ -48,6 +48,7 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time limit means the job hung
+QUIET_MARGIN = 1.5  # a silence before a limit counts as a stop only past this multiple of the longest one before it
 # Undated progress is placed from iteration counts: the stall must then also be this share of the time since the start.
 UNDATED_PROGRESS_MARGIN = 0.25
 # The symptoms of a workload that ran out of time: Slurm's time limit, a Kubernetes Job's activeDeadlineSeconds, PBS's walltime.
@@ -123,8 +124,10 @@ def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | Non
             times = [ev.time for ev, _undated in end.points[index:] if ev.time is not None]
             quiet_before = max(((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times)),
                                default=0.0)
-    if latest is None or latest.time is None or (when - latest.time).total_seconds() <= quiet_before:
-        return None  # a program that went as long without a word before, and went on, is not known to have stopped
+    if latest is None or latest.time is None or (when - latest.time).total_seconds() <= quiet_before * QUIET_MARGIN:
+        # a program that went about as long without a word before, and went on, is not known to have stopped: one that
+        # prints every hour, cut by the limit as its next line was due
+        return None
     return latest.time, (f"the application printed nothing of its own after {latest.time:%Y-%m-%dT%H:%M:%SZ} (its last "
                          f"line, on {latest.node or '-'}: '{latest.text[:120]}')")
 
@@ -133,8 +136,6 @@ _WARNED = "Tasks killed by an unhandled warning signal"
 
 
 _FIRST_TASK_EXITED = "srun ended the step after its first task exited"
-# srun's report of a task that ended with a non-zero code (not one it killed).
-_TASK_EXIT_CODE = re.compile(r"task \d+: Exited with exit code [1-9]")
 
 
 @refiner("FirstTaskFailedFirst", phase=Phase.REFINE, doc=f"""
@@ -282,7 +283,7 @@ def ender_stamp_in_local_time(ws: Workspace) -> None:
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes (and
-more than the longest silence the program kept between its last lines before: a run that logs every two hours)
+half again the longest silence the program kept between its last lines before: a run that logs every two hours)
 before
 it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
@@ -296,8 +297,9 @@ stopped making progress; so does NCCL's INFO log when ranks began a communicator
 ('Init COMPLETE') with no training progress: the ranks hung in NCCL's initialisation. Without progress lines or
 reports, the program's own output says it: its last stamped line
 that no extractor read, on any node (lines printed within minutes of the limit are its shutdown, and any unstamped
-output after that line, whose time is unknown, leaves the question open, as does a silence no longer than one the
-program kept earlier among its last lines and then went on: a job whose steps take hours prints nothing for hours).
+output after that line, whose time is unknown, leaves the question open, as does a silence no longer than half again
+one the program kept earlier among its last lines and then went on: a job whose steps take hours prints nothing for
+hours, and one that prints every hour may be cut as its next line is due).
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
