@@ -82,6 +82,7 @@ DISPUTED_BLAME = {
 # Sub_domain answers the engine keeps against a batch's label, each explained in docs/accuracy.md.
 DISPUTED_SUB_DOMAIN = {
     "blind-60": 1,  # b60-007: torchrun's SIGHUP from a closed terminal is how the run was launched; the label: scheduler
+    "blind-117": 1,  # b117-012: a 'local protection error' completion is the stack's registration; the label: unknown
 }
 
 

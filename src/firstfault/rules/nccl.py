@@ -668,7 +668,7 @@ _PROTECTION_ERROR = "RDMA memory protection error"
 _PROVIDER_CQE_DUMP = re.compile(r"mlx5: \S+: got completion with error:")
 
 
-@refiner("ProtectionErrorNamesTheCompletion", phase=Phase.REFINE, doc=f"""
+@refiner("ProtectionErrorNamesTheCompletion", phase=Phase.REFINE, after=("IbPeerResolution",), doc=f"""
 libmlx5 prints 'mlx5: <host>: got completion with error:' and the CQE's words for every failed completion, before the
 library that polled it reports the completion's status. When the same node's library reports a protection status
 within clock_skew_s of the dump (`{_PROTECTION_ERROR}`), the dump is that completion: its `IB completion error` reading

@@ -110,6 +110,10 @@ _POINTS_ELSEWHERE = re.compile(
     r"other|a remote) (?:ranks?|process(?:es)?|workers?)|(?:another|other|a remote) (?:rank|process|worker)s? "
     r"(?:has |have )?(?:failed|exited|crashed|died)|other ranks (?:that )?did(?:n't| not) finish")
 
+# A program's check on a library call's return code ('AssertionError: register memory failed, error code: -1', 'failed
+# with return code 3'): the library printed why on lines of its own; the exception reports only that it failed.
+_RETURN_CODE_CHECK = re.compile(r"(?i)\bfailed(?:,| with)? (?:error |return |exit )?(?:code|status|ret|rc)\s*[:=]?\s*-?\d+\b")
+
 # A warning-level log line that names an exception and a retry ('[WARNING] ... retry 1: S3Exception: ...', 'WARNING -
 # ... Retrying (attempt 2) after ConnectionError'): the code caught the exception and tries the operation again.
 _RETRIED = re.compile(r"\bWARN(?:ING)?\b[^\n]{0,200}?\b(?:[Rr]etry|[Rr]etrying|[Rr]etried)\b")
@@ -233,7 +237,7 @@ def exit_handler_errors(ws: Workspace) -> None:
             ws.drop(event, "raised by an exit handler after the program finished ('Error in atexit._run_exitfuncs')")
 
 
-@filter_rule("IgnoredExceptions", phase=Phase.FILTER_EARLY, doc=f"""
+@filter_rule("IgnoredExceptions", phase=Phase.FILTER_EARLY, after=("RelayedOutput",), doc=f"""
 CPython prints an exception it cannot raise - in a destructor, a weakref callback, a garbage-collection hook - under
 'Exception ignored in: <object>' (sys.unraisablehook) and goes on: the exception that ends the traceback after the banner
 (the first Python exception within {EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and
@@ -315,7 +319,8 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
 not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
-('Allreduce failed'), an HTTP client's exception for a
+('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
+client's exception for a
 server's 5xx reply ('Error code: 500', '500 Server Error'), an exception a warning-level line says is being retried
 ('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
@@ -428,6 +433,9 @@ program's.
     _reports_elsewhere("an HTTP client's stream cut off by its server",
         "2025-01-01T00:10:00Z aiohttp.client_exceptions.ClientPayloadError: Response payload is not completed: "
         "<TransferEncodingError: 400, message='Not enough data for satisfy transfer length header.'>"),
+    # https://github.com/MoonshotAI/checkpoint-engine/issues/34 (the transfer engine's registration refused just before)
+    _reports_elsewhere("a program's assertion on a library call's return code",
+        "2025-01-01T00:10:00Z [rank0]: AssertionError: register memory failed, error code: -1"),
     # https://github.com/pytorch/pytorch/issues/173679 (Inductor re-raising the OSError of a cache on NFS)
     _reports_elsewhere("a wrapper whose message is the exception it wraps",
         "2025-01-01T00:10:00Z [rank19]: torch._inductor.exc.InductorError: OSError: [Errno 16] Device or resource busy: "
@@ -449,6 +457,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name} reports a failure elsewhere or wraps a message other rules read")
         elif _POINTS_ELSEWHERE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message points to another error")
+        elif _RETURN_CODE_CHECK.search(event.evidence.text):
+            ws.drop(event, f"{name}: the program's check of a call's return code; the library said why")
         elif _PEER_UNREACHABLE.search(event.evidence.text):
             ws.drop(event, f"{name}: its message says a peer could not be reached")
         elif _COLLECTIVE_FAILED.search(event.evidence.text):
