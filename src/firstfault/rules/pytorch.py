@@ -120,7 +120,7 @@ _RETRIED = re.compile(r"\bWARN(?:ING)?\b[^\n]{0,200}?\b(?:[Rr]etry|[Rr]etrying|[
 
 # An HTTP client's exception for a server's 5xx reply (the OpenAI client's 'Error code: 500 - {...}', requests'
 # '500 Server Error: Internal Server Error for url'): the server failed, which its own log says why.
-_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b")
+_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|\bError: (?:Internal Server Error|Bad Gateway|Service Unavailable)\b")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
 # connection, libp2p's daemon that reached none of its bootstrap peers): the process it called is gone or not
@@ -320,8 +320,8 @@ another rank's), a Go program's error name in its log line (kubelet's klog 'file
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
 not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
 ('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
-client's exception for a
-server's 5xx reply ('Error code: 500', '500 Server Error'), an exception a warning-level line says is being retried
+client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error'),
+an exception a warning-level line says is being retried
 ('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
@@ -436,6 +436,10 @@ program's.
     # https://github.com/MoonshotAI/checkpoint-engine/issues/34 (the transfer engine's registration refused just before)
     _reports_elsewhere("a program's assertion on a library call's return code",
         "2025-01-01T00:10:00Z [rank0]: AssertionError: register memory failed, error code: -1"),
+    # https://github.com/kvcache-ai/Mooncake/issues/383 (SGLang's bench_serving whose first request the server failed)
+    _reports_elsewhere("a benchmark client's report of the server's 500 by its reason phrase",
+        "2025-01-01T00:10:00Z ValueError: Initial test run failed - Please make sure benchmark arguments are correctly "
+        "specified. Error: Internal Server Error"),
     # https://github.com/pytorch/pytorch/issues/173679 (Inductor re-raising the OSError of a cache on NFS)
     _reports_elsewhere("a wrapper whose message is the exception it wraps",
         "2025-01-01T00:10:00Z [rank19]: torch._inductor.exc.InductorError: OSError: [Errno 16] Device or resource busy: "
