@@ -460,13 +460,14 @@ def workload_completed(ws: Workspace) -> bool:
 SHUTDOWN_MARGIN_S = 60.0
 
 
-def quiet_between_lines(ws: Workspace, origins: set[str], when: datetime) -> float:
+def quiet_between_lines(ws: Workspace, origins: set[str], when: datetime, since: datetime | None = None) -> float:
     """The longest silence, in seconds, between the last lines the streams `origins` printed before `when` (lines
-    within SHUTDOWN_MARGIN_S of it left out): how long the program went without a word and then went on."""
+    within SHUTDOWN_MARGIN_S of it left out; with `since`, lines before it too): how long the program went without a
+    word and then went on."""
     longest = 0.0
     for end in (e for e in ws.output_ends if e.origin in origins):
-        times = [ev.time for ev, _undated in end.points
-                 if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S]
+        times = [ev.time for ev, _undated in end.points if ev.time is not None
+                 and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S and (since is None or ev.time >= since)]
         longest = max([longest, *((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times))])
     return longest
 

@@ -1407,7 +1407,8 @@ def _dated(event: Event) -> datetime | None:
 @filter_rule("TrainingStall", phase=Phase.FILTER, doc=f"""
 Synchronous training makes progress on every rank or on none. When the last training-progress line (on any node)
 comes more than {STALL_S / 60:.0f} minutes (and more than the longest silence its stream kept between its last lines
-before) before a workload that did not complete ended (its end time, else its last dated failure line), the workload
+before, since training began: a start-up's silence is not its rhythm) before a workload that did not complete ended
+(its end time, else its last dated failure line), the workload
 hung: a `Training stalled` symptom is placed at the last progress line, naming when
 and where progress stopped and how long nothing followed. It is a downstream symptom: a root cause that began the
 stall (an Xid, a dead peer) explains it; without one it is what the answer names, and no node is blamed.
@@ -1435,6 +1436,15 @@ stall (an Xid, a dead peer) explains it; without one it is what the answer names
                       for h in range(0, 20, 2)]},
         context={"scheduler_state": "FAILED", "end_time": "2025-01-01T19:10:00Z"},
         expect=Expect(fired=False, absent=["Training stalled"])),
+    # a start-up that loaded for two hours before the first step is not the rhythm of the steps (b407-003's layout)
+    RuleCase(title="two hours of start-up, steps every five minutes, then half an hour of nothing", evidence={
+        "n1/applog": ["2025-01-01T00:00:05Z > initialized tensor model parallel with size 4"] + [
+            f"2025-01-01T02:{m:02d}:00Z iteration {m * 20}/ 250000 | lm loss: 2.1" for m in range(0, 25, 5)] + [
+            "2025-01-01T02:56:00Z [rank0]:[E0101 02:56:00.000000000 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+            "Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."]},
+        context={"scheduler_state": "FAILED", "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:57:00Z"},
+        expect=Expect(fired=True, sub_domain="unknown", root_symptom="Training stalled")),
     RuleCase(title="a completed job that saved for long after its last step", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
         context={"scheduler_state": "COMPLETED", "end_time": "2025-01-01T01:30:00Z"},
@@ -1452,8 +1462,10 @@ def training_stall(ws: Workspace) -> None:
     end = ws.context.end_time or max(failures, default=None)
     if stopped is None or end is None:
         return
-    # a program that reports its progress every two hours has not stalled an hour after its last report
-    rhythm = quiet_between_lines(ws, {last.evidence.provenance.origin}, end)
+    # a program that reports its progress every two hours has not stalled an hour after its last report; its rhythm is
+    # read from its training (its first progress on), not from a start-up that loaded data or compiled for hours
+    began = min(e.time or stopped for e in progress)
+    rhythm = quiet_between_lines(ws, {last.evidence.provenance.origin}, end, since=began)
     if (end - stopped).total_seconds() <= max(STALL_S, rhythm):
         return
     minutes = (end - stopped).total_seconds() / 60
