@@ -1074,6 +1074,35 @@ def container_hook_reason(ws: Workspace) -> None:
                 break
 
 
+@refiner("ContainerWithoutTheFailedDriver", phase=Phase.REFINE, doc=f"""
+nvidia-container-cli finding no loaded driver ('nvml error: driver not loaded') on a node whose kernel log shows its GPU
+driver failing to come up (an Xid, RmInitAdapter, GSP timeouts at load: a gpu root candidate of that node) is that
+failure seen by the container runtime: `{_CONTAINER_SETUP}` is demoted and the GPU's failure stands. Without one, the
+driver not loaded stays the node's container set-up.
+""", cases=[
+    # https://github.com/NVIDIA/nvtrust/issues/123 (GSP timeouts at driver load in a confidential-computing VM)
+    RuleCase(title="the driver failed at load; the pod's container then found no driver", evidence={"n1/syslog": [
+        "Nov 18 09:51:41 n1 kernel: [   31.231988] NVRM: Xid (PCI:0000:01:00): 119, Timeout after 6s of waiting for RPC "
+        "response from GPU0 GSP! Expected function 47 (UNLOADING_GUEST_DRIVER) sequence 423 (0x0 0x0).",
+        "Nov 18 09:58:21 n1 containerd[1122]: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+        "unknown"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], demoted=[_CONTAINER_SETUP])),
+    RuleCase(title="no driver loaded, and nothing about the GPU", evidence={"n1/syslog": [
+        "Nov 18 09:58:21 n1 containerd[1122]: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+        "unknown"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
+])
+def container_without_the_failed_driver(ws: Workspace) -> None:
+    for setup in ws.active(prefix=_CONTAINER_SETUP):
+        if not any("driver not loaded" in e.text for e in setup.evidence):
+            continue
+        failed = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU, node=setup.node) if s is not setup]
+        if failed:
+            first = min(failed, key=WorkSymptom.sort_key)
+            ws.demote(setup, f"the node's GPU driver failed to come up ({first.name}): the container found none loaded")
+
+
 # What the GPU container hook reports about a node when it cannot set up a container there (ContainerHookReason).
 _HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library versions differ")
 
