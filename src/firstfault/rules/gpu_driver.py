@@ -634,6 +634,64 @@ def unlisted_xid_repeated_on_one_node(ws: Workspace) -> None:
         ws.reread(event, _REPEATED_UNLISTED, f"{event.symptom} repeated on this node's GPU only")
 
 
+# Xid 154 recovery actions after which the GPU cannot take the next job as it is (Xid catalog, Xid 154).
+_RESET_ACTIONS = ("Drain and Reset", "GPU Reset Required", "Node Reboot Required")
+_UNRECOVERED = "Application-class Xid left the GPU needing a reset"
+
+
+@filter_rule("ApplicationXidLeftGpuNeedingReset", phase=Phase.FILTER, doc=f"""
+An application-class Xid (13, 31, 43 ...: an illegal address or instruction) needs only the program restarted. When
+the driver then announces, by Xid 154 on the same GPU within the burst gap, that the GPU needs a reset or the node
+a reboot ({", ".join(_RESET_ACTIONS)}), the GPU did not recover from the fault: whatever set it off, the node cannot
+take the next job until it is reset. With no hardware-class Xid on the node, the application-class Xids become
+`{_UNRECOVERED}` (gpu, that node); a hardware Xid beside them stays the root (XidBurstRoot).
+""", cases=[
+    # https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1134 (an MMU fault escalated to Node Reboot Required)
+    RuleCase(title="Xid 31 escalated to a reboot", evidence={
+        "n2/syslog": [
+            "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:41:00): 31, pid=2987, name=python3, channel 0x00000018, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC3 GPCCLIENT_T1_12 faulted @ 0x7f3a_9c200000. Fault is of "
+            "type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+            "Jan  1 00:10:01 n2 kernel: NVRM: Xid (PCI:0000:41:00): 154, GPU recovery action changed from 0x0 (None) "
+            "to 0x2 (Node Reboot Required)"],
+        "n2/applog": ["2025-01-01T00:10:01Z [rank5]: RuntimeError: CUDA error: an illegal memory access was "
+                      "encountered"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom=_UNRECOVERED)),
+    RuleCase(title="Xid 31 with no recovery action: the program's", evidence={
+        "n2/syslog": [
+            "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:41:00): 31, pid=2987, name=python3, channel 0x00000018, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC3 GPCCLIENT_T1_12 faulted @ 0x7f3a_9c200000. Fault is of "
+            "type FAULT_PDE ACCESS_TYPE_VIRT_READ"],
+        "n2/applog": ["2025-01-01T00:10:01Z [rank5]: RuntimeError: CUDA error: an illegal memory access was "
+                      "encountered"]},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+    RuleCase(title="a reset announced for another GPU", evidence={
+        "n2/syslog": [
+            "Jan  1 00:10:00 n2 kernel: NVRM: Xid (PCI:0000:41:00): 31, pid=2987, name=python3, channel 0x00000018, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC3 GPCCLIENT_T1_12 faulted @ 0x7f3a_9c200000. Fault is of "
+            "type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+            "Jan  1 00:10:01 n2 kernel: NVRM: Xid (PCI:0000:61:00): 154, GPU recovery action changed from 0x0 (None) "
+            "to 0x1 (GPU Reset Required)"]},
+        expect=Expect(fired=False, root_symptom="XID-31")),
+])
+def application_xid_left_gpu_needing_reset(ws: Workspace) -> None:
+    gap = timedelta(seconds=ws.params.burst_gap_s)
+    announced = [e for e in ws.events if e.symptom == "XID-154" and e.time is not None
+                 and e.attributes.get("recovery_action") in _RESET_ACTIONS]
+    for node in sorted({e.node or "" for e in announced}):
+        xids = [e for e in ws.events_of(EventType.NODE_BAD) if e.node == (node or None) and e.symptom
+                and (d := ws.catalog.symptoms.get(e.symptom)) is not None and d.family == "xid"]
+        if any(ws.catalog.symptoms[e.symptom].sub_domain != SubDomain.APPLICATION for e in xids if e.symptom):
+            continue
+        for fault in xids:
+            action = next((str(a.attributes["recovery_action"]) for a in announced if a.node == fault.node
+                           and a.attributes.get("pci") == fault.attributes.get("pci") and fault.time is not None
+                           and a.time is not None and timedelta(0) <= a.time - fault.time <= gap), None)
+            if action:
+                ws.reread(fault, _UNRECOVERED, f"the driver asked for '{action}' after it (Xid 154)",
+                          {k: v for k, v in fault.attributes.items() if k in ("pci", "gpu")})
+
+
 @refiner("XidBurstRoot", phase=Phase.CLEAN, after=("Xid154Linkage",), doc=f"""
 Within one node's Xid burst (events less than burst_gap_s apart, 3 minutes by default) the earliest
 hardware-class Xid (strength >= {HARDWARE_STRENGTH}: 48, 62, 64, 74, 79, 94, 95, 119/120, 140, 143, fatal NVLink5 ...)
