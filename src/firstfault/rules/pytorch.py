@@ -1074,11 +1074,16 @@ def container_hook_reason(ws: Workspace) -> None:
                 break
 
 
+# nvidia-container-cli's reports that the node's driver failed it: NVML found none loaded, or a driver call failed.
+_DRIVER_FAILED_THE_HOOK = ("driver not loaded", "driver error:")
+
+
 @refiner("ContainerWithoutTheFailedDriver", phase=Phase.REFINE, doc=f"""
-nvidia-container-cli finding no loaded driver ('nvml error: driver not loaded') on a node whose kernel log shows its GPU
-driver failing to come up (an Xid, RmInitAdapter, GSP timeouts at load: a gpu root candidate of that node) is that
-failure seen by the container runtime: `{_CONTAINER_SETUP}` is demoted and the GPU's failure stands. Without one, the
-driver not loaded stays the node's container set-up.
+nvidia-container-cli failed by the node's driver ('nvml error: driver not loaded', 'driver error: failed to process
+request') on a node whose kernel log shows its GPU driver failing (an Xid, RmInitAdapter, GSP timeouts at load, the
+kernel module of another release than the libraries: a gpu root candidate of that node) is that failure seen by the
+container runtime: `{_CONTAINER_SETUP}` is demoted and the GPU's failure stands. Without one, the driver's failure
+stays the node's container set-up.
 """, cases=[
     # https://github.com/NVIDIA/nvtrust/issues/123 (GSP timeouts at driver load in a confidential-computing VM)
     RuleCase(title="the driver failed at load; the pod's container then found no driver", evidence={"n1/syslog": [
@@ -1092,15 +1097,24 @@ driver not loaded stays the node's container set-up.
         "Nov 18 09:58:21 n1 containerd[1122]: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
         "unknown"]},
         context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=["n1"])),
+    # https://github.com/NVIDIA/nvidia-docker/issues/1252 and #1245 (a driver upgraded without a reboot)
+    RuleCase(title="a driver call failed on a node whose kernel module is of another release", evidence={"n1/syslog": [
+        "Nov 18 09:02:29 n1 kernel: [412907.118244] NVRM: API mismatch: the client has the version 460.56, but",
+        "Nov 18 09:03:10 n1 kubelet[2201]: E1118 09:03:10.118244 2201 pod_workers.go:191] Error: failed to start "
+        "container \"pytorch\": OCI runtime create failed: container_linux.go:370: starting container process caused: "
+        "process_linux.go:459: container init caused: Running hook #0:: error running hook: exit status 1, stdout: , "
+        "stderr: nvidia-container-cli: initialization error: driver error: failed to process request: unknown"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], demoted=[_CONTAINER_SETUP])),
 ])
 def container_without_the_failed_driver(ws: Workspace) -> None:
     for setup in ws.active(prefix=_CONTAINER_SETUP):
-        if not any("driver not loaded" in e.text for e in setup.evidence):
+        if not any(reason in e.text for e in setup.evidence for reason in _DRIVER_FAILED_THE_HOOK):
             continue
         failed = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU, node=setup.node) if s is not setup]
         if failed:
             first = min(failed, key=WorkSymptom.sort_key)
-            ws.demote(setup, f"the node's GPU driver failed to come up ({first.name}): the container found none loaded")
+            ws.demote(setup, f"the node's GPU driver failed ({first.name}): the container runtime met that failure")
 
 
 # What the GPU container hook reports about a node when it cannot set up a container there (ContainerHookReason).
@@ -1152,7 +1166,9 @@ CrashLoopBackOff on a node where a process of the workload ended in an uncaught 
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
-exited soon after it started may have been given a setting it cannot start with.
+exited soon after it started may have been given a setting it cannot start with. A GPU fault reported on the pod's
+own node no later than its status (a gpu root candidate: CUDA's unknown error from the container's program, an Xid)
+is why, however soon the container exited: its program met the node's GPU.
 """, cases=[
     # https://github.com/NVIDIA/gpu-operator/issues/898 (a node whose driver was upgraded under running pods)
     RuleCase(title="the pod crash-looped on the node whose driver the hook could not use", evidence={
@@ -1177,6 +1193,14 @@ exited soon after it started may have been given a setting it cannot start with.
                 expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
     _crash_loop("the program raised at start-up, again and again", "00:21",
                 expect=Expect(fired=False, sub_domain="configuration")),
+    # https://github.com/NVIDIA/gpu-operator/issues/854 (the operator's CUDA validator on a node back from a reboot)
+    RuleCase(title="the validator's container failed on its node's GPU", evidence={
+        "n2/applog": ["2025-01-01T00:19:30Z Failed to allocate device vector A (error code unknown error)!"],
+        "n2/syslog": ['Jan  1 00:20:00 n2 kubelet[2280]: E0101 00:20:00.903115    2280 pod_workers.go:1300] "Error '
+                      'syncing pod, skipping" err="failed to \\"StartContainer\\" for \\"cuda-validation\\" with '
+                      'CrashLoopBackOff: \\"back-off 2m40s restarting failed container=cuda-validation"']},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], demoted=["Container image or start error"])),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
@@ -1193,6 +1217,12 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
                 _longest_container_run(ws, status.node) >= RAN_BEFORE_FAILING_S:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
+    for status in ws.active(prefix="Container image or start error"):
+        faults = [g for g in ws.active(role="root", sub_domain=SubDomain.GPU, node=status.node)
+                  if ws.undated(status) or ws.undated(g) or status.first_time is None or g.first_time is None
+                  or g.first_time <= status.first_time + skew]
+        if faults:
+            ws.demote(status, f"{faults[0].name} on {status.node} is why its container kept failing")
     reasons = [h for name in _POD_STATUS_REASONS for h in ws.active(prefix=name)]
     if not reasons:
         return

@@ -744,6 +744,8 @@ def _evicted_pods_filled_the_disk(ws: Workspace) -> bool:
 
 
 # The kubelet's eviction manager reclaiming disk on node b (the cases below).
+# A write of the node's container runtime or kubelet: the daemon's own log line, or a path in their state directories.
+_NODE_RUNTIME_WRITE = re.compile(r"\b(?:dockerd|containerd|kubelet)\[\d+\]|/var/lib/(?:docker|containerd|kubelet)/")
 _RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.000000 1 eviction_manager.go:344] "
                             "eviction manager: attempting to reclaim ephemeral-storage"]}
 
@@ -752,8 +754,9 @@ _RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.0
 A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
 [DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
 node whose own kubelet was reclaiming disk (eviction manager, image GC over its threshold) is the one whose disk
-was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it -
-unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
+was full: when exactly one node's kubelet did, its `Node disk pressure` becomes the root candidate and blames it (a
+'No space left on device' of that node's container runtime or kubelet, or on their directories under /var/lib, is the
+same full disk and is demoted under it) - unless the eviction message shows the evicted pod's containers using at least the shortfall below the kubelet's
 threshold ('Threshold quantity: T, available: A. Container c was using U'), or using a gibibyte or more where the
 message gives no threshold in bytes (none, or a percentage of a disk whose size it does not say) ('Container train was using 7499Mi, which exceeds its request of 0'): then the workload's
 own writes filled the disk and the node is not blamed.
@@ -798,6 +801,14 @@ own writes filled the disk and the node is not blamed.
         expect=Expect(fired=True, culprits=["b"])),
     RuleCase(title="reclaiming disk, nothing evicted", evidence=_RECLAIMING,
         expect=Expect(fired=False, culprits=[])),
+    # https://github.com/kubernetes/minikube/issues/7073 (the runtime's image store filling the node's disk)
+    RuleCase(title="the node's runtime ran out of the same disk first", evidence={
+        "a/scheduler": ["2025-01-01T00:10:05Z   Warning  Evicted    1m  kubelet  The node had condition: [DiskPressure]."],
+        "b/syslog": ["2025-01-01T00:09:00Z b dockerd[1187]: time=\"2025-01-01T00:09:00Z\" level=error msg=\"Handler for "
+                     "POST /v1.40/images/create returned error: write /var/lib/docker/tmp/GetImageBlob718341052: no "
+                     "space left on device\"", *_RECLAIMING["b/syslog"]]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom="Node disk pressure",
+                      demoted=["No space left on device"])),
 ])
 def node_disk_pressure_names_the_node(ws: Workspace) -> None:
     if not ws.active(prefix="Evicted: node disk full"):
@@ -809,6 +820,9 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
     if len({s.node for s in pressed}) == 1:
         for s in pressed:
             ws.promote(s, "this node's kubelet was reclaiming disk when the workload's pods were evicted for a full disk")
+        for full in ws.active(prefix="No space left on device", node=pressed[0].node):
+            if any(_NODE_RUNTIME_WRITE.search(e.text) for e in full.evidence):
+                ws.demote(full, "the node's container runtime or kubelet ran out of the disk its kubelet was reclaiming")
 
 
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc=f"""
