@@ -381,6 +381,8 @@ def after_the_end(ws: Workspace) -> None:
 
 
 NEVER_PLACED = "Pod could not be placed on any node"
+# What kept a workload from starting at all: no node for a pod, or a queue that can never admit it.
+NOT_STARTED = (NEVER_PLACED, "Workload larger than its queue's capacity")
 
 
 @refiner("BeforeTheStart", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
@@ -432,7 +434,7 @@ def before_the_start(ws: Workspace) -> None:
     own = [s for s in ws.active(role="root") if ws.undated(s) and s.evidence
            and all(e.source == SourceKind.APPLOG for e in s.evidence)]
     during = sorted((s for s in [*(s for s, t in dated if t >= limit), *own]
-                     if s.sub_domain != SubDomain.SCHEDULER and s.name != NEVER_PLACED), key=WorkSymptom.sort_key)
+                     if s.sub_domain != SubDomain.SCHEDULER and s.name not in NOT_STARTED), key=WorkSymptom.sort_key)
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue

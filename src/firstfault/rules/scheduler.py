@@ -29,6 +29,7 @@ from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, re
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
     NEVER_PLACED,
+    NOT_STARTED,
     SHUTDOWN_MARGIN_S,
     SURVIVED_AFTER_S,
     blamed_nodes,
@@ -750,6 +751,45 @@ _RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.0
                             "eviction manager: attempting to reclaim ephemeral-storage"]}
 
 
+@filter_rule("DescribedPodOnItsNode", phase=Phase.FILTER_EARLY, doc="""
+kubectl describe pod names the pod's node ('Node: a100-n13/10.44.7.13'), and what the describe says of its containers
+(their last state's reason and message, the kubelet's events) happened on that node - wherever the output was saved
+(often the file of the node the operator ran kubectl on). An event read from the lines after a 'Node:' line, up to the
+next object's 'Name:' or the next '$ ' prompt of the same file, is moved to the described pod's node when that is
+another node of the workload.
+""", cases=[
+    # https://github.com/NVIDIA/nvidia-docker/issues/1451 (a node whose driver was upgraded under the loaded module)
+    RuleCase(title="one pod's describe, saved in another node's file", evidence={
+        "a/scheduler": ["Name:         train-worker-1", "Node:         b/10.0.0.2",
+                        "      Message:      OCI runtime create failed: running prestart hook 1 caused: error running "
+                        "hook: exit status 1, stdout: , stderr: nvidia-container-cli: initialization error: nvml "
+                        "error: driver/library version mismatch: unknown"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="the next command's output is not the pod's", evidence={
+        "a/scheduler": ["Name:         train-worker-1", "Node:         b/10.0.0.2", "$ kubectl logs train-worker-0",
+                        "2025-01-01T00:10:00Z RuntimeError: CUDA error: an illegal memory access was encountered"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def described_pod_on_its_node(ws: Workspace) -> None:
+    marks: dict[str, list[tuple[int, str | None]]] = {}  # origin -> (line, the described pod's node or None: a boundary)
+    for fact in ws.events_of(f"{EventType.CONTEXT}.describe_block"):
+        provenance = fact.evidence.provenance
+        node = ws.canonical_node(str(fact.attributes["pod_node"])) if fact.attributes.get("pod_node") else None
+        marks.setdefault(provenance.origin, []).append((provenance.line or 0, node))
+    if not any(node for found in marks.values() for _, node in found):
+        return
+    for found in marks.values():
+        found.sort(key=lambda mark: mark[0])
+    for event in [e for e in ws.events if e.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING)]:
+        line = event.evidence.provenance.line or 0
+        before = [node for at, node in marks.get(event.evidence.provenance.origin, []) if at < line]
+        if before and before[-1] and before[-1] != ws.canonical_node(event.node):
+            ws.move(event, before[-1], f"kubectl describe places the pod on {before[-1]} (its output is in "
+                                       f"{event.node}'s file)")
+
+
 @refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
 A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
 [DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
@@ -1334,7 +1374,8 @@ def pod_deletion_took_the_ray_node(ws: Workspace) -> None:
 drained or preempted, after a GPU dropped out of a node's allocatable, or before a deadline struck a job that had
 other trouble is the replacement of a pod that failed for that reason, or a wait. When another root candidate (other
 than the time limit or cancel that ended the job) stands, or the workload had trained before it (a replacement pod),
-the placement failure is demoted.
+the placement failure is demoted. So is a queue's refusal to admit a workload larger than its capacity (Kueue's
+'request > maximum capacity'): a workload that trained was admitted before, and its requeued copy is what is refused.
 """, cases=[
     RuleCase(title="no node offers the pod what it asks; nothing else failed", evidence={"a/scheduler": [
         "2025-01-01T00:10:00Z   Warning  FailedScheduling  2m (x12 over 58m)  default-scheduler  0/4 nodes are available: "
@@ -1356,16 +1397,16 @@ the placement failure is demoted.
         expect=Expect(fired=True, demoted=[NEVER_PLACED])),
 ])
 def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
-    unplaced = ws.active(prefix=NEVER_PLACED)
+    unplaced = [s for s in ws.active(role="root") if s.name in NOT_STARTED]
     if not unplaced:
         return
     started = [t for s in ws.select(prefix="Training progress") if (t := s.first_time) and not ws.undated(s)]
     for s in unplaced:
         if s.first_time is not None and any(t < s.first_time for t in started):
             ws.demote(s, f"the workload had trained from {min(started):%H:%M:%S}: a replacement pod left without a node")
-    unplaced = ws.active(prefix=NEVER_PLACED)
+    unplaced = [s for s in ws.active(role="root") if s.name in NOT_STARTED]
     enders = {name for name in WORKLOAD_ENDERS if name != "Kubernetes eviction"}
-    others = [s for s in ws.active(role="root") if s.name != NEVER_PLACED and not s.name.startswith(tuple(enders))]
+    others = [s for s in ws.active(role="root") if s.name not in NOT_STARTED and not s.name.startswith(tuple(enders))]
     if unplaced and others:
         first = min(others, key=WorkSymptom.sort_key)
         for s in unplaced:
