@@ -1901,7 +1901,9 @@ When no root candidate stands and the workload's rendezvous timed out before any
 RendezvousBeforeAnyProgress), its ranks never met, and with no fault of its own on any node the usual reason is how
 the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes launched than the
 rendezvous expects, a launcher started on one node only: `{_NEVER_MET}` becomes the answer (configuration, no node
-blamed). Any root candidate (a crash before the rendezvous, a GPU, a lost node, the scheduler) comes first.
+blamed). Any root candidate (a crash before the rendezvous, a GPU, a lost node, the scheduler) comes first, and so does
+a cloud's refusal of capacity (`Cloud capacity unavailable`): the ranks that never came had no node to run on, so the
+store's timeouts are demoted under it.
 """, cases=[
     # https://github.com/pytorch/pytorch/issues/85300 (a client resolving the endpoint to an address nobody serves)
     RuleCase(title="the store waited for clients that never came", evidence={
@@ -1915,9 +1917,23 @@ blamed). Any root candidate (a crash before the rendezvous, a GPU, a lost node, 
         "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
                      "clients. 4/8 clients joined."]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["b"])),
+    # https://github.com/huggingface/Google-Cloud-Containers/issues/126 (GKE could not add the nodes: GCE quota)
+    RuleCase(title="the ranks that never came had no node", evidence={
+        "a/scheduler": ["2025-01-01T00:01:00Z   Warning  FailedScaleUp  13m  cluster-autoscaler  Node scale up in zones "
+                        "us-central1-c associated with this pod failed: GCE quota exceeded. Pod is at risk of not "
+                        "being scheduled."],
+        "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
+                     "clients. 4/8 clients joined."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], root_symptom="Cloud capacity unavailable")),
 ])
 def rendezvous_never_completed(ws: Workspace) -> None:
-    if ws.active(role="root"):
+    capacity = ws.active(prefix="Cloud capacity unavailable")
+    if capacity and not ws.active(role="root"):
+        for s in ws.active(prefix="Rendezvous or store timeout"):
+            ws.demote(s, f"the cloud had no capacity for the workload's nodes ({capacity[0].node or '-'}): the ranks "
+                         "that never came had no node to run on")
+    if ws.active(role="root") or capacity:
         return
     for s in ws.select(prefix=_NEVER_MET, status="interesting"):
         ws.promote(s, "no root candidate, and no progress or collective before the rendezvous timed out")

@@ -868,7 +868,8 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
-was shut down on purpose; a powered-down node Slurm could not resume never came up at all. Its munged stops with the
+was shut down on purpose; a powered-down node Slurm could not resume (ResumeTimeout, or the cloud's capacity error in
+its reason) never came up at all. Its munged stops with the
 shutdown, so the Slurm messages that then fail for want of munged are the shutdown's too. A Kubernetes or Slurm node
 failure naming that node, declared within
 {NODE_FAILURE_DETECTION_S / 60:.0f} minutes after the shutdown began (or with no time of its own), is that shutdown,
@@ -924,6 +925,14 @@ reclaimed a spot instance (such records name an instance, not a node): the cloud
                         "[2025-01-01T00:31:50.005] Killing JobId=1 on failed node b"]},
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Slurm node failure"])),
+    # https://github.com/aws/aws-parallelcluster-node/pull/603 (EC2 had no p4d capacity for the job's dynamic nodes)
+    RuleCase(title="a cloud node the provider had no capacity for", evidence={
+        "a/scheduler": ["[2025-01-01T00:15:34.171] update_node: node b reason set to: "
+                        "(Code:InsufficientInstanceCapacity)Failure when resuming nodes",
+                        "[2025-01-01T00:15:34.174] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -949,7 +958,8 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
     window = timedelta(seconds=NODE_FAILURE_DETECTION_S)
     began = {s.node: s.first_time for s in ws.select(prefix="Orderly OS shutdown") + ws.active(prefix="Graceful node shutdown")
              if s.node and s.first_time}
-    began.update({node: s.first_time for s in ws.active(prefix="Node never resumed") if s.first_time
+    began.update({node: s.first_time for name in ("Node never resumed", "Cloud capacity unavailable")
+                  for s in ws.active(prefix=name) if s.first_time
                   for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
     # a node that came back from a shutdown or a resume and whose slurmd then failed was lost to that
     shutdowns = _shutdown_times(ws)
@@ -1374,7 +1384,8 @@ def pod_deletion_took_the_ray_node(ws: Workspace) -> None:
 drained or preempted, after a GPU dropped out of a node's allocatable, or before a deadline struck a job that had
 other trouble is the replacement of a pod that failed for that reason, or a wait. When another root candidate (other
 than the time limit or cancel that ended the job) stands, or the workload had trained before it (a replacement pod),
-the placement failure is demoted. So is a queue's refusal to admit a workload larger than its capacity (Kueue's
+the placement failure is demoted, and so it is when the cloud had no capacity for the nodes the pod waited for (`Cloud
+capacity unavailable`: a scale-up refused for quota or resources). So is a queue's refusal to admit a workload larger than its capacity (Kueue's
 'request > maximum capacity'): a workload that trained was admitted before, and its requeued copy is what is refused.
 """, cases=[
     RuleCase(title="no node offers the pod what it asks; nothing else failed", evidence={"a/scheduler": [
@@ -1387,6 +1398,14 @@ the placement failure is demoted. So is a queue's refusal to admit a workload la
         "podgroup llm-prod/pg-rlhf",
         "2025-01-01T00:10:00Z   Warning  FailedScheduling  2m (x12 over 58m)  default-scheduler  0/4 nodes are available: "
         "4 Insufficient nvidia.com/gpu."]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", demoted=[NEVER_PLACED])),
+    # https://github.com/huggingface/Google-Cloud-Containers/issues/126 (the node pool could not grow: GCE quota)
+    RuleCase(title="the pod waited for nodes the cloud could not add", evidence={"a/scheduler": [
+        "2025-01-01T00:10:00Z   Warning  FailedScheduling  14m  default-scheduler  0/6 nodes are available: 2 "
+        "Insufficient nvidia.com/gpu, 4 node(s) didn't match Pod's node affinity/selector.",
+        "2025-01-01T00:11:00Z   Warning  FailedScaleUp  13m  cluster-autoscaler  Node scale up in zones us-central1-c "
+        "associated with this pod failed: GCE quota exceeded. Pod is at risk of not being scheduled."]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="scheduler", demoted=[NEVER_PLACED])),
     RuleCase(title="the workload trained, then a replacement pod finds no node", evidence={
@@ -1404,6 +1423,9 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
     for s in unplaced:
         if s.first_time is not None and any(t < s.first_time for t in started):
             ws.demote(s, f"the workload had trained from {min(started):%H:%M:%S}: a replacement pod left without a node")
+    capacity = ws.active(prefix="Cloud capacity unavailable")
+    for s in [s for s in unplaced if s.active] if capacity else []:
+        ws.demote(s, f"the cloud had no capacity for the nodes it waited for ({capacity[0].node or '-'})")
     unplaced = [s for s in ws.active(role="root") if s.name in NOT_STARTED]
     enders = {name for name in WORKLOAD_ENDERS if name != "Kubernetes eviction"}
     others = [s for s in ws.active(role="root") if s.name not in NOT_STARTED and not s.name.startswith(tuple(enders))]

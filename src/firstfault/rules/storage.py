@@ -150,6 +150,42 @@ def _iscsi_disks(ws: Workspace) -> dict[str, set[str]]:
 _REMOTE_VOLUME = "Remote block volume failed"
 
 
+_EXPEL_DISPUTE = "Filesystem client expelled in a dispute with another node"
+EXPEL_DISPUTE_S = 600.0  # a node expelled this soon after it asked to expel another lost that dispute
+
+
+@filter_rule("ExpelRequesterExpelled", phase=Phase.FILTER, doc=f"""
+A Storage Scale client that asked the cluster manager to expel another node ('Request sent to ... to expel <node>') and
+lost its own membership within {EXPEL_DISPUTE_S / 60:.0f} minutes after was expelled in that dispute: the manager chose
+it over the node it could not reach. Its loss of membership is read as `{_EXPEL_DISPUTE}` (storage, no node blamed)
+instead of a failure of its own client. A node expelled with no request of its own stays the node whose client failed.
+""", cases=[
+    RuleCase(title="expelled after asking to expel a node outside the job", evidence={"n2/syslog": [
+        "Jan  1 00:10:00 n2 mmfs[3377]: [N] Request sent to 10.40.9.21 (ess-mgr01) to expel 10.40.3.44 (cn-b44) from "
+        "cluster ess.hpc.local",
+        "Jan  1 00:10:35 n2 mmfs[3377]: [E] Lost membership in cluster ess.hpc.local. Unmounting file systems."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_EXPEL_DISPUTE)),
+    RuleCase(title="expelled with no request of its own", evidence={"n2/syslog": [
+        "Nov  5 05:41:02 n2 mmfs[5521]: Close connection to 10.60.1.22 ess-io2",
+        "Nov  5 05:41:07 n2 mmfs[5521]: Lost membership in cluster ess.storage.cluster. Unmounting file systems."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n2"])),
+])
+def expel_requester_expelled(ws: Workspace) -> None:
+    requests: dict[str, list[datetime]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.expel_request"):
+        if fact.time is not None and fact.node:
+            requests.setdefault(fact.node, []).append(fact.time)
+    window = timedelta(seconds=EXPEL_DISPUTE_S)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Node's filesystem client failed"
+                  and "Lost membership" in e.evidence.text and e.time is not None]:
+        asked = [t for t in requests.get(event.node or "", []) if timedelta(0) <= event.time - t <= window]
+        if asked:
+            ws.reread(event, _EXPEL_DISPUTE, f"{event.node} asked to expel another node at {min(asked):%H:%M:%S} and "
+                                             "lost its membership after: it lost that dispute")
+
+
 @filter_rule("IscsiDiskIsRemote", phase=Phase.FILTER, doc=f"""
 A disk the kernel attached through an iSCSI initiator ('scsi hostN: iSCSI Initiator over TCP/IP', then 'sd N:...:
 [sdX] Attached SCSI disk') is a remote volume (a Longhorn volume, a SAN LUN), not the node's own drive: block-layer
