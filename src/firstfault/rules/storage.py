@@ -179,8 +179,11 @@ def expel_requester_expelled(ws: Workspace) -> None:
             requests.setdefault(fact.node, []).append(fact.time)
     window = timedelta(seconds=EXPEL_DISPUTE_S)
     for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Node's filesystem client failed"
-                  and "Lost membership" in e.evidence.text and e.time is not None]:
-        asked = [t for t in requests.get(event.node or "", []) if timedelta(0) <= event.time - t <= window]
+                  and "Lost membership" in e.evidence.text]:
+        lost = event.time
+        if lost is None:
+            continue
+        asked = [t for t in requests.get(event.node or "", []) if timedelta(0) <= lost - t <= window]
         if asked:
             ws.reread(event, _EXPEL_DISPUTE, f"{event.node} asked to expel another node at {min(asked):%H:%M:%S} and "
                                              "lost its membership after: it lost that dispute")
