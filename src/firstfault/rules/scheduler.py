@@ -933,6 +933,14 @@ reclaimed a spot instance (such records name an instance, not a node): the cloud
         context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
                       demoted=["Slurm node failure"])),
+    # https://github.com/aws/aws-parallelcluster/issues/2716 (older releases: the capacity error names the nodes in a list)
+    RuleCase(title="the launch error names the node the cloud had no capacity for", evidence={
+        "a/scheduler": ["2025-01-01 00:15:11,823 - [slurm_plugin.common:add_instances_for_nodes] - ERROR - Encountered "
+                        "exception when launching instances for nodes (x1) ['b']: An error occurred "
+                        "(InsufficientInstanceCapacity) when calling the RunInstances operation (reached max retries: 1)",
+                        "[2025-01-01T00:15:11.830] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Slurm node failure"])),
     RuleCase(title="a cloud node that never resumed", evidence={
         "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
                         "power_save",
@@ -960,7 +968,7 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
              if s.node and s.first_time}
     began.update({node: s.first_time for name in ("Node never resumed", "Cloud capacity unavailable")
                   for s in ws.active(prefix=name) if s.first_time
-                  for node in (ws.canonical_node(n) for n in s.value_set("blamed_node")) if node})
+                  for node in (ws.canonical_node(n) for n in _nodes_not_started(s)) if node})
     # a node that came back from a shutdown or a resume and whose slurmd then failed was lost to that
     shutdowns = _shutdown_times(ws)
     for broken in ws.active(prefix="slurmd failed to start on the node"):
@@ -991,6 +999,16 @@ def orderly_shutdown_is_not_a_node_failure(ws: Workspace) -> None:
             ws.demote(report, f"{', '.join(shut)} ran a graceful shutdown (shut down on purpose, not lost)")
             for shutdown in (s for node in shut for s in ws.select(prefix="Orderly OS shutdown", node=node)):
                 ws.promote(shutdown, f"the shutdown of {shutdown.node} took it from the workload")
+
+
+# ParallelCluster's resume log names the nodes whose instances it could not launch as a Python list ("for nodes (x2)
+# ['gpu-dy-p4d-3', 'gpu-dy-p4d-4']: An error occurred (InsufficientInstanceCapacity) ...").
+_QUOTED_NAME = re.compile(r"'([\w.-]+)'")
+
+
+def _nodes_not_started(s: WorkSymptom) -> set[str]:
+    """The nodes a report of a node that never started names: its blamed node, or the names its lines quote."""
+    return s.value_set("blamed_node") | {name for e in s.evidence for name in _QUOTED_NAME.findall(e.text)}
 
 
 def _shutdown_times(ws: Workspace) -> dict[str, datetime]:
