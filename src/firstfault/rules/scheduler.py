@@ -754,9 +754,9 @@ _RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.0
 @filter_rule("DescribedPodOnItsNode", phase=Phase.FILTER_EARLY, doc="""
 kubectl describe pod names the pod's node ('Node: a100-n13/10.44.7.13'), and what the describe says of its containers
 (their last state's reason and message, the kubelet's events) happened on that node - wherever the output was saved
-(often the file of the node the operator ran kubectl on). An event read from the lines after a 'Node:' line, up to the
-next object's 'Name:' or the next '$ ' prompt of the same file, is moved to the described pod's node when that is
-another node of the workload.
+(often the file of the node the operator ran kubectl on). An event read from a 'Node:' line or the lines after it, up
+to the next object's 'Name:' or the next '$ ' prompt of the same file (a prompt line is the next command's, not the
+pod's), is moved to the described pod's node when that is another node of the workload.
 """, cases=[
     # https://github.com/NVIDIA/nvidia-docker/issues/1451 (a node whose driver was upgraded under the loaded module)
     RuleCase(title="one pod's describe, saved in another node's file", evidence={
@@ -784,7 +784,7 @@ def described_pod_on_its_node(ws: Workspace) -> None:
         found.sort(key=lambda mark: mark[0])
     for event in [e for e in ws.events if e.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING)]:
         line = event.evidence.provenance.line or 0
-        before = [node for at, node in marks.get(event.evidence.provenance.origin, []) if at < line]
+        before = [node for at, node in marks.get(event.evidence.provenance.origin, []) if at <= line]
         if before and before[-1] and before[-1] != ws.canonical_node(event.node):
             ws.move(event, before[-1], f"kubectl describe places the pod on {before[-1]} (its output is in "
                                        f"{event.node}'s file)")
