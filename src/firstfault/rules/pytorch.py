@@ -82,6 +82,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # IncompleteRead and RemoteDisconnected - a benchmark or router seeing its server die; the server's lines say why
     "ClientPayloadError", "ServerDisconnectedError", "RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead",
     "RemoteDisconnected",
+    # Ray Tune's summary after its trials ended ('TuneError: ('Trials did not complete', [...])'): each trial's own
+    # error, or the node it lost, is why
+    "TuneError",
 })
 # An exception type named for the failure of something (ChildFailedError, TrainingFailedError, WorkerFailure...)
 # says that it failed, not why, and so does one named for a transport that gave up or a connection the other end
