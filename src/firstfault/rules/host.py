@@ -257,6 +257,50 @@ def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
                           "of time: its ranks set the pace")
 
 
+_RUNTIME_STALLED = "Node's container runtime stopped answering (PLEG)"
+RUNTIME_STALL_REPORTS = 3  # a runtime reported stalled this many times stayed stalled; once, it may have recovered
+
+
+@refiner("RuntimeStalledOnOneNode", phase=Phase.REFINE, doc=f"""
+A container runtime that stops answering the kubelet (PLEG not healthy, its calls timing out) freezes the node's pods:
+their output stops and their peers wait for them. When exactly one node of a workload that did not complete reported
+it again and again ({RUNTIME_STALL_REPORTS} times or more: a single stall may have recovered), and a scheduler's
+action ended the waiting job (its deadline, time limit or a cancel) with no other root candidate standing, that
+node's `{_RUNTIME_STALLED}` becomes the root candidate (host, that node). Beside another fault, in a job that failed on
+its own, or on several nodes, it stays context (rule LostAfterItsOwnWarnings reads it when Kubernetes then lost the
+node).
+""", cases=[
+    # https://github.com/kubernetes/kubernetes/issues/54381 (kubectl exec hung and containers could not be killed there)
+    RuleCase(title="one node's runtime stopped answering; the job ran into its deadline", evidence={
+        "b/syslog": [f"Jan  1 00:1{m}:00 b kubelet[2881]: E0101 00:1{m}:00.716122 2881 remote_runtime.go:257] "
+                     "ListPodSandbox with filter nil from runtime service failed: rpc error: code = 4 desc = context "
+                     "deadline exceeded" for m in range(4)],
+        "a/scheduler": ["2025-01-01T01:59:00Z   Warning  DeadlineExceeded  1m  job-controller  Job was active longer "
+                        "than specified deadline"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"], "scheduler_state": "Failed"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom=_RUNTIME_STALLED)),
+    RuleCase(title="a runtime stall on one node, and a job that failed on its own collectives", evidence={
+        "b/syslog": [f"Jan  1 00:1{m}:00 b kubelet[2881]: E0101 00:1{m}:00.845163 2881 kubelet.go:2055] \"Skipping pod "
+                     "synchronization\" err=\"PLEG is not healthy: pleg was last seen active 2h33m12s ago; threshold is "
+                     "3m0s\"" for m in range(4)]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"], "scheduler_state": "Failed"},
+        expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="a runtime stall beside the program's own error", evidence={
+        "b/syslog": ["Jan  1 00:10:00 b kubelet[2881]: E0101 00:10:00.716122 2881 remote_runtime.go:257] ListPodSandbox "
+                     "with filter nil from runtime service failed: rpc error: code = 4 desc = context deadline exceeded"],
+        "a/applog": ["2025-01-01T00:20:00Z [rank0]: KeyError: 'boxes'"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"], "scheduler_state": "Failed"},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
+])
+def runtime_stalled_on_one_node(ws: Workspace) -> None:
+    roots = ws.active(role="root")
+    if not roots or any(s.sub_domain != SubDomain.SCHEDULER for s in roots):
+        return  # the scheduler's deadline or cancel ended a waiting job, and nothing else failed
+    if sum(s.count for s in ws.select(prefix=_RUNTIME_STALLED)) < RUNTIME_STALL_REPORTS:
+        return  # one stall the node may have recovered from
+    promote_on_one_node(ws, _RUNTIME_STALLED, "had its container runtime stop answering: its pods froze")
+
+
 @refiner("DowntrainedLinkOnOneNode", phase=Phase.REFINE, doc="""
 The nodes of one workload are alike: when exactly one of them reported a GPU's or NIC's PCIe link trained below its
 capability, and the workload did not complete, that link (a riser, cable or slot fault) slowed every collective through
