@@ -261,7 +261,7 @@ _RUNTIME_STALLED = "Node's container runtime stopped answering (PLEG)"
 RUNTIME_STALL_REPORTS = 3  # a runtime reported stalled this many times stayed stalled; once, it may have recovered
 
 
-@refiner("RuntimeStalledOnOneNode", phase=Phase.REFINE, doc=f"""
+@refiner("RuntimeStalledOnOneNode", phase=Phase.REFINE, after=("LostAfterItsOwnWarnings",), doc=f"""
 A container runtime that stops answering the kubelet (PLEG not healthy, its calls timing out) freezes the node's pods:
 their output stops and their peers wait for them. When exactly one node of a workload that did not complete reported
 it again and again ({RUNTIME_STALL_REPORTS} times or more: a single stall may have recovered), and a scheduler's
