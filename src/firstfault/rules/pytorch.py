@@ -1084,8 +1084,8 @@ _DRIVER_FAILED_THE_HOOK = ("driver not loaded", "driver error:")
 @refiner("ContainerWithoutTheFailedDriver", phase=Phase.REFINE, doc=f"""
 nvidia-container-cli failed by the node's driver ('nvml error: driver not loaded', 'driver error: failed to process
 request') on a node whose kernel log shows its GPU driver failing (an Xid, RmInitAdapter, GSP timeouts at load, the
-kernel module of another release than the libraries: a gpu root candidate of that node) is that failure seen by the
-container runtime: `{_CONTAINER_SETUP}` is demoted and the GPU's failure stands. Without one, the driver's failure
+kernel module of another release than the libraries: a gpu root candidate of that node, no later than the report)
+is that failure seen by the container runtime: `{_CONTAINER_SETUP}` is demoted and the GPU's failure stands. Without one, the driver's failure
 stays the node's container set-up.
 """, cases=[
     # https://github.com/NVIDIA/nvtrust/issues/123 (GSP timeouts at driver load in a confidential-computing VM)
@@ -1114,10 +1114,19 @@ def container_without_the_failed_driver(ws: Workspace) -> None:
     for setup in ws.active(prefix=_CONTAINER_SETUP):
         if not any(reason in e.text for e in setup.evidence for reason in _DRIVER_FAILED_THE_HOOK):
             continue
-        failed = [s for s in ws.active(role="root", sub_domain=SubDomain.GPU, node=setup.node) if s is not setup]
+        failed = _gpu_failed_first(ws, setup)
         if failed:
-            first = min(failed, key=WorkSymptom.sort_key)
-            ws.demote(setup, f"the node's GPU driver failed ({first.name}): the container runtime met that failure")
+            ws.demote(setup, f"the node's GPU driver failed ({failed[0].name}): the container runtime met that failure")
+
+
+def _gpu_failed_first(ws: Workspace, container: WorkSymptom) -> list[WorkSymptom]:
+    """The gpu root candidates of `container`'s node reported no later than it (within the clock skew, or either
+    undated), earliest first: a container failing there met that GPU's failure."""
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    faults = [g for g in ws.active(role="root", sub_domain=SubDomain.GPU, node=container.node) if g is not container
+              and (ws.undated(container) or ws.undated(g) or container.first_time is None or g.first_time is None
+                   or g.first_time <= container.first_time + skew)]
+    return sorted(faults, key=WorkSymptom.sort_key)
 
 
 # What the GPU container hook reports about a node when it cannot set up a container there (ContainerHookReason).
@@ -1221,9 +1230,7 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
     for status in ws.active(prefix="Container image or start error"):
-        faults = [g for g in ws.active(role="root", sub_domain=SubDomain.GPU, node=status.node)
-                  if ws.undated(status) or ws.undated(g) or status.first_time is None or g.first_time is None
-                  or g.first_time <= status.first_time + skew]
+        faults = _gpu_failed_first(ws, status)
         if faults:
             ws.demote(status, f"{faults[0].name} on {status.node} is why its container kept failing")
     reasons = [h for name in _POD_STATUS_REASONS for h in ws.active(prefix=name)]

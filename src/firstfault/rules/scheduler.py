@@ -865,6 +865,16 @@ def node_disk_pressure_names_the_node(ws: Workspace) -> None:
                 ws.demote(full, "the node's container runtime or kubelet ran out of the disk its kubelet was reclaiming")
 
 
+def _lost_before_it_started(title: str, cloud_line: str, killed_at: str) -> RuleCase:
+    """A case: Slurm killed job 1 at `killed_at` (HH:MM:SS.mmm) on node b, which the cloud's or slurmctld's
+    `cloud_line` says never started or was taken back: a NODE_FAIL no node is blamed for."""
+    return RuleCase(title=title, evidence={
+        "a/scheduler": [cloud_line, f"[2025-01-01T{killed_at}] Killing JobId=1 on failed node b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
+                      demoted=["Slurm node failure"]))
+
+
 @refiner("OrderlyShutdownIsNotANodeFailure", phase=Phase.REFINE_LATE, after=("LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors"), doc=f"""
 A node that ran the kubelet's graceful shutdown (its pods terminated 'in response to imminent node shutdown'), or
 whose operating system powered off or rebooted in order (systemd-logind), goes NotReady or stops responding because it
@@ -919,35 +929,22 @@ reclaimed a spot instance (such records name an instance, not a node): the cloud
         expect=Expect(fired=True, culprits=[], demoted=["munged not running on the node"])),
     # https://github.com/aws/aws-parallelcluster/issues/1671 (Spot instances reclaimed under a multi-node job: NODE_FAIL and
     # a requeue)
-    RuleCase(title="the cloud reclaimed a spot instance; Slurm then lost its node", evidence={
-        "a/scheduler": ["aws ec2 describe-spot-instance-requests (g5.48xlarge, i-0c3d7ab41f2e8a911): Status.Code "
-                        "instance-terminated-no-capacity, UpdateTime 2025-01-01T00:30:01Z",
-                        "[2025-01-01T00:31:50.005] Killing JobId=1 on failed node b"]},
-        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Slurm node failure"])),
+    _lost_before_it_started("the cloud reclaimed a spot instance; Slurm then lost its node",
+                            "aws ec2 describe-spot-instance-requests (g5.48xlarge, i-0c3d7ab41f2e8a911): Status.Code "
+                            "instance-terminated-no-capacity, UpdateTime 2025-01-01T00:30:01Z", "00:31:50.005"),
     # https://github.com/aws/aws-parallelcluster-node/pull/603 (EC2 had no p4d capacity for the job's dynamic nodes)
-    RuleCase(title="a cloud node the provider had no capacity for", evidence={
-        "a/scheduler": ["[2025-01-01T00:15:34.171] update_node: node b reason set to: "
-                        "(Code:InsufficientInstanceCapacity)Failure when resuming nodes",
-                        "[2025-01-01T00:15:34.174] Killing JobId=1 on failed node b"]},
-        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
-                      demoted=["Slurm node failure"])),
+    _lost_before_it_started("a cloud node the provider had no capacity for",
+                            "[2025-01-01T00:15:34.171] update_node: node b reason set to: "
+                            "(Code:InsufficientInstanceCapacity)Failure when resuming nodes", "00:15:34.174"),
     # https://github.com/aws/aws-parallelcluster/issues/2716 (older releases: the capacity error names the nodes in a list)
-    RuleCase(title="the launch error names the node the cloud had no capacity for", evidence={
-        "a/scheduler": ["2025-01-01 00:15:11,823 - [slurm_plugin.common:add_instances_for_nodes] - ERROR - Encountered "
-                        "exception when launching instances for nodes (x1) ['b']: An error occurred "
-                        "(InsufficientInstanceCapacity) when calling the RunInstances operation (reached max retries: 1)",
-                        "[2025-01-01T00:15:11.830] Killing JobId=1 on failed node b"]},
-        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], demoted=["Slurm node failure"])),
-    RuleCase(title="a cloud node that never resumed", evidence={
-        "a/scheduler": ["[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
-                        "power_save",
-                        "[2025-01-01T00:45:58.900] Killing JobId=1 on failed node b"]},
-        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="scheduler", culprits=[], terminal_state="NODE_FAIL",
-                      demoted=["Slurm node failure"])),
+    _lost_before_it_started("the launch error names the node the cloud had no capacity for",
+                            "2025-01-01 00:15:11,823 - [slurm_plugin.common:add_instances_for_nodes] - ERROR - "
+                            "Encountered exception when launching instances for nodes (x1) ['b']: An error occurred "
+                            "(InsufficientInstanceCapacity) when calling the RunInstances operation (reached max "
+                            "retries: 1)", "00:15:11.830"),
+    _lost_before_it_started("a cloud node that never resumed",
+                            "[2025-01-01T00:45:58.897] node b not resumed by ResumeTimeout(2400) - marking down and "
+                            "power_save", "00:45:58.900"),
     # https://github.com/aws/aws-parallelcluster/wiki ((3.2.0-3.5.1) GPU nodes not coming back online after scontrol
     # reboot: slurmd starts before the GPU device files exist)
     RuleCase(title="a node Slurm rebooted came back, and its slurmd failed", evidence={
