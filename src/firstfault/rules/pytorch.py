@@ -1096,6 +1096,11 @@ stays the node's container set-up.
         "unknown"]},
         context={"nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n1"], demoted=[_CONTAINER_SETUP])),
+    RuleCase(title="no driver loaded; the GPU failed an hour later", evidence={"n1/syslog": [
+        "Nov 18 09:58:21 n1 containerd[1122]: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+        "unknown",
+        "Nov 18 10:58:21 n1 kernel: [ 3630.231988] NVRM: Xid (PCI:0000:01:00): 79, pid=0, GPU has fallen off the bus."]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, culprits=["n1"])),
     RuleCase(title="no driver loaded, and nothing about the GPU", evidence={"n1/syslog": [
         "Nov 18 09:58:21 n1 containerd[1122]: nvidia-container-cli: initialization error: nvml error: driver not loaded: "
         "unknown"]},
