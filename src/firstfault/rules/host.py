@@ -848,6 +848,30 @@ def hung_in_nvidia_driver(ws: Workspace) -> None:
     _promote_frames_of_hung_tasks(ws, "Task hung in the NVIDIA driver", "NVIDIA driver")
 
 
+@refiner("HungInAmdgpuDriver", phase=Phase.CLEAN, doc=f"""
+The AMD counterpart of HungInNvidiaDriver: a hung task that is a ROCm tool talking only to the driver (rocminfo,
+rocm-smi, amd-smi), or whose kernel stack printed right after it (within {HUNG_STACK_S:.0f} s) runs through the amdgpu
+module, is stuck in the GPU driver: it becomes a GPU root candidate on that node. amdgpu frames without a hung task (a
+warning's stack) stay context.
+""", cases=[
+    # https://github.com/pytorch/pytorch/issues/156327 (rocminfo hanging on MI250 nodes)
+    RuleCase(title="rocminfo hung on one node", evidence={"n2/syslog": [
+        "Jan  1 00:22:11 n2 kernel: [912733.402118] INFO: task rocminfo:551203 blocked for more than 241 seconds."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the AMD GPU driver")),
+    RuleCase(title="a training process hung in the KFD", evidence={"n2/syslog": [
+        "Jan  1 00:22:05 n2 kernel: [508835.664134] INFO: task python:2231187 blocked for more than 122 seconds.",
+        "Jan  1 00:22:05 n2 kernel: [508835.664190]  kfd_ioctl_free_memory_of_gpu+0x7e/0x120 [amdgpu]"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], root_symptom="Task hung in the AMD GPU driver")),
+    RuleCase(title="amdgpu frames of a warning, no hung task", evidence={"n2/syslog": [
+        "Jan  1 00:22:05 n2 kernel: [508835.664190]  amdgpu_device_rreg+0x2e/0x120 [amdgpu]"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, culprits=[])),
+])
+def hung_in_amdgpu_driver(ws: Workspace) -> None:
+    _promote_frames_of_hung_tasks(ws, "Task hung in the AMD GPU driver", "AMD GPU driver")
+
+
 # PyTorch's CUDA out-of-memory message lists the other processes holding the GPU's memory ('Process 1117159 has 127.15
 # GiB memory in use'); the kernel's hung-task report names the blocked task by name and pid ('task python3:1117159').
 _MEMORY_HOLDER = re.compile(r"Process (\d+) has [\d.]+ [KMGT]iB memory in use")
