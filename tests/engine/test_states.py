@@ -2,7 +2,7 @@
 
 import pytest
 
-from firstfault.engine.model import TerminalState, normalise_state
+from firstfault.engine.model import ExecutionContext, TerminalState, normalise_state, recorded_state
 
 
 @pytest.mark.parametrize(("raw", "state"), [
@@ -18,3 +18,17 @@ from firstfault.engine.model import TerminalState, normalise_state
 ])
 def test_scheduler_state_words(raw: str, state: TerminalState) -> None:
     assert normalise_state(raw) == state
+
+
+@pytest.mark.parametrize(("state", "exit_code", "recorded"), [
+    ("COMPLETE", "255", TerminalState.FAILED),      # Torque: COMPLETE whatever the job's Exit_status
+    ("COMPLETE", "0", TerminalState.COMPLETED),
+    ("COMPLETED", "0:0", TerminalState.COMPLETED),  # Slurm
+    ("COMPLETED", "1:0", TerminalState.FAILED),
+    ("Complete", "", TerminalState.COMPLETED),      # a Kubernetes Job: no exit code of its own
+    ("TIMEOUT", "0:15", TerminalState.TIMEOUT),     # only a completed state is read with its exit code
+    ("", "1", TerminalState.UNKNOWN),
+])
+def test_recorded_state_reads_the_exit_code(state: str, exit_code: str, recorded: TerminalState) -> None:
+    context = ExecutionContext(workload_id="w", scheduler_state=state, exit_code=exit_code)
+    assert recorded_state(context) == recorded

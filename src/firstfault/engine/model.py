@@ -8,6 +8,7 @@ are pydantic types for the service and the Blueprint, but the engine's own path 
 
 from __future__ import annotations
 
+import re
 from dataclasses import field
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -194,6 +195,19 @@ class ExecutionContext(Record, frozen=False):
     metadata: dict[str, str] = field(default_factory=dict)
     # earlier findings on the workload's nodes (docs/architecture.md, "Node fault history"); written only when given
     history: Annotated[NodeHistory | None, OmitNone()] = None
+
+
+def recorded_state(ctx: ExecutionContext) -> TerminalState:
+    """The end the scheduler recorded, its exit code read with its state: Torque's COMPLETE and PBS's finished state
+    are set however the job ended (its Exit_status says how), so a completed state with a non-zero exit code (N, or
+    Slurm's N:M) is a failure. Slurm's and Kubernetes' completed states only ever come with a zero one."""
+    state = normalise_state(ctx.scheduler_state)
+    if state == TerminalState.COMPLETED and _NONZERO_EXIT.match(ctx.exit_code.strip()):
+        return TerminalState.FAILED
+    return state
+
+
+_NONZERO_EXIT = re.compile(r"^(?:0*[1-9]\d*(?::\d+)?|\d+:0*[1-9]\d*)$")
 
 
 class MetricSample(Record):

@@ -27,7 +27,7 @@ from firstfault.engine.model import (
     SymptomView,
     TerminalState,
     WorkloadRef,
-    normalise_state,
+    recorded_state,
 )
 from firstfault.engine.rules_api import Phase
 from firstfault.engine.workspace import Workspace, WorkSymptom
@@ -127,7 +127,7 @@ def _outcome(ws: Workspace) -> tuple[SubDomain, Outcome, TerminalState]:
         outcome = decision.root[0].definition.outcome
     else:
         outcome = SUBDOMAIN_OUTCOME[sub_domain]
-    terminal = decision.terminal_state or normalise_state(ws.context.scheduler_state)
+    terminal = decision.terminal_state or recorded_state(ws.context)
     return sub_domain, outcome, terminal
 
 
@@ -314,7 +314,7 @@ def _confidence(ws: Workspace, sub_domain: SubDomain, terminal: TerminalState, c
         return "low"
     levels: tuple[Confidence, ...] = ("low", "medium", "high")
     if sub_domain == SubDomain.NONE:
-        recorded = normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED
+        recorded = recorded_state(ws.context) == TerminalState.COMPLETED
         level = 2 if recorded and not coverage.partial else 1
         return levels[level]
     lead = ws.decision.root[0] if ws.decision.root else None

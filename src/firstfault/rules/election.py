@@ -15,7 +15,7 @@ import itertools
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -197,7 +197,7 @@ def elect_root_cause(ws: Workspace) -> None:
         _decide(ws, [first], first.sub_domain,
                 f"no root candidate; {first.name} is the earliest failure signal and names no node", blame=False)
         return
-    recorded = ws.decision.terminal_state or normalise_state(ws.context.scheduler_state)
+    recorded = ws.decision.terminal_state or recorded_state(ws.context)
     reported = recorded == TerminalState.UNKNOWN and bool(ws.select(prefix="Workload completed"))
     if reported and raised_after_completion(ws):
         _decide(ws, [], SubDomain.UNKNOWN, "a completion was reported, but a process ended in an uncaught exception "
@@ -451,7 +451,7 @@ SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the
 def workload_completed(ws: Workspace) -> bool:
     """The scheduler recorded the workload COMPLETED, or, where no scheduler state was recorded, a line reported its
     completion (a step that completed inside a job the scheduler failed is not the workload's end)."""
-    recorded = normalise_state(ws.context.scheduler_state)
+    recorded = recorded_state(ws.context)
     return recorded == TerminalState.COMPLETED or (
         recorded == TerminalState.UNKNOWN and any(e.symptom == "Workload completed" for e in ws.events))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes, every_node_at_once, printed_before, workload_completed
@@ -246,7 +246,7 @@ cause), one burst, or a run that ended otherwise stays context.
         expect=Expect(fired=False, sub_domain="scheduler", culprits=[])),
 ])
 def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
-    timed_out = normalise_state(ws.context.scheduler_state) == TerminalState.TIMEOUT or any(
+    timed_out = recorded_state(ws.context) == TerminalState.TIMEOUT or any(
         ws.active(prefix=name) for name in TIME_LIMITS)
     throttled = [s for s in ws.select(prefix="CPU thermal throttling", status="interesting")
                  if s.count >= THROTTLE_MIN_REPORTS and s.node and s.first_time and s.last_time

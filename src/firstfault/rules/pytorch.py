@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import exception_message, printed_before, quiet_between_lines, workload_completed
@@ -920,7 +920,7 @@ after it, the processes waited on a lock no build would release: `{_BUILD}` beco
         expect=Expect(fired=False, sub_domain="scheduler")),
 ])
 def extension_build_never_finished(ws: Workspace) -> None:
-    ended = normalise_state(ws.context.scheduler_state) == TerminalState.TIMEOUT or any(
+    ended = recorded_state(ws.context) == TerminalState.TIMEOUT or any(
         ws.active(prefix=name) for name in WORKLOAD_ENDERS)
     if not ended:
         return
@@ -1521,11 +1521,11 @@ stall (an Xid, a dead peer) explains it; without one it is what the answer names
         expect=Expect(fired=True, sub_domain="unknown", root_symptom="Training stalled")),
     RuleCase(title="a completed job that saved for long after its last step", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)]},
-        context={"scheduler_state": "COMPLETED", "end_time": "2025-01-01T01:30:00Z"},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "end_time": "2025-01-01T01:30:00Z"},
         expect=Expect(fired=False, sub_domain="none")),
 ])
 def training_stall(ws: Workspace) -> None:
-    if normalise_state(ws.context.scheduler_state) == TerminalState.COMPLETED:
+    if recorded_state(ws.context) == TerminalState.COMPLETED:
         return
     progress = [e for e in ws.events if e.symptom == "Training progress" and _dated(e) is not None]
     if not progress or any(e.symptom == "Workload completed" for e in ws.events):

@@ -23,7 +23,7 @@ from firstfault.engine.model import (
     SourceKind,
     SubDomain,
     TerminalState,
-    normalise_state,
+    recorded_state,
 )
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
@@ -1748,7 +1748,7 @@ script returned after it or the program printed as it was killed: TIMEOUT, with 
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
 ])
 def completed_workload(ws: Workspace) -> None:
-    recorded = normalise_state(ws.context.scheduler_state)
+    recorded = recorded_state(ws.context)
     exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
@@ -1900,7 +1900,7 @@ is a workload without a recorded state whose step a time limit ended as it ended
         expect=Expect(fired=False, terminal_state="CANCELLED")),
 ])
 def terminal_state_from_evidence(ws: Workspace) -> None:
-    recorded = normalise_state(ws.context.scheduler_state)
+    recorded = recorded_state(ws.context)
     root = ws.decision.root
     # what the scheduler's or runtime's own report of the root incident says: the root itself, else a report of the
     # same sub_domain it outranked (a pod's OOMKilled behind the kernel's cgroup kill)
@@ -2122,7 +2122,7 @@ found in the logs wins over them.
 ])
 def scheduler_state_evidence(ws: Workspace) -> None:
     ctx = ws.context
-    state = normalise_state(ctx.scheduler_state)
+    state = recorded_state(ctx)
     symptom = (KUBERNETES_STATE_SYMPTOMS if ctx.scheduler == "kubernetes" else STATE_SYMPTOMS).get(state)
     signal = _SIGNAL_EXIT.match(ctx.exit_code.strip())
     if symptom is None and signal:

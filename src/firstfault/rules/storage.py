@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, normalise_state
+from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 from firstfault.rules.host import HUNG_STACK_S, STORAGE_STACK_TASK, promote_on_one_node
@@ -861,7 +861,7 @@ shorter wait, or one after which training went on, stays context.
 ])
 def file_lock_never_acquired(ws: Workspace) -> None:
     ended_by = [s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)]
-    recorded = normalise_state(ws.context.scheduler_state) in (TerminalState.TIMEOUT, TerminalState.CANCELLED)
+    recorded = recorded_state(ws.context) in (TerminalState.TIMEOUT, TerminalState.CANCELLED)
     if not (ended_by or recorded):
         return
     progress = [t for p in ws.select(prefix="Training progress") for t in (p.first_time, p.last_time) if t]
