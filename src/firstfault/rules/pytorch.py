@@ -122,8 +122,10 @@ _RETURN_CODE_CHECK = re.compile(r"(?i)\bfailed(?:,| with)? (?:error |return |exi
 _RETRIED = re.compile(r"\bWARN(?:ING)?\b[^\n]{0,200}?\b(?:[Rr]etry|[Rr]etrying|[Rr]etried)\b")
 
 # An HTTP client's exception for a server's 5xx reply (the OpenAI client's 'Error code: 500 - {...}', requests'
-# '500 Server Error: Internal Server Error for url'): the server failed, which its own log says why.
-_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|\bError: (?:Internal Server Error|Bad Gateway|Service Unavailable)\b")
+# '500 Server Error: Internal Server Error for url', httpx's "Server error '503 Service Unavailable' for url"): the
+# server failed, which its own log says why.
+_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|\bError: (?:Internal Server Error|Bad Gateway|Service Unavailable)\b"
+                            r"|\bServer error \x275\d\d ")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
 # connection, libp2p's daemon that reached none of its bootstrap peers): the process it called is gone or not
@@ -323,7 +325,8 @@ another rank's), a Go program's error name in its log line (kubelet's klog 'file
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
 not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
 ('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
-client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error'),
+client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
+httpx's "Server error '503 Service Unavailable'"),
 an exception a warning-level line says is being retried
 ('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
@@ -432,6 +435,10 @@ program's.
     _reports_elsewhere("an HTTP client's report of the server's 500",
         "2025-01-01T00:10:00Z openai.InternalServerError: Error code: 500 - {'error': {'message': 'EngineCore "
         "encountered an issue.', 'type': 'InternalServerError', 'code': 500}}"),
+    # https://github.com/THUDM/slime/issues/1391 (an RL rollout manager's router answering 503 after long training)
+    _reports_elsewhere("httpx's report of the server's 503",
+        "2025-01-01T00:10:00Z httpx.HTTPStatusError: Server error '503 Service Unavailable' for url "
+        "'http://10.104.43.34:3938/generate'"),
     # https://github.com/sgl-project/sglang/issues/3815 (bench_serving's stream from a server whose TP process died)
     _reports_elsewhere("an HTTP client's stream cut off by its server",
         "2025-01-01T00:10:00Z aiohttp.client_exceptions.ClientPayloadError: Response payload is not completed: "
