@@ -1149,6 +1149,46 @@ def _killed_by_sigkill(s: WorkSymptom) -> bool:
     return any("9" in s.value_set(group) for group in _LAUNCHER_SIGKILL)
 
 
+_STEP_LIMIT = "Step reached its memory limit"
+# How the workload's own reports name a SIGKILL beyond the launchers' (_LAUNCHER_SIGKILL): Open MPI's 'exited on signal
+# 9', Composer's 'exit code -9', PyTorch's DataLoader 'is killed by signal: Killed.'
+_OTHER_SIGKILL = (("mpi_signal", "9"), ("launcher_signal", "9"), ("loader_signal", "Killed"))
+
+
+@refiner("KilledAtTheStepMemoryLimit", phase=Phase.REFINE, doc=f"""
+slurmstepd notes a step whose memory cgroup reached its limit at some point (`{_STEP_LIMIT}`); page cache counts
+toward the limit and is reclaimed, so a job can complete with the note. When a process of a workload that did not
+complete was killed by SIGKILL (a launcher's -9, Open MPI's 'exited on signal 9', a DataLoader worker 'killed by
+signal: Killed'), the cgroup's OOM handler killed it: the note becomes a host_oom root candidate.
+""", cases=[
+    # https://github.com/DAIC-tud/docs (content/en/docs/support/FAQs/scheduler.md: a step over its --mem)
+    RuleCase(title="a DataLoader worker killed as the step reached its limit", evidence={
+        "n2/applog": ["2025-01-01T00:10:00Z 5: RuntimeError: DataLoader worker (pid 20417) is killed by signal: Killed."],
+        "n1/applog": ["2025-01-01T00:10:05Z slurmstepd: error: Exceeded step memory limit at some point."]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="host_oom", culprits=[], terminal_state="OUT_OF_MEMORY")),
+    RuleCase(title="the note in a completed job", evidence={
+        "n1/applog": ["2025-01-01T00:10:05Z slurmstepd: error: Exceeded step memory limit at some point."]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False, sub_domain="none")),
+    RuleCase(title="the note in a failed job with nothing killed", evidence={
+        "n1/applog": ["2025-01-01T00:09:00Z [rank0]: ValueError: bad shape",
+                      "2025-01-01T00:10:05Z slurmstepd: error: Exceeded step memory limit at some point."]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def killed_at_the_step_memory_limit(ws: Workspace) -> None:
+    if recorded_state(ws.context) == TerminalState.COMPLETED:
+        return
+    limits = ws.select(prefix=_STEP_LIMIT, status="interesting")
+    killed = next((s for s in ws.active(prefix=_KILLED) if _killed_by_sigkill(s)
+                   or any(value in s.value_set(group) for group, value in _OTHER_SIGKILL)), None)
+    if limits and killed is not None:
+        for limit in limits:
+            ws.promote(limit, f"{killed.node or 'a node'}'s process was killed by SIGKILL: the step's memory cgroup "
+                              "killed it at its limit")
+
+
 # The records of a node shut down on purpose.
 _ON_PURPOSE = ("Orderly OS shutdown", "Graceful node shutdown")
 
