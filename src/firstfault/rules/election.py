@@ -525,11 +525,32 @@ def last_progress(ws: Workspace) -> datetime | None:
     return min(latest, ws.end_time + timedelta(seconds=ws.params.clock_skew_s))
 
 
+# Records of a node taken away on purpose (its pods terminated for a graceful shutdown, its instance reclaimed): the
+# node left the workload, whatever the other nodes did next.
+_TAKEN_AWAY = ("Graceful node shutdown", "Spot instance reclaimed")
+
+
+def _progressed_on(ws: Workspace, node: str | None, after: datetime) -> bool:
+    """Whether `node`'s own files report training progress later than `after`."""
+    return any(t > after for s in ws.select(prefix="Training progress", node=node)
+               if (t := s.last_time) and not ws.undated(s))
+
+
 @refiner("SurvivedByProgress", phase=Phase.REFINE_EARLY, after=("AfterTheEnd", "BeforeTheStart"), doc=f"""
 A root candidate after which the workload kept training (progress lines more than {SURVIVED_AFTER_S / 60:.0f}
 minutes after its last occurrence, on any node: synchronous training needs every rank) did not end the
-workload; it is demoted as survived.
+workload; it is demoted as survived. Not a node taken away on purpose (a graceful node shutdown, a reclaimed spot
+instance) unless that node itself went on: other nodes that kept going without it were not one synchronous job (a
+workflow's independent steps), and the part it ran ended there.
 """, cases=[
+    # https://github.com/kubeflow/pipelines/issues/8381 (a workflow's shard on a preempted GKE spot node; the other
+    # shard finished)
+    RuleCase(title="a spot node taken away while another node's step went on", evidence={
+        "a/scheduler": ["2025-01-01T00:10:00Z Warning WorkflowNodeFailed workflow/w Failed node w.train(0): Pod was "
+                        "terminated in response to imminent node shutdown."],
+        "b/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 40)]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="scheduler", terminal_state="PREEMPTED")),
     RuleCase(title="early flap, late failure", evidence={
         "a/syslog": ["Jan  1 00:05:00 a kernel: watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [python:1]"],
         "b/applog": [f"2025-01-01T00:{m:02d}:00Z iteration {m * 10:6d}/ 50000 | lm loss: 2.1 | grad norm: 0.5 |"
@@ -557,5 +578,7 @@ def survived_by_progress(ws: Workspace) -> None:
         last = s.last_time or s.first_time
         if last is None or ws.undated(s) or progress_end <= last + margin:
             continue
+        if s.name.startswith(_TAKEN_AWAY) and not _progressed_on(ws, s.node, last + margin):
+            continue  # the node left; others went on without it: its part of the workload ended there
         minutes = (progress_end - last).total_seconds() / 60
         ws.demote(s, f"the workload kept training for {minutes:.0f} min after it: survived")

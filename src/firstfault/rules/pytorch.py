@@ -139,6 +139,13 @@ _COLLECTIVE_FAILED = re.compile(r"(?i)\b(?:all-?reduce|all-?gather|broadcast|red
                                 r"failed\b")
 
 
+# A logging framework's warning-level record (NeMo's '[NeMo W <time>', Python logging's 'WARNING', a UserWarning) that
+# names an ImportError reports an import the program caught and went on without (an optional backend); CPython raises
+# 'ImportError: sys.meta_path is None, Python is likely shutting down' for an import run while the interpreter exits.
+_CAUGHT_IMPORT = re.compile(r"\[NeMo W \d|(?:^|[\s\]|:])WARNING(?:[:\s\]|]|$)|\bUserWarning:")
+_SHUTDOWN_IMPORT = re.compile(r"sys\.meta_path is None, Python is likely shutting down")
+
+
 # OSError and its aliases carry an errno. Most errnos are read by the rules of what they mean (ENOSPC, EIO, ESTALE,
 # EMFILE ... by the storage and host rules; ECONNRESET, EPIPE ... are a dead peer), but the ones that say the program
 # asked for something that cannot be (a bad address or descriptor, an invalid argument, a path that is missing, exists
@@ -328,7 +335,9 @@ not be reached (gRPC's 'failed to connect to all addresses', a refused connectio
 client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
 httpx's "Server error '503 Service Unavailable'"),
 an exception a warning-level line says is being retried
-('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), and an exception whose
+('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), an ImportError on a
+warning-level record (an optional import the program went on without), CPython's ImportError at interpreter shutdown
+('sys.meta_path is None'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
 module), so that line keeps its specific meaning. An OSError whose errno says the program's own call was wrong (a bad
 address or descriptor, an invalid argument, a missing or existing path: _PROGRAM_ERRNOS), or transformers' OSError
@@ -486,14 +495,30 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
             ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
+        elif _SHUTDOWN_IMPORT.search(event.evidence.text):
+            ws.drop(event, f"{name}: an import while the interpreter shuts down, after whatever ended it")
+        elif name in ("ImportError", "ModuleNotFoundError") and _CAUGHT_IMPORT.search(event.evidence.text):
+            ws.drop(event, f"{name}: logged as a warning - the program caught the import and went on")
 
 
 @filter_rule("ImportFailureReadByItsCause", phase=Phase.FILTER, doc="""
 An ImportError or PermissionError (`Python environment error`) whose line another extractor also reads - a storage
 error in its message ('cannot read file data: Stale file handle'), a library the loader could not find, a CUDA
 mismatch - says which import failed; the other reading says why, and stands alone: the environment reading of that
-line is dropped.
+line is dropped. So is one on a warning-level log record (NeMo's '[NeMo W', 'WARNING', a UserWarning: the program
+caught the import and went on without it), and CPython's 'sys.meta_path is None, Python is likely shutting down' (an
+import run while the interpreter exits, after whatever ended it).
 """, cases=[
+    # https://github.com/ROCm/MAD/blob/main/.claude/skills/mad-slurm-multinode/references/gotchas.md (NeMo logging a
+    # checkpoint strategy it could not import, beside the real failure)
+    RuleCase(title="an optional import a framework logs as a warning", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: [NeMo W 2025-01-01 00:10:00 nemo_logging:405] Could not import megatron "
+        "checkpoint strategy: ImportError: cannot import name 'tensorstore' from 'megatron.core'"]},
+        expect=Expect(fired=True, sub_domain="unknown", absent=["Python environment error"])),
+    # https://github.com/NVIDIA-NeMo/RL/issues/1624 (Ray workers' imports as the run tore down after its failure)
+    RuleCase(title="an import at interpreter shutdown", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z ImportError: sys.meta_path is None, Python is likely shutting down"]},
+        expect=Expect(fired=True, sub_domain="unknown", absent=["Python environment error"])),
     # https://github.com/pytorch/pytorch/issues/173679 (a Triton cache on NFS)
     RuleCase(title="an import from a cache on a filesystem that lost its file handle", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank9]: torch._inductor.exc.InductorError: ImportError: /root/.triton/cache/XU5D/"
@@ -505,6 +530,11 @@ line is dropped.
 ])
 def import_failure_read_by_its_cause(ws: Workspace) -> None:
     _drop_where_read_elsewhere(ws, "PythonEnvironmentError", "another rule reads why the import failed")
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "PythonEnvironmentError"]:
+        if _SHUTDOWN_IMPORT.search(event.evidence.text):
+            ws.drop(event, "an import while the interpreter shuts down, after whatever ended it")
+        elif _CAUGHT_IMPORT.search(event.evidence.text):
+            ws.drop(event, "logged as a warning: the program caught the import and went on")
 
 
 def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str, generic: frozenset[str] = frozenset()) -> None:
