@@ -1458,7 +1458,8 @@ A scheduler action (time limit, preemption, cancellation, eviction, declared nod
 another root candidate started before it (not another report of a node failure, such as Ray's GCS marking a node dead:
 that is how a preemption looks from the workload), or has no time of its own and may have: the job had already failed
 or hung, and the scheduler only ended it. A peer's error naming only the nodes whose pods an eviction took, dated no
-earlier than the eviction, is how the peers saw those pods end, whatever the clock-skew tolerance allows. A cancel is
+earlier than the eviction, is how the peers saw those pods end, whatever the clock-skew tolerance allows; so is one
+naming only the node whose own kubelet ended its pods (rejecting them at re-admission, a graceful shutdown). A cancel is
 also demoted when the program itself reported failing (an
 error in its own output, even one that names no cause) more than five minutes before it and training did not go
 on after that: someone ended a run that had already failed.
@@ -1479,6 +1480,19 @@ on after that: someone ended a run that had already failed.
     RuleCase(title="time limit alone", evidence={
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
+    # https://github.com/kubernetes/kubernetes/issues/119248 (a restarted kubelet rejecting its running GPU pod at
+    # re-admission; the peers' receives from that node failed seconds later)
+    RuleCase(title="a node's kubelet rejects its running pod, then its peer's RDMA error naming it", evidence={
+        "b/applog": ["2025-01-01T00:00:01Z job-worker-1:61:61 [0] NCCL INFO Bootstrap : Using eth0:10.244.3.17<0>"],
+        "b/syslog": ["2025-01-01T00:28:00Z b kubelet[771]: Warning UnexpectedAdmissionError Allocate failed due to "
+                     "requested number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: 0, which is "
+                     "unexpected"],
+        "a/applog": ["2025-01-01T00:00:01Z job-worker-0:61:61 [0] NCCL INFO Bootstrap : Using eth0:10.244.2.17<0>",
+                     "2025-01-01T00:28:25Z NET/IB : Got completion from peer 10.244.3.17<41238> with status=12 opcode=0 "
+                     "len=0 vendor err=129 (Recv) localGid ::ffff:10.244.2.17 remoteGids::ffff:10.244.3.17 hca mlx5_1"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:30:00Z"},
+        expect=Expect(fired=True, sub_domain="scheduler", culprits=["b"], demoted=["IB Error-12"])),
     # https://github.com/volcano-sh/volcano/issues/4814 (a drained node's pod evicted; its peers' RDMA receives failed
     # two seconds later, naming that node)
     RuleCase(title="a pod evicted, then its peer's RDMA error naming its node", evidence={
@@ -1515,10 +1529,20 @@ def scheduler_action_yields(ws: Workspace) -> None:
                       f"{minutes:.0f} min before the cancel, which only ended it")
 
 
+# Scheduler actions a node's own kubelet takes on the pods it runs: the kubelet rejecting a running pod at re-admission
+# (after its restart, devices it could not allocate) and its graceful shutdown terminating them. The node that logged
+# the action is the one whose pods ended.
+_ON_ITS_OWN_PODS = ("Node's kubelet had no devices to allocate", "Graceful node shutdown")
+
+
 def _pods_nodes(ws: Workspace, action: WorkSymptom) -> set[str]:
-    """The nodes that ran the pods an eviction names (by the pods' host names in their own NCCL lines)."""
+    """The nodes that ran the pods an eviction names (by the pods' host names in their own NCCL lines), or the node
+    whose kubelet acted on its own pods."""
     hosts = ws.facts.get("host_to_node", {})
-    return {hosts[p] for p in action.value_set("pod") | action.value_set("blamed_pod") if p in hosts}
+    named = {hosts[p] for p in action.value_set("pod") | action.value_set("blamed_pod") if p in hosts}
+    if not named and action.node and action.name.startswith(_ON_ITS_OWN_PODS):
+        named = {action.node}
+    return named
 
 
 def _peer_of_taken(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom, taken: set[str]) -> bool:
