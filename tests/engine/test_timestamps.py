@@ -42,6 +42,8 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
      "2025-03-01T00:00:00.455000"),
     ("1740787200.343966 rank: 0, batch:0", "2025-03-01T00:00:00.343966"),
     ("  29 | 09/14/2022 | 12:59:46 | Power Unit Pwr Unit Status | Power off/down | Asserted", "2022-09-14T12:59:46"),
+    ("04/19/2016 02:55:25;0008;PBS_Server.12149;Job;7082041.hal;Job deleted at request of root@hal", "2016-04-19T02:55:25"),
+    ("06/21/2015 14:02:50  S    Exit_status=255 resources_used.cput=00:00:02", "2015-06-21T14:02:50"),
     ("cluster-autoscaler: I0301 02:13:19.000000       1 scale_down.go:1102] Scale-down: removing empty node",
      "2025-03-01T02:13:19"),
     ("[pod/train-worker-1/pytorch] 2025-03-01T02:13:19Z step 100", "2025-03-01T02:13:19"),
@@ -59,6 +61,7 @@ def test_formats(line: str, expected: str) -> None:
                                   "12/03/01 09:41:12 a log4j stamp years from the window is not read",
                                   "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window",
                                   "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's",
+                                  "19/04/2016 02:55:25;0008; a day-first date is not PBS's",
                                   "error: I0301 is not a component's glog line without its time"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None

@@ -50,6 +50,9 @@ _YY_MM_DD = re.compile(r"^\s*(\d{2})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[
 # ipmitool's `sel list` / `sel elist` records: '<id> | MM/DD/YYYY | HH:MM:SS | <sensor> | <event> | ...' (the BMC's
 # own clock, read as UTC like every zone-less stamp).
 _IPMI_SEL = re.compile(r"^\s*[0-9a-fA-F]{1,6} \| (\d{2})/(\d{2})/(\d{4}) \| (\d{2}):(\d{2}):(\d{2}) \|")
+# PBS and Torque logs (server, MOM, accounting) and tracejob's output: 'MM/DD/YYYY HH:MM:SS;<event>;...' and
+# 'MM/DD/YYYY HH:MM:SS  <S|M|A|L>    <message>' (the source letter of tracejob's column). Month first, the daemon's clock.
+_PBS_LOG = re.compile(r"^\s*(\d{2})/(\d{2})/(\d{4}) (\d{2}):(\d{2}):(\d{2})(?:;|\s+[SMAL]\s)")
 # A time of day alone, in brackets, ahead of the message: MXNet's logging ('[09:41:12] src/...'), spdlog's default
 # pattern as Habana's SynapseAI and HCCL log ('[14:28:26.076200][HCCL ][info ]'), scripts' own '[hh:mm:ss] step N'.
 # Placed only inside a known workload window shorter than a day, on the one date that puts it there.
@@ -181,6 +184,10 @@ class TimestampParser:
                 when = datetime(2000 + int(y), int(mo), int(d), int(h), int(mi), int(s), _micro(frac), tzinfo=timezone.utc)
                 near = self.reference is not None and abs(when - self.reference) < _HALF_YEAR
                 return (when, False, m.group()) if near else None
+            if m := _PBS_LOG.match(text):
+                mo, d, y, h, mi, s = m.groups()
+                return (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False,
+                        m.group())
             if m := _IPMI_SEL.match(text):
                 mo, d, y, h, mi, s = m.groups()
                 return (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=timezone.utc), False,

@@ -1782,6 +1782,12 @@ def completed_workload(ws: Workspace) -> None:
         ws.decision.terminal_state = TerminalState.TIMEOUT
         ws.note("state", f"accounting says COMPLETED, but {limit.name} ended a step as the workload ended: TIMEOUT")
         return
+    deleted = next((s for s in ws.select(prefix="Job cancelled") if _at_the_end(ws, s)), None)
+    if deleted is not None and recorded == TerminalState.COMPLETED:
+        # Torque's and PBS's completed state is set however the job ended: a qdel at its end is how it ended
+        ws.decision.terminal_state = TerminalState.CANCELLED
+        ws.note("state", "the scheduler's completed state covers a job it deleted at its end: CANCELLED")
+        return
     if recorded == TerminalState.COMPLETED and _job_retried_to_success(ws):
         for s in ws.active():
             ws.demote(s, "the Job failed pods before the one that succeeded: an earlier attempt's, survived")
