@@ -383,9 +383,17 @@ def slow_link_carried_the_workload(ws: Workspace) -> None:
 @refiner("NicHangOffTheWorkloadsPath", phase=Phase.REFINE, doc="""
 An Ethernet NIC that hung (`Ethernet NIC hung`) stops only what goes through it. When the workload's NCCL ran over
 RDMA and none of its lines names the hung interface (the bootstrap and socket interfaces it used are others: a
-management port), the hang carried none of the workload's traffic: it is demoted to context. A hang on an interface
-NCCL used, or with no RDMA in use, stays the node's.
+management port), the hang carried none of the workload's traffic: it is demoted to context. So is the link of an
+Ethernet-only NIC (igb, e1000e, tg3, bnx2, ixgbe: no RDMA) going down on an interface NCCL did not use. A hang on an
+interface NCCL used, or with no RDMA in use, stays the node's.
 """, cases=[
+    # https://github.com/ucsf-wynton/wynton-website-hpc/blob/master/docs/hpc/status/incidents-2021.md (a management port
+    # bouncing on a node that stayed up while a power outage took two others)
+    RuleCase(title="a management port's link down while NCCL ran over ib0", evidence={
+        "b/syslog": ["Jan  1 00:10:05 b kernel: [5230170.077281] igb 0000:04:00.0 eno1: igb: eno1 NIC Link is Down"],
+        "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.12.0.17<0>",
+                     "b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.12.0.17<0>"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, demoted=["IB link down"])),
     RuleCase(title="a management port's transmit hang while NCCL ran over ib0", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [494945.203081] 0000:03:00.0: eth0: Detected Tx Unit Hang:"],
         "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.12.0.17<0>",
@@ -405,6 +413,16 @@ def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
         if hung and not hung & used:
             ws.demote(s, f"{', '.join(sorted(hung))} carried none of the workload's traffic: NCCL ran over RDMA "
                          f"and {', '.join(sorted(used)) or 'other interfaces'}")
+    for s in ws.active(prefix="IB link down"):
+        downed = {m.group("nic_if") for e in s.evidence for m in [_ETHERNET_ONLY_LINK_DOWN.search(e.text)] if m}
+        if downed and all(_ETHERNET_ONLY_LINK_DOWN.search(e.text) for e in s.evidence) and not downed & used:
+            ws.demote(s, f"{', '.join(sorted(downed))} (an Ethernet-only NIC) carried none of the workload's traffic: "
+                         f"NCCL ran over RDMA and {', '.join(sorted(used)) or 'other interfaces'}")
+
+
+# The link-down message of NIC drivers with no RDMA of their own (onboard and management ports: igb, e1000e, tg3,
+# bnx2, r8169, ixgbe): '<driver> <pci> <if>: ... <if> NIC Link is Down', 'e1000e: <if> NIC Link is Down'.
+_ETHERNET_ONLY_LINK_DOWN = re.compile(r"\b(?:igb|e1000e?|tg3|bnx2x?|r8169|ixgbe)\b:?[^\n]{0,80}?(?P<nic_if>[\w.-]+):? NIC Link is Down")
 
 
 @refiner("HardwareSlowdownOnOneNode", phase=Phase.REFINE, doc="""
