@@ -1663,7 +1663,9 @@ failed pods beside the one that succeeded retried to success (backoffLimit): the
 requeue ended an earlier attempt of the same job, not the
 job that then completed (a script that requeues itself before its time limit, a preempted job that ran again). A step
 ended by its own time limit (`srun --time`) in the workload's last five minutes ended the workload, whatever the batch
-script returned after it or the program printed as it was killed: TIMEOUT, with nothing demoted.
+script returned after it or the program printed as it was killed: TIMEOUT, with nothing demoted. A completed state (Torque's COMPLETE covers a job
+however it ended) with the job's deletion in its last five minutes ('Job deleted at request of ...') is CANCELLED, with
+nothing demoted.
 """, cases=[
     RuleCase(title="benign flap in a completed job", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
@@ -1675,6 +1677,11 @@ script returned after it or the program printed as it was killed: TIMEOUT, with 
              expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="no scheduler and no exit code: a failure stays a failure", **_unscheduled_success_after_link_down(""),
              expect=Expect(fired=False, sub_domain="network", culprits=["n1"])),
+    # https://github.com/cBio/cbio-cluster/issues/403 (Torque's COMPLETE for a job an administrator deleted)
+    RuleCase(title="Torque's completed state for a job deleted at its end", evidence={"n1/scheduler": [
+        "01/01/2025 01:59:00;0008;PBS_Server.1;Job;1.hal;Job deleted at request of root@hal"]},
+        context={"scheduler": "none", "scheduler_state": "COMPLETE", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="CANCELLED")),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
