@@ -146,6 +146,16 @@ _CAUGHT_IMPORT = re.compile(r"\[NeMo W \d|(?:^|[\s\]|:])WARNING(?:[:\s\]|]|$)|\b
 _SHUTDOWN_IMPORT = re.compile(r"sys\.meta_path is None, Python is likely shutting down")
 
 
+def _import_that_did_not_fail(text: str) -> str | None:
+    """Why an ImportError on this line did not fail the program (caught on a warning record, or raised while the
+    interpreter was already exiting); None when it may have."""
+    if _SHUTDOWN_IMPORT.search(text):
+        return "an import while the interpreter shuts down, after whatever ended it"
+    if _CAUGHT_IMPORT.search(text):
+        return "logged as a warning: the program caught the import and went on"
+    return None
+
+
 # OSError and its aliases carry an errno. Most errnos are read by the rules of what they mean (ENOSPC, EIO, ESTALE,
 # EMFILE ... by the storage and host rules; ECONNRESET, EPIPE ... are a dead peer), but the ones that say the program
 # asked for something that cannot be (a bad address or descriptor, an invalid argument, a path that is missing, exists
@@ -495,10 +505,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
             ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
-        elif _SHUTDOWN_IMPORT.search(event.evidence.text):
-            ws.drop(event, f"{name}: an import while the interpreter shuts down, after whatever ended it")
-        elif name in ("ImportError", "ModuleNotFoundError") and _CAUGHT_IMPORT.search(event.evidence.text):
-            ws.drop(event, f"{name}: logged as a warning - the program caught the import and went on")
+        elif name in ("ImportError", "ModuleNotFoundError") and (why := _import_that_did_not_fail(event.evidence.text)):
+            ws.drop(event, f"{name}: {why}")
 
 
 @filter_rule("ImportFailureReadByItsCause", phase=Phase.FILTER, doc="""
@@ -531,10 +539,8 @@ import run while the interpreter exits, after whatever ended it).
 def import_failure_read_by_its_cause(ws: Workspace) -> None:
     _drop_where_read_elsewhere(ws, "PythonEnvironmentError", "another rule reads why the import failed")
     for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "PythonEnvironmentError"]:
-        if _SHUTDOWN_IMPORT.search(event.evidence.text):
-            ws.drop(event, "an import while the interpreter shuts down, after whatever ended it")
-        elif _CAUGHT_IMPORT.search(event.evidence.text):
-            ws.drop(event, "logged as a warning: the program caught the import and went on")
+        if why := _import_that_did_not_fail(event.evidence.text):
+            ws.drop(event, why)
 
 
 def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str, generic: frozenset[str] = frozenset()) -> None:
