@@ -1,4 +1,4 @@
-"""Scheduler state words from Slurm, Kubernetes, Kubeflow, Argo and Ray, mapped to the Slurm vocabulary."""
+"""Scheduler state words from Slurm, Kubernetes, Kubeflow, Argo, Ray, dstack and Determined, mapped to the Slurm vocabulary."""
 
 import pytest
 
@@ -11,6 +11,8 @@ from firstfault.engine.model import ExecutionContext, TerminalState, normalise_s
     ("Succeeded", TerminalState.COMPLETED),       # Kubeflow / Argo phase
     ("STOPPED", TerminalState.CANCELLED),         # Ray job stopped by its user
     ("Canceled", TerminalState.CANCELLED),        # Azure ML run status
+    ("Terminated", TerminalState.UNKNOWN),        # dstack's user stop, Volcano's reclaim: the reason says which
+    ("Error", TerminalState.FAILED),              # Argo phase, Determined trial state
     ("CANCELLED by 1234", TerminalState.CANCELLED),
     ("OOMKilled", TerminalState.OUT_OF_MEMORY),
     ("Finished", TerminalState.UNKNOWN),          # Kueue's Finished says nothing of how: its reason does

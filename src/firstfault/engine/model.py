@@ -67,11 +67,13 @@ class TerminalState(StrEnum):
 
 
 # Slurm's states, and the other schedulers' words for the same ends: a Kubernetes Job's condition `Complete`, the
-# Kubeflow and Argo phase `Succeeded`, Ray's job status `STOPPED` (stopped by its user), Azure ML's `Canceled`.
+# Kubeflow and Argo phase `Succeeded`, Ray's job status `STOPPED` (stopped by its user), Azure ML's `Canceled`, the
+# `Error` of Argo's phase, a pod's container and Determined's trials (ended by an error). `Terminated` is left unread:
+# dstack's user stop, Volcano's reclaim or preemption.
 _SCHEDULER_STATES = {
     "COMPLETED": TerminalState.COMPLETED, "SUCCEEDED": TerminalState.COMPLETED, "COMPLETE": TerminalState.COMPLETED,
     "STOPPED": TerminalState.CANCELLED,
-    "FAILED": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
+    "FAILED": TerminalState.FAILED, "ERROR": TerminalState.FAILED, "TIMEOUT": TerminalState.TIMEOUT, "DEADLINE": TerminalState.TIMEOUT,
     "CANCELLED": TerminalState.CANCELLED, "CANCELED": TerminalState.CANCELLED, "NODE_FAIL": TerminalState.NODE_FAIL,
     "BOOT_FAIL": TerminalState.NODE_FAIL, "OUT_OF_MEMORY": TerminalState.OUT_OF_MEMORY,
     "OOMKILLED": TerminalState.OUT_OF_MEMORY, "PREEMPTED": TerminalState.PREEMPTED,

@@ -180,7 +180,7 @@ mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself 
         "2025-01-01T01:00:00Z   Exit Code: 0",
         "2025-01-01T01:00:14Z RuntimeError: [enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598"]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
-        expect=Expect(sub_domain="unknown", culprits=[], terminal_state="FAILED")),
+        expect=Expect(sub_domain="storage", culprits=[], terminal_state="FAILED")),
     RuleCase(title="no scheduler and no success report", evidence={"a/applog": [
         "2025-01-01T01:00:00Z [rank0]: step 100 loss 2.31"]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},

@@ -1875,7 +1875,8 @@ runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY), and so
 the scheduler's own memory-limit kill (older Slurm records that kill as CANCELLED). A recorded COMPLETED that the evidence contradicts (a silent
 failure) becomes what happened: OUT_OF_MEMORY when the host ran out of memory, otherwise FAILED. A recorded FAILED
 where a time limit or Job deadline ended the workload (even one that had hung or failed before) is TIMEOUT, and so
-is a workload without a recorded state whose step a time limit ended as it ended.
+is a workload without a recorded state whose step a time limit ended as it ended, and a recorded CANCELLED whose root
+is the platform's own limit (SageMaker records a job its MaxRuntimeInSeconds stopped as Stopped).
 """, cases=[
     RuleCase(title="mpirun failure", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [1,2]<stderr>:n1:1:1 [2] transport/net_ib.cu:781 WARN NET/IB : Got completion with error 12, opcode 1, len0, vendor err 129"]},
@@ -1931,6 +1932,11 @@ is a workload without a recorded state whose step a time limit ended as it ended
         "2025-01-01T00:10:01Z slurmstepd: error: *** JOB 7518 ON n1 CANCELLED AT 2025-01-01T00:10:01 ***"]},
         context={"scheduler_state": "CANCELLED", "exit_code": "0:9"},
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    # https://github.com/awsdocs/amazon-sagemaker-developer-guide/blob/master/doc_source/distributed-troubleshooting-data-parallel.md
+    RuleCase(title="the platform records a stop; its own limit stopped the job", evidence={"n1/scheduler": [
+        '    "Secondary": "MaxRuntimeExceeded",']},
+        context={"scheduler": "none", "scheduler_state": "Stopped", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="scheduler", terminal_state="TIMEOUT")),
     RuleCase(title="accounting says cancelled; the owner cancelled it", evidence={"n1/applog": [
         "2025-01-01T00:10:01Z slurmstepd: error: *** JOB 7518 ON n1 CANCELLED AT 2025-01-01T00:10:01 ***"]},
         context={"scheduler_state": "CANCELLED", "exit_code": "0:15"},
@@ -1948,7 +1954,9 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
                                                                                          TerminalState.UNKNOWN)
     limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name)), None)
     undecided = recorded == TerminalState.UNKNOWN and ws.decision.terminal_state in (None, TerminalState.UNKNOWN)
-    if limit is not None and (generic_failure or undecided and _at_the_end(ws, limit)):
+    # a platform that records its own limit's stop as a stop (SageMaker's Stopped, MaxRuntimeExceeded)
+    stopped_at_its_limit = recorded == TerminalState.CANCELLED and any(s.name in TIME_LIMITS for s in root)
+    if limit is not None and (generic_failure or stopped_at_its_limit or undecided and _at_the_end(ws, limit)):
         # a workload that a time limit or Job deadline ended ended by it, even one that had hung or lost a node first
         ws.decision.terminal_state = TerminalState.TIMEOUT
         ws.note("state", f"the scheduler says {ws.context.scheduler_state or 'nothing'}; {limit.name} ended the "

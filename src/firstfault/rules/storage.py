@@ -410,7 +410,6 @@ no node blamed: cleaning the job's files frees it). A disk found full with no ea
     # https://github.com/facebookresearch/mmf/issues/870 (checkpoints filled the node-local save directory)
     RuleCase(title="the job script's df before and after: 95%, then 100%", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z /dev/nvme0n1p1  1.8T  1.7T  104G  95% /local",
-        "2025-01-01T00:10:00Z RuntimeError: [enforce fail at inline_container.cc:274] . unexpected pos 1216 vs 1110",
         "2025-01-01T00:10:05Z /dev/nvme0n1p1  1.8T  1.8T     0 100% /local"]},
         context={"nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_FILLED_BY_WORKLOAD)),
