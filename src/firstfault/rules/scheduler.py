@@ -1402,6 +1402,8 @@ than the time limit or cancel that ended the job) stands, or the workload had tr
 the placement failure is demoted, and so it is when the cloud had no capacity for the nodes the pod waited for (`Cloud
 capacity unavailable`: a scale-up refused for quota or resources). So is a queue's refusal to admit a workload larger than its capacity (Kueue's
 'request > maximum capacity'): a workload that trained was admitted before, and its requeued copy is what is refused.
+A pod whose own kubectl describe shows its Scheduled event beside the FailedScheduling ('Successfully assigned ... to
+<node>') was placed after a wait (an autoscaler adding nodes): that placement failure is demoted too.
 """, cases=[
     RuleCase(title="no node offers the pod what it asks; nothing else failed", evidence={"a/scheduler": [
         "2025-01-01T00:10:00Z   Warning  FailedScheduling  2m (x12 over 58m)  default-scheduler  0/4 nodes are available: "
@@ -1423,6 +1425,23 @@ capacity unavailable`: a scale-up refused for quota or resources). So is a queue
         "associated with this pod failed: GCE quota exceeded. Pod is at risk of not being scheduled."]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="scheduler", demoted=[NEVER_PLACED])),
+    # https://github.com/triton-inference-server/tutorials/blob/main/Deployment/Kubernetes/EKS_Multinode_Triton_TRTLLM/3.%20Deploy_Triton.md
+    # (a second replica waited for the autoscaler's nodes, then ran)
+    RuleCase(title="the pod's describe shows it placed after the wait", evidence={"a/scheduler": [
+        "$ kubectl describe pod lws-sample-1",
+        "  Warning  FailedScheduling  48s   default-scheduler   0/3 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        "  Normal   TriggeredScaleUp  15s   cluster-autoscaler  pod triggered scale-up: [{ng-2 2->4 (max: 4)}]",
+        "  Normal   Scheduled         58s   default-scheduler   Successfully assigned default/lws-sample-1 to b"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Running", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=True, demoted=[NEVER_PLACED])),
+    RuleCase(title="another pod's placement, in the next command's output, says nothing of this one", evidence={
+        "a/scheduler": [
+            "$ kubectl describe pod lws-sample-1",
+            "  Warning  FailedScheduling  48s   default-scheduler   0/3 nodes are available: 2 Insufficient nvidia.com/gpu.",
+            "$ kubectl get events",
+            "  Normal   Scheduled         58s   default-scheduler   Successfully assigned default/lws-sample-0 to b"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="configuration", root_symptom=NEVER_PLACED)),
     RuleCase(title="the workload trained, then a replacement pod finds no node", evidence={
         "a/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)],
         "a/scheduler": ["2025-01-01T00:30:00Z   Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are "
@@ -1434,6 +1453,10 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
     unplaced = [s for s in ws.active(role="root") if s.name in NOT_STARTED]
     if not unplaced:
         return
+    for s in unplaced:
+        if (placed := _placed_later(ws, s)) is not None:
+            ws.demote(s, f"the same pod's describe shows it placed later ('{placed.text.strip()[:100]}'): it waited "
+                         "for room")
     started = [t for s in ws.select(prefix="Training progress") if (t := s.first_time) and not ws.undated(s)]
     for s in unplaced:
         if s.first_time is not None and any(t < s.first_time for t in started):
@@ -1449,6 +1472,30 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
         for s in unplaced:
             ws.demote(s, f"{first.name} on {first.node or '-'} is what went wrong; the pod left without a node is its "
                          "consequence or a wait")
+
+
+def _placed_later(ws: Workspace, unplaced: WorkSymptom) -> Evidence | None:
+    """The Scheduled event of the pod whose FailedScheduling `unplaced` cites: in one pod's kubectl describe (its block
+    opened by the object's 'Name:' or by a 'kubectl describe' command, with no other block opened between them)."""
+    openers: dict[str, list[tuple[int, bool]]] = {}  # origin -> (line, whether it opens one object's describe)
+    for fact in ws.events_of(f"{EventType.CONTEXT}.describe_block"):
+        if fact.attributes.get("pod_node"):
+            continue  # the pod's node, inside its block
+        command = str(fact.attributes.get("command") or "")
+        openers.setdefault(fact.evidence.provenance.origin, []).append(
+            (fact.evidence.provenance.line or 0, bool(fact.attributes.get("object")) or "describe" in command))
+    for cited in unplaced.evidence:
+        origin, at = cited.provenance.origin, cited.provenance.line or 0
+        for fact in ws.events_of(f"{EventType.CONTEXT}.pod_scheduled"):
+            other = fact.evidence.provenance
+            if other.origin != origin:
+                continue
+            low, high = sorted((at, other.line or 0))
+            marks = openers.get(origin, [])
+            opened = [describes for line, describes in sorted(marks) if line <= low]
+            if opened and opened[-1] and not any(low < line <= high for line, _ in marks):
+                return fact.evidence
+    return None
 
 
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
