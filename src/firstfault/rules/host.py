@@ -385,7 +385,9 @@ An Ethernet NIC that hung (`Ethernet NIC hung`) stops only what goes through it.
 RDMA and none of its lines names the hung interface (the bootstrap and socket interfaces it used are others: a
 management port), the hang carried none of the workload's traffic: it is demoted to context. So is the link of an
 Ethernet-only NIC (igb, e1000e, tg3, bnx2, ixgbe: no RDMA) going down on an interface NCCL did not use. A hang on an
-interface NCCL used, or with no RDMA in use, stays the node's.
+interface NCCL used, or with no RDMA in use, stays the node's. An RDMA port's link that went down (`IB link down` naming
+its device) on an HCA outside those NCCL used ('NET/IB : Using [0]mlx5_0:1/IB', or the NCCL_IB_HCA list the job set)
+carried none of the workload's traffic either: it is demoted the same way.
 """, cases=[
     # https://github.com/ucsf-wynton/wynton-website-hpc/blob/master/docs/hpc/status/incidents-2021.md (a management port
     # bouncing on a node that stayed up while a power outage took two others)
@@ -399,12 +401,31 @@ interface NCCL used, or with no RDMA in use, stays the node's.
         "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.12.0.17<0>",
                      "b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.12.0.17<0>"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True, demoted=["Ethernet NIC hung"])),
+    # https://github.com/devopsrustem/slurmv4/blob/main/3/13.sh (a bond slave flapping on an HCA left out of NCCL_IB_HCA)
+    RuleCase(title="an HCA outside NCCL_IB_HCA flaps", evidence={
+        "b/syslog": ["Jan  1 00:52:03 b kernel: [4443.974372] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN"],
+        "b/applog": ["+ env -> NCCL_IB_HCA=mlx5_0,mlx5_1 NCCL_SOCKET_IFNAME=enp25s0np0"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, demoted=["IB link down"])),
+    RuleCase(title="an HCA of NCCL's list goes down", evidence={
+        "b/syslog": ["Jan  1 00:52:03 b kernel: [4443.974372] mlx5_core 0000:53:00.0 mlx5_1: Port: 1 Link DOWN"],
+        "b/applog": ["b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.12.0.17<0>"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
+    RuleCase(title="an HCA NCCL used goes down", evidence={
+        "b/syslog": ["Jan  1 00:52:03 b kernel: [4443.974372] mlx5_core 0000:53:00.0 mlx5_1: Port: 1 Link DOWN"],
+        "b/applog": ["+ env -> NCCL_IB_HCA=mlx5_0,mlx5_1 NCCL_SOCKET_IFNAME=enp25s0np0"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
     RuleCase(title="a hang on the interface NCCL used", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [494945.203081] e1000e 0000:00:1f.6 eno1: Detected Hardware Unit Hang:"],
         "b/applog": ["b:1:1 [0] NCCL INFO Bootstrap : Using eno1:192.168.40.17<0>"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
 ])
 def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
+    hcas = _rdma_devices_used(ws)
+    for s in ws.active(prefix="IB link down"):
+        downed = s.value_set("device")
+        if hcas and downed and not downed & hcas:
+            ws.demote(s, f"{', '.join(sorted(downed))} carried none of the workload's traffic: NCCL used "
+                         f"{', '.join(sorted(hcas))}")
     if not ws.facts_of("rdma_in_use"):
         return
     used = _nccl_interfaces(ws)
@@ -418,6 +439,18 @@ def nic_hang_off_the_workloads_path(ws: Workspace) -> None:
         if downed and all(_ETHERNET_ONLY_LINK_DOWN.search(e.text) for e in s.evidence) and not downed & used:
             ws.demote(s, f"{', '.join(sorted(downed))} (an Ethernet-only NIC) carried none of the workload's traffic: "
                          f"NCCL ran over RDMA and {', '.join(sorted(used)) or 'other interfaces'}")
+
+
+def _rdma_devices_used(ws: Workspace) -> set[str]:
+    """The RDMA devices the workload's NCCL used ('NET/IB : Using'), or was told to use (NCCL_IB_HCA, its ports and
+    exact-match marks dropped), on any node: the nodes of one workload are set up alike."""
+    listed = {name.lstrip("=").split(":")[0] for e in ws.facts_of("nccl_ib_hca")
+              for name in str(e.attributes.get("hca", "")).split(",") if name.lstrip("=")}
+    return listed | {d for e in ws.facts_of("rdma_in_use") for d in _NET_IB_DEVICE.findall(e.evidence.text)}
+
+
+# Each device of NCCL's 'NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ...' list
+_NET_IB_DEVICE = re.compile(r"\[\d+\] ?([\w.-]+):\d+/(?:IB|RoCE)")
 
 
 # The link-down message of NIC drivers with no RDMA of their own (onboard and management ports: igb, e1000e, tg3,
