@@ -392,7 +392,8 @@ on its node, so it stays a candidate while the run's own failures are on that no
 fabric manager that failed at boot, then CUDA refusing to start on the fabric: what it left broken). When a root
 candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
 shared cause, or another node's fault), the earlier fault is demoted and stays as evidence. The workload's own output
-is of the run even where its lines carry no time.
+is of the run even where its lines carry no time. A host OOM kill before the start killed a process of whatever ran
+then and freed its memory: it is never this run's memory failure, and is demoted wherever the run failed.
 """, cases=[
     RuleCase(title="the fabric manager failed at boot; the run's CUDA then fails on the fabric, on every node", evidence={
         "b/syslog": ["Dec 31 23:51:02 b nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
@@ -418,6 +419,13 @@ is of the run even where its lines carry no time.
                      "bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."],
         "a/applog": ["2025-01-01T00:00:50Z [rank0]: RuntimeError: CUDA error: unknown error"]},
         expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+    RuleCase(title="an earlier job's OOM kill on the node, then this run's own error there", evidence={
+        "a/syslog": ["Dec 31 23:50:40 a kernel: [822483.000402] Memory cgroup out of memory: Killed process 3318802 "
+                     "(pt_main_thread) total-vm:96532412kB, anon-rss:61230084kB, file-rss:412388kB, shmem-rss:8388608kB, "
+                     "UID:41877 pgtables:13 oom_score_adj:0"],
+        "a/applog": ["2025-01-01T00:00:50Z [rank16]: ValueError: Reused local directory: ['/local_disk0/mds/c4'] vs "
+                     "['/local_disk0/mds/c4']. Provide a different one."]},
+        expect=Expect(fired=True, demoted=["Host OOM kill"])),
     RuleCase(title="a GPU lost before the start, nothing else", evidence={
         "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=x, GPU has fallen off the "
                      "bus."]},
@@ -437,6 +445,11 @@ def before_the_start(ws: Workspace) -> None:
                      if s.sub_domain != SubDomain.SCHEDULER and s.name not in NOT_STARTED), key=WorkSymptom.sort_key)
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
+            continue
+        if s.sub_domain == SubDomain.HOST_OOM:
+            minutes = (start - t).total_seconds() / 60
+            ws.demote(s, f"logged {minutes:.0f} min before the workload started: it killed a process of whatever ran "
+                         "then, and freed its memory")
             continue
         elsewhere = next((d for d in during if d.node != s.node), None)
         if elsewhere is not None and elsewhere.sub_domain != s.sub_domain:
