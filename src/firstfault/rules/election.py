@@ -393,7 +393,8 @@ fabric manager that failed at boot, then CUDA refusing to start on the fabric: w
 candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
 shared cause, or another node's fault), the earlier fault is demoted and stays as evidence. The workload's own output
 is of the run even where its lines carry no time. A host OOM kill before the start killed a process of whatever ran
-then and freed its memory: it is never this run's memory failure, and is demoted wherever the run failed.
+then and freed its memory: when the run's own failure on that node is of another kind, that failure is the run's, and
+the kill is demoted too.
 """, cases=[
     RuleCase(title="the fabric manager failed at boot; the run's CUDA then fails on the fabric, on every node", evidence={
         "b/syslog": ["Dec 31 23:51:02 b nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
@@ -446,16 +447,15 @@ def before_the_start(ws: Workspace) -> None:
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
-        if s.sub_domain == SubDomain.HOST_OOM:
-            minutes = (start - t).total_seconds() / 60
-            ws.demote(s, f"logged {minutes:.0f} min before the workload started: it killed a process of whatever ran "
-                         "then, and freed its memory")
-            continue
+        minutes = (start - t).total_seconds() / 60
         elsewhere = next((d for d in during if d.node != s.node), None)
+        here = next((d for d in during if d.node == s.node and d.sub_domain != s.sub_domain), None)
         if elsewhere is not None and elsewhere.sub_domain != s.sub_domain:
-            minutes = (start - t).total_seconds() / 60
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
                       f"own failure ({elsewhere.name}) began on {elsewhere.node or 'no one node'}")
+        elif s.sub_domain == SubDomain.HOST_OOM and here is not None:
+            ws.demote(s, f"logged {minutes:.0f} min before the workload started: it killed a process of whatever ran "
+                         f"then and freed its memory; the run's own failure here is {here.name}")
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
