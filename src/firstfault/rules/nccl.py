@@ -980,7 +980,8 @@ RDMA errors that name one node as the peer they lost, and begin when that node's
 {DEAD_NODE_ECHO_S / 60:.0f} minutes after (a disk that failed under its ranks, a GPU fault, its program's crash - a
 segfault the kernel or a signal handler recorded counts, though it names no cause), are what
 its peers saw of that failure: they are demoted, and the node's own failure stays the root candidate. Errors naming
-another node, or beginning before, are kept; errors without a time of their own go with the failure.
+another node, or beginning before, are kept; errors without a time of their own go with the failure. A crash report
+counts even when its time is only inherited from the line before it (a signal handler's banner carries no stamp).
 
 An RDMA completion error that names no peer (NCCL's older 'Got completion with error 12') says only that some peer
 stopped answering: retry-exceeded is what a sender sees when the remote process, GPU or host died as much as when a
@@ -991,6 +992,19 @@ began with its own failure or after (a process that aborted on an assertion, a c
 ending with it, and are demoted the same way; ones that began before it may be its cause, and stay (in the same
 second, printed before it in the same log).
 """, cases=[
+    # https://github.com/om-ai-lab/VLM-R1/issues/71 (UCX's handler on the rank that died in cuBLASLt; its peer's NCCL
+    # lost it)
+    RuleCase(title="an unstamped crash banner, then a peer's unstamped error naming that node", evidence={
+        "b/applog": ["2025-01-01T00:03:28Z [rank8]: ProcessGroupNCCL created ncclComm_ 0x558498a8f4 on CUDA device: 0",
+                     "[b:3694:0:3694] Caught signal 8 (Floating point exception: integer divide by zero)"],
+        "a/applog": ["2025-01-01T00:16:17Z [c10d - debug] Read callback failed. code:-4095 name:EOF desc:end of file",
+                     "a:3108:3421 [6] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+                     "10.41.7.2<58119> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.41.7.1 "
+                     "remoteGids::ffff:10.41.7.2",
+                     "a:3108:3108 [0] NCCL INFO Bootstrap : Using ib0:10.41.7.1<0>"],
+        "b/syslog": ["b:3694:3694 [0] NCCL INFO Bootstrap : Using ib0:10.41.7.2<0>"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="application", demoted=["IB Error-12"])),
     # https://github.com/charmplusplus/charm/issues/2532 (Charm++'s verbs layer asserting on the completion error it
     # had just dumped)
     RuleCase(title="a completion error printed before the abort it provoked, in the same second", evidence={
@@ -1052,7 +1066,9 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
     failed: dict[str, WorkSymptom] = {}  # each node's earliest failure of its own (not the network's, not a scheduler's)
     for s in [*ws.active(role="root"), *ws.active(prefix=_CRASHED)]:
         own_failure = s.sub_domain not in (SubDomain.NETWORK, SubDomain.SCHEDULER)
-        if s.node and s.first_time and not ws.undated(s) and own_failure and (
+        # a crash report's time may be only inherited (a signal handler prints no stamp): it is still the node's end
+        timed = not ws.undated(s) or s.name.startswith(_CRASHED)
+        if s.node and s.first_time and timed and own_failure and (
                 s.node not in failed or s.first_time < (failed[s.node].first_time or s.first_time)):
             failed[s.node] = s
     broken = {node: s for node, s in failed.items() if s.sub_domain in _HARDWARE}
@@ -1078,3 +1094,51 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
             ws.demote(s, f"{own.node} failed first ({own.name} at {own.first_time:%H:%M:%S}): its peers lost it"
                       if named else f"the errors name no peer, and {own.node}'s hardware failed ({own.name} at "
                       f"{own.first_time:%H:%M:%S}): a peer that stopped answering")
+
+
+_PORT_FOUND_DOWN = "Health check found the node's network port down"
+# How long after the first RDMA error a node's health check may report the port that broke: Slurm runs it every
+# HealthCheckInterval (minutes; sites use 5 to 15) and from the epilog, when the job's processes are gone.
+HEALTH_CHECK_AFTER_S = 900.0
+
+
+@refiner("HealthCheckFindsTheDownPort", phase=Phase.REFINE_LATE, after=("FailedNodeExplainsPeerErrors",), doc=f"""
+RDMA errors that name no peer (retry-exceeded 'Got completion with error 12' on every node) say that some link or
+peer stopped answering, not which. When, from the first of them to {HEALTH_CHECK_AFTER_S / 60:.0f} minutes after,
+exactly one node's health check found its own InfiniBand port down (`{_PORT_FOUND_DOWN}`: NHC's check_hw_ib), that
+port is the link that broke: the errors are demoted, and the health check's finding - which names the node - is the
+root candidate. A check on several nodes (a switch, a fabric event), or long after, leaves the errors as they are.
+""", cases=[
+    RuleCase(title="retry-exceeded everywhere, then one node's health check finds its port down", evidence={
+        "a/applog": ["2025-01-01T00:22:07Z a:1:1 [0] transport/net_ib.cc:790 NCCL WARN NET/IB : Got completion with "
+                     "error 12, opcode 0, len 0, vendor err 129"],
+        "b/applog": ["2025-01-01T00:22:09Z b:1:1 [3] transport/net_ib.cc:790 NCCL WARN NET/IB : Got completion with "
+                     "error 12, opcode 1, len 32768, vendor err 129"],
+        "a/syslog": ["Jan  1 00:22:51 a nhc[51877]: Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE "
+                     "(LinkUp 40 Gb/sec)."]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="network", culprits=["a"], root_symptom=_PORT_FOUND_DOWN)),
+    RuleCase(title="the health check failed on every node: the fabric, not one port", evidence={
+        "a/applog": ["2025-01-01T00:22:07Z a:1:1 [0] transport/net_ib.cc:790 NCCL WARN NET/IB : Got completion with "
+                     "error 12, opcode 0, len 0, vendor err 129"],
+        "a/syslog": ["Jan  1 00:22:51 a nhc[51877]: Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE "
+                     "(LinkUp 40 Gb/sec)."],
+        "b/syslog": ["Jan  1 00:22:52 b nhc[41877]: Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE "
+                     "(LinkUp 40 Gb/sec)."]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False)),
+])
+def health_check_finds_the_down_port(ws: Workspace) -> None:
+    errors = [s for s in ws.active(role="root", sub_domain=SubDomain.NETWORK) if s.name != _PORT_FOUND_DOWN
+              and not named_peers(ws, s) and not s.value_set("blamed_node")]
+    began = min((s.first_time for s in errors if s.first_time and not ws.undated(s)), default=None)
+    if began is None:
+        return
+    skew, window = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=HEALTH_CHECK_AFTER_S)
+    checks = [c for c in ws.active(prefix=_PORT_FOUND_DOWN)
+              if c.node and c.first_time and began - skew <= c.first_time <= began + window]
+    if len({c.node for c in checks}) != 1:
+        return
+    found = checks[0]
+    for s in errors:
+        ws.demote(s, f"{found.node}'s health check found its port down at {found.first_time:%H:%M:%S}: the link that "
+                     "broke is that node's")
