@@ -47,6 +47,10 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("cluster-autoscaler: I0301 02:13:19.000000       1 scale_down.go:1102] Scale-down: removing empty node",
      "2025-03-01T02:13:19"),
     ("[pod/train-worker-1/pytorch] 2025-03-01T02:13:19Z step 100", "2025-03-01T02:13:19"),
+    # vLLM's logger ('%m-%d %H:%M:%S', no year), behind Ray's worker prefix; SkyPilot's one-letter level in brackets
+    ("(RayWorkerWrapper pid=2271909, ip=10.5.1.43) INFO 08-07 10:40:53 model_runner.py:1024] Capturing the model",
+     "2025-08-07T10:40:53"),
+    ("[I 03-15 16:42:58 controller.py:146] Spot job 3 (resnet-ddp): cluster is preempted", "2025-03-15T16:42:58"),
     # kubectl describe node's condition row: dated at its transition time (the second stamp), its offset applied
     ("  Ready            False   Fri, 10 Jul 2026 20:31:27 +0000   Fri, 10 Jul 2026 20:30:02 +0200   KubeletNotReady   "
      "container runtime is down", "2026-07-10T18:30:02"),
@@ -62,7 +66,8 @@ def test_formats(line: str, expected: str) -> None:
                                   "1740787200 samples, an integer is a count", "1234567890.5 seconds far from the window",
                                   "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's",
                                   "19/04/2016 02:55:25;0008; a day-first date is not PBS's",
-                                  "error: I0301 is not a component's glog line without its time"])
+                                  "error: I0301 is not a component's glog line without its time",
+                                  "INFO 2025-03 summary: a level and a year-month are no stamp"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

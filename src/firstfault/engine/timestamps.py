@@ -1,7 +1,7 @@
 """Timestamp recognition for the log-line prefixes met on GPU clusters.
 
 Only lines that matched an extractor (and a few lines before them) are parsed, so plain `re` is fine here.
-Formats without a year (syslog, glog) take the year that puts the stamp closest to the workload window.
+Formats without a year (syslog, glog, vLLM's logger) take the year that puts the stamp closest to the workload window.
 Formats without a zone are UTC (corpus convention; collectors normalise to UTC).
 Every stamp read passes the engine's time window (engine/inputs.py): one outside it (year 1, year 9999, an offset
 that overflows) gives no time, and `parse_stamp` says which text it was, for the coverage note.
@@ -63,6 +63,11 @@ _TIME_OF_DAY = re.compile(r"^\s*\[(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\](?=[\
 _KUBE_CONDITION = re.compile(
     r"^\s*[A-Z]\w+\s+(?:True|False|Unknown)\s+[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} [+-]\d{4}\s+"
     r"[A-Z][a-z]{2}, (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) ([+-]\d{4})\s")
+# Python logging with a level name ahead of a year-less 'MM-DD HH:MM:SS' (datefmt '%m-%d %H:%M:%S'): vLLM's logger
+# ('INFO 08-07 10:40:53 model_runner.py:1024] ...', later '[model_runner.py:1024]') and SkyPilot's, which shortens
+# the level to its letter in brackets ('[I 03-15 16:42:58 controller.py:146] ...').
+_LEVEL_MM_DD = re.compile(r"^\s*\[?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|[IWEDC]) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})"
+                          r"(?:[.,](\d{1,6}))?\s")
 # glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
 _GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
@@ -200,7 +205,7 @@ class TimestampParser:
             if m := _TIME_OF_DAY.match(text):
                 h, mi, s, frac = m.groups()
                 return self._placed(self._in_window(int(h), int(mi), int(s), _micro(frac)), m)
-            if m := _GLOG.match(text):
+            if (m := _GLOG.match(text)) or (m := _LEVEL_MM_DD.match(text)):
                 mo, d, h, mi, s, frac = m.groups()
                 return self._placed(self._with_year(int(mo), int(d), int(h), int(mi), int(s), _micro(frac)), m)
             if m := _MLLOG.match(text):
