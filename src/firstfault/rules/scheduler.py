@@ -790,6 +790,51 @@ def described_pod_on_its_node(ws: Workspace) -> None:
                                        f"{event.node}'s file)")
 
 
+# srun --label's prefix of a task's output line ('1: ...'), after a collector's stamp if any
+_SRUN_TASK_LABEL = re.compile(r"^\s*(?:\d{4}-\d{2}-\d{2}[T ][\d:.,]+Z?\s+)?(\d{1,6}):\s")
+
+
+@filter_rule("SrunLabelNamesTheTask", phase=Phase.FILTER_EARLY, after=("DescribedPodOnItsNode",), doc="""
+srun --label prefixes each line of a task's output with the task's number ('1: ...'), and the job's output, every
+task's lines in it, is written where the batch script runs. srun's report of a task's end in the same output names
+the node the task ran on ('srun: error: a100-n08: task 1: Exited with exit code 255'): a line of that output labelled
+with the task (one line, not a coalesced run of them, whose tasks may differ) is that node's, and is moved to it.
+""", cases=[
+    # https://github.com/NVIDIA/nvidia-container-toolkit/issues/69 (one node's container could not reach a GPU its
+    # host saw; the job's output saved on the first node)
+    RuleCase(title="task 1's nvidia-smi error in the batch node's output", evidence={"a/applog": [
+        "1: Unable to determine the device handle for GPU0000:65:00.0: Unknown Error",
+        "srun: error: b: task 1: Exited with exit code 255"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=True, sub_domain="gpu", culprits=["b"])),
+    RuleCase(title="no srun report names the task's node", evidence={"a/applog": [
+        "1: Unable to determine the device handle for GPU0000:65:00.0: Unknown Error"]},
+        context={"nodes": ["a", "b"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["a"])),
+])
+def srun_label_names_the_task(ws: Workspace) -> None:
+    where: dict[tuple[str, str], str] = {}  # (origin, task number) -> the node srun says the task ran on
+    for event in ws.events_of(EventType.NODE_BAD):
+        node = ws.canonical_node(str(event.attributes.get("task_node") or "")) if event.symptom == "Step task failed" else None
+        for task in _task_numbers(str(event.attributes.get("tasks", ""))) if node else []:
+            where[(event.evidence.provenance.origin, task)] = node  # type: ignore[assignment]
+    if not where:
+        return
+    for event in [e for e in ws.events if e.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING) and e.count == 1]:
+        label = _SRUN_TASK_LABEL.match(event.evidence.text)
+        node = where.get((event.evidence.provenance.origin, label.group(1))) if label else None
+        if node and node != ws.canonical_node(event.node):
+            ws.move(event, node, f"srun's label names task {label.group(1)}, which ran on {node}")  # type: ignore[union-attr]
+
+
+def _task_numbers(tasks: str) -> list[str]:
+    """srun's task list ('1', '0-3', '2,5'), as numbers; a range longer than a node can hold is not expanded."""
+    numbers: list[str] = []
+    for part in tasks.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit() and 0 <= int(high) - int(low) < 1024):
+            numbers.extend(str(n) for n in range(int(low), int(high or low) + 1))
+    return numbers
+
+
 @refiner("NodeDiskPressureNamesTheNode", phase=Phase.REFINE, doc="""
 A disk-pressure eviction ('The node was low on resource: ephemeral-storage', 'The node had condition:
 [DiskPressure]') names the resource, not the node, and is often read from another node's `kubectl describe`. The
