@@ -813,16 +813,18 @@ with the task (one line, not a coalesced run of them, whose tasks may differ) is
 def srun_label_names_the_task(ws: Workspace) -> None:
     where: dict[tuple[str, str], str] = {}  # (origin, task number) -> the node srun says the task ran on
     for event in ws.events_of(EventType.NODE_BAD):
-        node = ws.canonical_node(str(event.attributes.get("task_node") or "")) if event.symptom == "Step task failed" else None
-        for task in _task_numbers(str(event.attributes.get("tasks", ""))) if node else []:
-            where[(event.evidence.provenance.origin, task)] = node  # type: ignore[assignment]
+        node = ws.canonical_node(str(event.attributes.get("task_node") or ""))
+        if event.symptom != "Step task failed" or node is None:
+            continue
+        for task in _task_numbers(str(event.attributes.get("tasks", ""))):
+            where[(event.evidence.provenance.origin, task)] = node
     if not where:
         return
     for event in [e for e in ws.events if e.type in (EventType.NODE_BAD, EventType.NODE_INTERESTING) and e.count == 1]:
         label = _SRUN_TASK_LABEL.match(event.evidence.text)
         node = where.get((event.evidence.provenance.origin, label.group(1))) if label else None
-        if node and node != ws.canonical_node(event.node):
-            ws.move(event, node, f"srun's label names task {label.group(1)}, which ran on {node}")  # type: ignore[union-attr]
+        if label and node and node != ws.canonical_node(event.node):
+            ws.move(event, node, f"srun's label names task {label.group(1)}, which ran on {node}")
 
 
 def _task_numbers(tasks: str) -> list[str]:
