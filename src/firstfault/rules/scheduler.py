@@ -794,7 +794,8 @@ def described_pod_on_its_node(ws: Workspace) -> None:
 _SRUN_TASK_LABEL = re.compile(r"^\s*(?:\d{4}-\d{2}-\d{2}[T ][\d:.,]+Z?\s+)?(\d{1,6}):\s")
 
 
-@filter_rule("SrunLabelNamesTheTask", phase=Phase.FILTER_EARLY, after=("DescribedPodOnItsNode",), doc="""
+@filter_rule("SrunLabelNamesTheTask", phase=Phase.FILTER_EARLY,
+             after=("DescribedPodOnItsNode", "RelayedOutput", "CudaErrorCodeMeaning"), doc="""
 srun --label prefixes each line of a task's output with the task's number ('1: ...'), and the job's output, every
 task's lines in it, is written where the batch script runs. srun's report of a task's end in the same output names
 the node the task ran on ('srun: error: a100-n08: task 1: Exited with exit code 255'): a line of that output labelled

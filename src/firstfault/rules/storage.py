@@ -463,8 +463,8 @@ _MOUNT_MISSING = "Shared filesystem missing on the node"
 
 
 @refiner("DirectoryMissingOnSomeNodes", phase=Phase.REFINE, doc=f"""
-slurmstepd could not enter the job's working directory, or the automounter could not mount the shared export, on some
-nodes of the allocation but not on others (the others ran in it): the shared filesystem is not mounted on those
+slurmstepd could not enter the job's working directory, or the automounter could not mount the shared export, or the
+kubelet could not mount the pod's CSI volume, on some nodes of the allocation but not on others (the others ran in it): the shared filesystem is not mounted on those
 nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. The automounter failing on every node
 is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
 a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
