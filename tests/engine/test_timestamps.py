@@ -47,6 +47,8 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("cluster-autoscaler: I0301 02:13:19.000000       1 scale_down.go:1102] Scale-down: removing empty node",
      "2025-03-01T02:13:19"),
     ("[pod/train-worker-1/pytorch] 2025-03-01T02:13:19Z step 100", "2025-03-01T02:13:19"),
+    # pdsh (DeepSpeed's multi-node runner) puts each line's host ahead of it
+    ("gw-r3n01: [2024-02-19 09:43:10,000] [INFO] running eval", "2024-02-19T09:43:10"),
     # vLLM's logger ('%m-%d %H:%M:%S', no year), behind Ray's worker prefix; SkyPilot's one-letter level in brackets
     ("(RayWorkerWrapper pid=2271909, ip=10.5.1.43) INFO 08-07 10:40:53 model_runner.py:1024] Capturing the model",
      "2025-08-07T10:40:53"),
@@ -67,7 +69,8 @@ def test_formats(line: str, expected: str) -> None:
                                   "29 | 14/09/2022 | 12:59:46 | a day-first date is not ipmitool's",
                                   "19/04/2016 02:55:25;0008; a day-first date is not PBS's",
                                   "error: I0301 is not a component's glog line without its time",
-                                  "INFO 2025-03 summary: a level and a year-month are no stamp"])
+                                  "INFO 2025-03 summary: a level and a year-month are no stamp",
+                                  "gw-r3n01: step 20 | loss 1.4005 (a host prefix and no stamp after it)"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

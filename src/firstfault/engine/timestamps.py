@@ -31,6 +31,7 @@ _NON_TIME_PREFIX = re.compile(
       | \[[A-Za-z][\w.-]{0,31}\]\s      # a logger's name tag: torchtitan's [titan] (its stamp follows)
       | \[pod/[\w.-]+/[\w.-]+\]\s      # kubectl logs --prefix: [pod/<pod>/<container>]
       | [a-z][\w.-]{2,62}:\s(?=[IWEF]\d{4}\s\d{2}:)  # a component's name ahead of its glog line (cluster-autoscaler: I0314 ...)
+      | [A-Za-z][\w.-]{0,62}:\s(?=\[?\d{4}-\d{2}-\d{2}[T\s]\d{2}:)  # pdsh's and clush's host ahead of a stamped line
     )""",
     re.VERBOSE,
 )

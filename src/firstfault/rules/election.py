@@ -228,8 +228,18 @@ Nodes the scheduler declared failed together with no fault of their own on recor
 node-failure report, naming two or more of its nodes, or systemic_min_nodes nodes counting those of other jobs the same
 report names) lost something they share - a power feed, a switch, the controller's reach to them - more likely than
 each its own hardware: none is blamed. So did nodes whose network links all failed in the same moment (within the
-clock-skew tolerance), every node of the job: their switch went down or was reconfigured.
+clock-skew tolerance), every node of the job: their switch went down or was reconfigured. The client of one shared
+filesystem failing on two or more of the job's nodes (expelled, its daemon down) is that filesystem's trouble - its
+managers, its recovery, its network - reaching several clients, not each node's own: none is blamed.
 """, cases=[
+    # https://www.ibm.com/support/pages/node/1274428 (Storage Scale's log recovery asserting on whichever node runs it)
+    RuleCase(title="the Storage Scale daemon goes down on two of four nodes, one after the other", evidence={
+        f"{n}/syslog": [f"Jan  1 00:1{i}:47 {n} mmfs[5123]: [X] The mmfs daemon is shutting down abnormally."]
+        for i, n in enumerate(("n0", "n1"))},
+        context={"nodes": ["n0", "n1", "n2", "n3"]}, expect=Expect(fired=True, culprits=[], sub_domain="storage")),
+    RuleCase(title="the Storage Scale daemon goes down on one node", evidence={
+        "n0/syslog": ["Jan  1 00:10:47 n0 mmfs[5123]: [X] The mmfs daemon is shutting down abnormally."]},
+        context={"nodes": ["n0", "n1", "n2", "n3"]}, expect=Expect(fired=False, culprits=["n0"], sub_domain="storage")),
     RuleCase(title="the RoCE links of both nodes go down in the same second", evidence={
         f"n{i}/syslog": [f"Jan  1 00:10:07 n{i} kernel: [625205.000000] mlx5_core 0000:0c:00.0 enp12s0f0np0: Link down"]
         for i in range(2)},
@@ -285,7 +295,13 @@ def systemic_guard(ws: Workspace) -> None:
         len(culprits) >= 2 or len(declared) >= ws.params.systemic_min_nodes)
     links_together = (total >= 2 and len(culprits) == total and ws.decision.sub_domain == SubDomain.NETWORK
                       and _all_at_once(ws, ws.decision.root))
-    if links_together:
+    clients_together = len(culprits) >= 2 and all(
+        s.name == _CLIENT_FAILED for found in culprits.values() for s in found)
+    if clients_together:
+        ws.note("systemic", f"{_CLIENT_FAILED} on {len(culprits)} nodes: the shared filesystem's trouble reached several "
+                "of its clients; no node is blamed")
+        ws.decision.culprits = {}
+    elif links_together:
         ws.note("systemic", f"{ws.decision.root[0].name} on all {total} nodes in the same moment: the switch or fabric "
                 "they share changed, not each node's NIC; no node is blamed")
         ws.decision.culprits = {}
@@ -304,6 +320,9 @@ def systemic_guard(ws: Workspace) -> None:
         ws.note("systemic", f"{ws.decision.root[0].name} blames {len(culprits)} of {total} nodes: "
                 "a shared cause, no single node is blamed")
         ws.decision.culprits = {}
+
+
+_CLIENT_FAILED = "Node's filesystem client failed"
 
 
 def _all_at_once(ws: Workspace, reports: list[WorkSymptom]) -> bool:
@@ -394,8 +413,24 @@ candidate of the run of another kind (not a scheduler action, which only ends a 
 shared cause, or another node's fault), the earlier fault is demoted and stays as evidence. The workload's own output
 is of the run even where its lines carry no time. A host OOM kill before the start killed a process of whatever ran
 then and freed its memory: when the run's own failure on that node is of another kind, that failure is the run's, and
-the kill is demoted too.
+the kill is demoted too. A node the scheduler declared failed or rebooted before the start, and Ready again before
+it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
 """, cases=[
+    # https://github.com/docker/for-linux/issues/1062's setting (a node rebooted by kured, Ready again, then given a pod)
+    RuleCase(title="a node rebooted and Ready again before the start; its runtime then fails the pod", evidence={
+        "b/scheduler": ["2024-12-31T23:58:53Z   Warning  Rebooted   node/b   Node b has been rebooted, boot id: 6c1b4e0a",
+                        "2024-12-31T23:59:24Z   Normal   NodeReady  node/b   Node b status is now: NodeReady"],
+        "b/syslog": ["Jan  1 00:02:27 b kernel: [  247.436380] Out of memory: Killed process 1187 (containerd) "
+                     "total-vm:1642548kB, anon-rss:81234kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:512kB "
+                     "oom_score_adj:-999"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:01:05Z", "end_time": "2025-01-01T01:01:07Z"},
+        expect=Expect(fired=True, demoted=["Kubernetes node failure"])),
+    RuleCase(title="a node rebooted before the start and not Ready again", evidence={
+        "b/scheduler": ["2024-12-31T23:58:53Z   Warning  Rebooted   node/b   Node b has been rebooted, boot id: 6c1b4e0a"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:01:05Z", "end_time": "2025-01-01T01:01:07Z"},
+        expect=Expect(fired=False, active=["Kubernetes node failure"])),
     RuleCase(title="the fabric manager failed at boot; the run's CUDA then fails on the fabric, on every node", evidence={
         "b/syslog": ["Dec 31 23:51:02 b nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface version "
                      "530.30.02 don't match with driver version 530.41.03. Please update with matching NVIDIA driver "
@@ -445,6 +480,9 @@ def before_the_start(ws: Workspace) -> None:
     during = sorted((s for s in [*(s for s, t in dated if t >= limit), *own]
                      if s.sub_domain != SubDomain.SCHEDULER and s.name not in NOT_STARTED), key=WorkSymptom.sort_key)
     for s, t in dated:
+        if t < limit and s.sub_domain == SubDomain.SCHEDULER and (back := _ready_again(ws, s.node, t, start)):
+            ws.demote(s, f"{s.node} was Ready again at {back:%H:%M:%S}, before the workload started")
+    for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
         minutes = (start - t).total_seconds() / 60
@@ -456,6 +494,12 @@ def before_the_start(ws: Workspace) -> None:
         elif s.sub_domain == SubDomain.HOST_OOM and here is not None:
             ws.demote(s, f"logged {minutes:.0f} min before the workload started: it killed a process of whatever ran "
                          f"then and freed its memory; the run's own failure here is {here.name}")
+
+
+def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datetime) -> datetime | None:
+    """When `node` was reported Ready again after `failed` and no later than `start`, if it was."""
+    return min((t for r in ws.select(prefix="Kubernetes node ready again", node=node)
+                if (t := r.first_time) is not None and failed < t <= start), default=None) if node else None
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it

@@ -441,6 +441,50 @@ _HANG_EVERYWHERE = "The same GPU hang on every node"
 _GPU_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed", "Intel GPU reset failed")
 
 
+_CANNOT_CHECK = "Device plugin cannot health-check the GPUs"
+_MARKED_UNHEALTHY = "GPU marked unhealthy (device plugin)"
+# How long after its 'too old to support healthchecking' warning the plugin's own marks follow (it marks the GPUs as it
+# registers them, at start-up).
+PLUGIN_MARKS_S = 60.0
+
+
+@filter_rule("PluginMarksWhatItCannotCheck", phase=Phase.FILTER, doc=f"""
+A device plugin that found it cannot health-check a node's GPUs (`{_CANNOT_CHECK}`) and marked them unhealthy for it
+reports the marks in its usual form ('device marked unhealthy: <uuid>') within {PLUGIN_MARKS_S:.0f} s: those marks are
+the same event, not a GPU fault, and are read as `{_CANNOT_CHECK}`. A mark that names an Xid, or comes later, is a
+fault the plugin saw and stays `{_MARKED_UNHEALTHY}`.
+""", cases=[
+    # https://github.com/NVIDIA/k8s-device-plugin/pull/1562 (the warning, then the mark, for GPUs without health events)
+    RuleCase(title="the warning, then the plugin's mark of the same GPU", evidence={"n1/scheduler": [
+        "2026-08-04T09:58:41Z W0804 09:58:41.469218       1 health.go:99] Device GPU-9ab4fc9a is too old to support "
+        "healthchecking.",
+        "2026-08-04T09:58:41Z I0804 09:58:41.476318       1 server.go:291] 'nvidia.com/gpu' device marked unhealthy: "
+        "GPU-9ab4fc9a"]},
+        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2026-08-04T09:50:00Z",
+                 "end_time": "2026-08-04T10:10:00Z"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=["n1"], root_symptom=_CANNOT_CHECK)),
+    RuleCase(title="an Xid the plugin saw later on the same node", evidence={"n1/scheduler": [
+        "2026-08-04T09:58:41Z W0804 09:58:41.469218       1 health.go:99] Device GPU-9ab4fc9a is too old to support "
+        "healthchecking.",
+        "2026-08-04T10:05:41Z 2026/08/04 10:05:41 XidCriticalError: Xid=79 on Device=GPU-7540a9b3, the device will go "
+        "unhealthy."]},
+        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2026-08-04T09:50:00Z",
+                 "end_time": "2026-08-04T10:10:00Z"},
+        expect=Expect(fired=False, demoted=[_MARKED_UNHEALTHY])),
+])
+def plugin_marks_what_it_cannot_check(ws: Workspace) -> None:
+    warned: dict[str, datetime] = {}
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _CANNOT_CHECK and event.node and event.time is not None:
+            warned[event.node] = min(event.time, warned.get(event.node, event.time))
+    window = timedelta(seconds=PLUGIN_MARKS_S)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _MARKED_UNHEALTHY]:
+        since = warned.get(event.node or "")
+        if since is not None and event.time is not None and not event.attributes.get("xid") and \
+                since <= event.time <= since + window:
+            ws.reread(event, _CANNOT_CHECK, "the plugin marked the GPU it had just found it cannot health-check")
+
+
 @filter_rule("GpuHangOnEveryNode", phase=Phase.FILTER, doc=f"""
 A GPU hang (ROCm's 'HW Exception by GPU node-N ... reason :GPU Hang', an Intel driver's 'Timedout job' or 'GPU HANG')
 that every node of a multi-node job reports within clock_skew_s of the first, while no GPU logged an uncorrectable

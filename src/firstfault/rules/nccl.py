@@ -981,7 +981,9 @@ RDMA errors that name one node as the peer they lost, and begin when that node's
 segfault the kernel or a signal handler recorded counts, though it names no cause), are what
 its peers saw of that failure: they are demoted, and the node's own failure stays the root candidate. Errors naming
 another node, or beginning before, are kept; errors without a time of their own go with the failure. A crash report
-counts even when its time is only inherited from the line before it (a signal handler's banner carries no stamp).
+counts even when its time is only inherited from the line before it (a signal handler's banner carries no stamp), and
+so does a CUDA out-of-memory error (a traceback's last line carries none; and running out of GPU memory is the
+program's own end, never what a lost peer does to it).
 
 An RDMA completion error that names no peer (NCCL's older 'Got completion with error 12') says only that some peer
 stopped answering: retry-exceeded is what a sender sees when the remote process, GPU or host died as much as when a
@@ -1005,6 +1007,17 @@ second, printed before it in the same log).
         "b/syslog": ["b:3694:3694 [0] NCCL INFO Bootstrap : Using ib0:10.41.7.2<0>"]},
         context={"nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="application", demoted=["IB Error-12"])),
+    # PyTorch's CUDA OOM as DeepSpeed's pdsh runner relays it (the host ahead, no stamp): an evaluation pass ran one
+    # rank out of GPU memory, and its peers' NCCL lost it
+    RuleCase(title="an unstamped CUDA OOM, then a peer's unstamped error naming that node", evidence={
+        "b/applog": ["2025-01-01T00:03:28Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.2.0.13<0>",
+                     "b: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.52 GiB. GPU 5 has a total "
+                     "capacty of 79.15 GiB of which 2.87 GiB is free."],
+        "a/applog": ["2025-01-01T00:03:27Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.2.0.12<0>",
+                     "a: a:44212:44852 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+                     "10.2.0.13<36012> with status=12 opcode=0 len=0 vendor err 129 (Recv)"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="gpu_oom", demoted=["IB Error-12"])),
     # https://github.com/charmplusplus/charm/issues/2532 (Charm++'s verbs layer asserting on the completion error it
     # had just dumped)
     RuleCase(title="a completion error printed before the abort it provoked, in the same second", evidence={
@@ -1067,7 +1080,7 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
     for s in [*ws.active(role="root"), *ws.active(prefix=_CRASHED)]:
         own_failure = s.sub_domain not in (SubDomain.NETWORK, SubDomain.SCHEDULER)
         # a crash report's time may be only inherited (a signal handler prints no stamp): it is still the node's end
-        timed = not ws.undated(s) or s.name.startswith(_CRASHED)
+        timed = not ws.undated(s) or s.name.startswith(_CRASHED) or s.sub_domain == SubDomain.GPU_OOM
         if s.node and s.first_time and timed and own_failure and (
                 s.node not in failed or s.first_time < (failed[s.node].first_time or s.first_time)):
             failed[s.node] = s
