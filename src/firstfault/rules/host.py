@@ -258,15 +258,20 @@ def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
 
 
 _RUNTIME_STALLED = "Node's container runtime stopped answering (PLEG)"
+_NEVER_MET = "Ranks never met at the rendezvous"
+# The container runtime's own daemons, as the kernel's hung-task report names them.
+_RUNTIME_DAEMON = re.compile(r"^(?:dockerd|containerd|crio|runc)\b")
 RUNTIME_STALL_REPORTS = 3  # a runtime reported stalled this many times stayed stalled; once, it may have recovered
 
 
 @refiner("RuntimeStalledOnOneNode", phase=Phase.REFINE, after=("LostAfterItsOwnWarnings",), doc=f"""
 A container runtime that stops answering the kubelet (PLEG not healthy, its calls timing out) freezes the node's pods:
 their output stops and their peers wait for them. When exactly one node of a workload that did not complete reported
-it again and again ({RUNTIME_STALL_REPORTS} times or more: a single stall may have recovered), and a scheduler's
-action ended the waiting job (its deadline, time limit or a cancel) with no other root candidate standing, that
-node's `{_RUNTIME_STALLED}` becomes the root candidate (host, that node). Beside another fault, in a job that failed on
+it again and again ({RUNTIME_STALL_REPORTS} times or more: a single stall may have recovered; the kernel's hung-task
+reports of the runtime's own daemon - dockerd, containerd, CRI-O, runc - on that node count too), and a scheduler's
+action ended the waiting job (its deadline, time limit or a cancel) or its ranks gave up waiting at the rendezvous
+(`{_NEVER_MET}`: the node's pods never came) with no other root candidate standing, that
+node's `{_RUNTIME_STALLED}` becomes the root candidate (host, that node), ahead of the rendezvous's wait. Beside another fault, in a job that failed on
 its own, or on several nodes, it stays context (rule LostAfterItsOwnWarnings reads it when Kubernetes then lost the
 node).
 """, cases=[
@@ -277,6 +282,18 @@ node).
                      "deadline exceeded" for m in range(4)],
         "a/scheduler": ["2025-01-01T01:59:00Z   Warning  DeadlineExceeded  1m  job-controller  Job was active longer "
                         "than specified deadline"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"], "scheduler_state": "Failed"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom=_RUNTIME_STALLED)),
+    # https://github.com/moby/moby/issues/44552 (dockerd blocked in the kernel's network-namespace teardown)
+    RuleCase(title="dockerd hung and the runtime stalled on one node; the other ranks gave up at the rendezvous",
+             evidence={
+        "b/syslog": ["Jan  1 00:14:31 b kernel: [ 1600.038458] INFO: task dockerd:3946 blocked for more than 120 seconds.",
+                     "Jan  1 00:16:31 b kernel: [ 1720.038458] INFO: task dockerd:3946 blocked for more than 241 seconds.",
+                     "Jan  1 00:15:55 b kubelet[1207]: I0101 00:15:55.640000    1207 kubelet.go:2133] \"Skipping pod "
+                     "synchronization\" err=\"PLEG is not healthy: pleg was last seen active 3m0.91s ago; threshold is "
+                     "3m0s\""],
+        "a/applog": ["2025-01-01T00:22:05Z torch.distributed.DistStoreError: Timed out after 601 seconds waiting for "
+                     "clients. 1/2 clients joined."]},
         context={"scheduler": "kubernetes", "nodes": ["a", "b"], "scheduler_state": "Failed"},
         expect=Expect(fired=True, sub_domain="host", culprits=["b"], root_symptom=_RUNTIME_STALLED)),
     RuleCase(title="a runtime stall on one node, and a job that failed on its own collectives", evidence={
@@ -294,9 +311,13 @@ node).
 ])
 def runtime_stalled_on_one_node(ws: Workspace) -> None:
     roots = ws.active(role="root")
-    if not roots or any(s.sub_domain != SubDomain.SCHEDULER for s in roots):
-        return  # the scheduler's deadline or cancel ended a waiting job, and nothing else failed
-    if sum(s.count for s in ws.select(prefix=_RUNTIME_STALLED)) < RUNTIME_STALL_REPORTS:
+    if not (roots or ws.select(prefix=_NEVER_MET)) or any(s.sub_domain != SubDomain.SCHEDULER for s in roots):
+        return  # the scheduler's deadline or cancel ended a waiting job, or its ranks gave up waiting; nothing failed
+    stalls = ws.select(prefix=_RUNTIME_STALLED)
+    stalled_nodes = {s.node for s in stalls}
+    daemon_hung = [s for s in ws.select(prefix="Hung task") if s.node in stalled_nodes
+                   and any(_RUNTIME_DAEMON.match(t) for t in s.value_set("task"))]
+    if sum(s.count for s in [*stalls, *daemon_hung]) < RUNTIME_STALL_REPORTS:
         return  # one stall the node may have recovered from
     promote_on_one_node(ws, _RUNTIME_STALLED, "had its container runtime stop answering: its pods froze")
 

@@ -1305,6 +1305,48 @@ def _tasks_below_minimum(tally: str) -> bool:
     return bool(minimum) and sum(int(n) for n, what in counts if what != "minAvailable") < minimum[0]
 
 
+# How long after `ray stop` its cluster's ends are reported: the GCS marks the stopped nodes dead within seconds, and
+# the `ray start --block` steps that held them exit.
+RAY_STOP_TEARDOWN_S = 120.0
+
+
+@filter_rule("RayStoppedByTheJob", phase=Phase.FILTER, doc=f"""
+A job script that runs a Ray cluster stops it at its end (`ray stop`, fact ray_stopped). What follows within
+{RAY_STOP_TEARDOWN_S:.0f} s of that - the GCS marking the stopped nodes dead (`Ray node failure`), srun's report of the
+`ray start --block` steps that held the nodes exiting non-zero (`Step task failed`) - is the cluster's teardown, not a
+failure of the workload: those reports are dropped. A node lost or a step failed before the stop stays.
+""", cases=[
+    RuleCase(title="the script stops Ray; the GCS marks the worker dead, its ray start step exits 1", evidence={
+        "a/applog": ["2025-03-04T05:46:31Z (TaskRunner pid=40311) Final validation metrics: {'val/score': 0.85}",
+                     "2025-03-04T05:47:51Z Stopped all 14 Ray processes.",
+                     "2025-03-04T05:47:52Z srun: error: b: task 0: Exited with exit code 1",
+                     "2025-03-04T05:47:52Z training finished, exit 0"],
+        "b/applog": ["2025-03-04T05:47:51Z ERROR worker.py:409 -- Unhandled error: The node with node id: 7b1f0e2d and "
+                     "address: 10.30.3.14 and node name: 10.30.3.14 has been marked dead because the detector has "
+                     "missed too many heartbeats from it."]},
+        context={"nodes": ["a", "b"], "scheduler_state": "COMPLETED", "exit_code": "0:0",
+                 "start_time": "2025-03-03T21:04:11Z", "end_time": "2025-03-04T05:47:53Z"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    RuleCase(title="a node marked dead an hour before the stop", evidence={
+        "a/applog": ["2025-03-04T04:47:51Z ERROR worker.py:409 -- Unhandled error: The node with node id: 7b1f0e2d and "
+                     "address: 10.30.3.15 and node name: 10.30.3.15 has been marked dead because the detector has "
+                     "missed too many heartbeats from it.",
+                     "2025-03-04T05:47:51Z Stopped all 14 Ray processes."]},
+        context={"nodes": ["a", "b"], "scheduler_state": "FAILED", "exit_code": "1:0",
+                 "start_time": "2025-03-03T21:04:11Z", "end_time": "2025-03-04T05:47:53Z"},
+        expect=Expect(fired=False, active=["Ray node failure"])),
+])
+def ray_stopped_by_the_job(ws: Workspace) -> None:
+    stops = [f.time for f in ws.events_of(f"{EventType.CONTEXT}.ray_stopped") if f.time is not None]
+    if not stops:
+        return
+    skew, teardown = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=RAY_STOP_TEARDOWN_S)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in ("Ray node failure", "Step task failed")]:
+        stop = next((t for t in stops if event.time is not None and t - skew <= event.time <= t + teardown), None)
+        if stop is not None:
+            ws.drop(event, f"reported after `ray stop` at {stop:%H:%M:%S}: the job script's teardown of its Ray cluster")
+
+
 @refiner("RayNodeAliveWhenMarkedDead", phase=Phase.REFINE_LATE, doc="""
 Ray's GCS marks a node dead when its health checks go unanswered. When the raylet of that node says itself that
 it was mistakenly marked dead and exits, the node was running: the checks were missed because the machine or
