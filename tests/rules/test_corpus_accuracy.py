@@ -80,6 +80,7 @@ DISPUTED_BLAME = {
     "blind-108": 1,  # b108-013: 'busy or unavailable' on one node with nothing else is a GPU suspect; the label names none
     "blind-126": 1,  # b126-018: Slurm's 'not responding, setting DOWN' names the node (issue 13); a restraint label
     "blind-36": 2,   # b36-017: the device plugin's own Xid 999 verdict; b36-004: NVLS set-up failing on two of four
+    "blind-51": 1,   # b51-012: SIGILL on one node of two is that node's CPU against the build; a restraint label
     "blind-306": 1,  # b306-009: CUDA's unknown error on one rank of a one-node server is a GPU suspect (issue 13)
 }
 
