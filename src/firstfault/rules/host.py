@@ -15,6 +15,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import blamed_nodes, every_node_at_once, printed_before, workload_completed
+from firstfault.rules.pytorch import NEVER_MET
 from firstfault.rules.scheduler import (
     NODE_FAILURE_DETECTION_S,
     NODE_FAILURE_REPORTS,
@@ -258,7 +259,6 @@ def thermal_throttle_slowed_the_run(ws: Workspace) -> None:
 
 
 _RUNTIME_STALLED = "Node's container runtime stopped answering (PLEG)"
-_NEVER_MET = "Ranks never met at the rendezvous"
 # The container runtime's own daemons, as the kernel's hung-task report names them.
 _RUNTIME_DAEMON = re.compile(r"^(?:dockerd|containerd|crio|runc)\b")
 RUNTIME_STALL_REPORTS = 3  # a runtime reported stalled this many times stayed stalled; once, it may have recovered
@@ -270,9 +270,9 @@ their output stops and their peers wait for them. When exactly one node of a wor
 it again and again ({RUNTIME_STALL_REPORTS} times or more: a single stall may have recovered; the kernel's hung-task
 reports of the runtime's own daemon - dockerd, containerd, CRI-O, runc - on that node count too), and a scheduler's
 action ended the waiting job (its deadline, time limit or a cancel) or its ranks gave up waiting at the rendezvous
-(`{_NEVER_MET}`: the node's pods never came) with no other root candidate standing, that
-node's `{_RUNTIME_STALLED}` becomes the root candidate (host, that node), ahead of the rendezvous's wait. Beside another fault, in a job that failed on
-its own, or on several nodes, it stays context (rule LostAfterItsOwnWarnings reads it when Kubernetes then lost the
+(`{NEVER_MET}`: the node's pods never came) with no other root candidate standing, that node's `{_RUNTIME_STALLED}`
+becomes the root candidate (host, that node), ahead of the rendezvous's wait. Beside another fault, in a job that failed
+on its own, or on several nodes, it stays context (rule LostAfterItsOwnWarnings reads it when Kubernetes then lost the
 node).
 """, cases=[
     # https://github.com/kubernetes/kubernetes/issues/54381 (kubectl exec hung and containers could not be killed there)
@@ -311,7 +311,7 @@ node).
 ])
 def runtime_stalled_on_one_node(ws: Workspace) -> None:
     roots = ws.active(role="root")
-    if not (roots or ws.select(prefix=_NEVER_MET)) or any(s.sub_domain != SubDomain.SCHEDULER for s in roots):
+    if not (roots or ws.select(prefix=NEVER_MET)) or any(s.sub_domain != SubDomain.SCHEDULER for s in roots):
         return  # the scheduler's deadline or cancel ended a waiting job, or its ranks gave up waiting; nothing failed
     stalls = ws.select(prefix=_RUNTIME_STALLED)
     stalled_nodes = {s.node for s in stalls}

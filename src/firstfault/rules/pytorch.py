@@ -1832,14 +1832,14 @@ _RANKS_MET = frozenset({"Training progress", "NCCL watchdog timeout", "NCCL hear
                         "NCCL error (downstream)"})
 
 
-_NEVER_MET = "Ranks never met at the rendezvous"
+NEVER_MET = "Ranks never met at the rendezvous"
 
 
 @filter_rule("RendezvousBeforeAnyProgress", phase=Phase.FILTER, doc=f"""
 A rendezvous or TCPStore that timed out waiting for its ranks, in a workload with no training progress, no report of
 its training's end before the timeout and no collective that ran between ranks (an NCCL timeout or error): the ranks
 may never have met. Each such timeout is also
-recorded as a `{_NEVER_MET}` candidate (context), which rule RendezvousNeverCompleted makes the answer when nothing
+recorded as a `{NEVER_MET}` candidate (context), which rule RendezvousNeverCompleted makes the answer when nothing
 else is. XLA's key-value waits (a process that never published its key) are not read so.
 """, cases=[
     RuleCase(title="the store waited for clients that never came", evidence={
@@ -1866,7 +1866,7 @@ def rendezvous_before_any_progress(ws: Workspace) -> None:
         if any(event.time is not None and t < event.time for t in finished):
             continue  # the training had ended: a store its evaluation or teardown opened later timed out
         if event.symptom == _RENDEZVOUS_TIMEOUT and "GetKeyValue" not in event.evidence.text:
-            ws.emit(EmitSpec(type=EventType.NODE_INTERESTING, node=event.node, symptom=_NEVER_MET,
+            ws.emit(EmitSpec(type=EventType.NODE_INTERESTING, node=event.node, symptom=NEVER_MET,
                              evidence=event.evidence, time=event.time, last_time=event.last_time, count=event.count))
 
 
@@ -1958,7 +1958,7 @@ def mesh_proxy_between_the_ranks(ws: Workspace) -> None:
 When no root candidate stands and the workload's rendezvous timed out before any progress or collective (rule
 RendezvousBeforeAnyProgress), its ranks never met, and with no fault of its own on any node the usual reason is how
 the job was launched - a master address or port its clients cannot reach or resolve, fewer nodes launched than the
-rendezvous expects, a launcher started on one node only: `{_NEVER_MET}` becomes the answer (configuration, no node
+rendezvous expects, a launcher started on one node only: `{NEVER_MET}` becomes the answer (configuration, no node
 blamed). Any root candidate (a crash before the rendezvous, a GPU, a lost node, the scheduler) comes first, and so does
 a cloud's refusal of capacity (`Cloud capacity unavailable`): the ranks that never came had no node to run on, so the
 store's timeouts are demoted under it.
@@ -1968,7 +1968,7 @@ store's timeouts are demoted under it.
         "a/applog": ["2025-01-01T00:30:00Z torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for "
                      "clients. 4/8 clients joined."]},
         context={"nodes": ["a", "b"]},
-        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_NEVER_MET)),
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=NEVER_MET)),
     RuleCase(title="a node's fault comes first", evidence={
         "b/syslog": ["Jan  1 00:05:00 b kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off "
                      "the bus."],
@@ -1993,7 +1993,7 @@ def rendezvous_never_completed(ws: Workspace) -> None:
                          "that never came had no node to run on")
     if ws.active(role="root") or capacity:
         return
-    for s in ws.select(prefix=_NEVER_MET, status="interesting"):
+    for s in ws.select(prefix=NEVER_MET, status="interesting"):
         ws.promote(s, "no root candidate, and no progress or collective before the rendezvous timed out")
 
 
