@@ -448,6 +448,15 @@ _MARKED_UNHEALTHY = "GPU marked unhealthy (device plugin)"
 PLUGIN_MARKS_S = 60.0
 
 
+def _plugin_case(title: str, then: str, expect: Expect) -> RuleCase:
+    """A rule case: n1's device plugin finds it cannot health-check a GPU at 09:58:41, then logs `then`."""
+    return RuleCase(title=title, evidence={"n1/scheduler": [
+        "2026-08-04T09:58:41Z W0804 09:58:41.469218       1 health.go:99] Device GPU-9ab4fc9a is too old to support "
+        "healthchecking.", then]},
+        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2026-08-04T09:50:00Z",
+                 "end_time": "2026-08-04T10:10:00Z"}, expect=expect)
+
+
 @filter_rule("PluginMarksWhatItCannotCheck", phase=Phase.FILTER, doc=f"""
 A device plugin that found it cannot health-check a node's GPUs (`{_CANNOT_CHECK}`) and marked them unhealthy for it
 reports the marks in its usual form ('device marked unhealthy: <uuid>') within {PLUGIN_MARKS_S:.0f} s: those marks are
@@ -455,22 +464,14 @@ the same event, not a GPU fault, and are read as `{_CANNOT_CHECK}`. A mark that 
 fault the plugin saw and stays `{_MARKED_UNHEALTHY}`.
 """, cases=[
     # https://github.com/NVIDIA/k8s-device-plugin/pull/1562 (the warning, then the mark, for GPUs without health events)
-    RuleCase(title="the warning, then the plugin's mark of the same GPU", evidence={"n1/scheduler": [
-        "2026-08-04T09:58:41Z W0804 09:58:41.469218       1 health.go:99] Device GPU-9ab4fc9a is too old to support "
-        "healthchecking.",
-        "2026-08-04T09:58:41Z I0804 09:58:41.476318       1 server.go:291] 'nvidia.com/gpu' device marked unhealthy: "
-        "GPU-9ab4fc9a"]},
-        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2026-08-04T09:50:00Z",
-                 "end_time": "2026-08-04T10:10:00Z"},
-        expect=Expect(fired=True, sub_domain="configuration", culprits=["n1"], root_symptom=_CANNOT_CHECK)),
-    RuleCase(title="an Xid the plugin saw later on the same node", evidence={"n1/scheduler": [
-        "2026-08-04T09:58:41Z W0804 09:58:41.469218       1 health.go:99] Device GPU-9ab4fc9a is too old to support "
-        "healthchecking.",
-        "2026-08-04T10:05:41Z 2026/08/04 10:05:41 XidCriticalError: Xid=79 on Device=GPU-7540a9b3, the device will go "
-        "unhealthy."]},
-        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2026-08-04T09:50:00Z",
-                 "end_time": "2026-08-04T10:10:00Z"},
-        expect=Expect(fired=False, demoted=[_MARKED_UNHEALTHY])),
+    _plugin_case("the warning, then the plugin's mark of the same GPU",
+                 "2026-08-04T09:58:41Z I0804 09:58:41.476318       1 server.go:291] 'nvidia.com/gpu' device marked "
+                 "unhealthy: GPU-9ab4fc9a",
+                 Expect(fired=True, sub_domain="configuration", culprits=["n1"], root_symptom=_CANNOT_CHECK)),
+    _plugin_case("an Xid the plugin saw later on the same node",
+                 "2026-08-04T10:05:41Z 2026/08/04 10:05:41 XidCriticalError: Xid=79 on Device=GPU-7540a9b3, the device "
+                 "will go unhealthy.",
+                 Expect(fired=False, demoted=[_MARKED_UNHEALTHY])),
 ])
 def plugin_marks_what_it_cannot_check(ws: Workspace) -> None:
     warned: dict[str, datetime] = {}
