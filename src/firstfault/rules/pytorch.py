@@ -103,6 +103,9 @@ _NAMES_A_FAILURE = re.compile(r"Fail(?:ed|ure)(?!Precondition)[A-Z]\w*(?:Error|E
 # A Go program's log line (klog's 'E0417 13:24:00.514090 1893 pod_workers.go:1298]', logrus's 'file.go:NN'): a
 # CamelCase error name in it (RunContainerError) is Go's, not a Python traceback's.
 _GO_SOURCE = re.compile(r"\b[\w-]+\.go:\d+\]")
+# The kernel's own log lines (syslog's 'kernel:' tag): a register decode such as libata's 'ataN: SError: { ... }' reads
+# like an exception's name, but no Python traceback is printed by the kernel.
+_KERNEL_LINE = re.compile(r"(?:^|\s)kernel: ")
 # A status record's reason field (kubectl describe 'Reason:   StartError', JSON/YAML "reason": "CreateContainerError"):
 # a container runtime's or Kubernetes' word for a state, not a Python traceback's last line.
 _REASON_FIELD = re.compile(r"(?i)\breason\"?\s*[:=]\s*\"?[\w.]*(?:Error|Exception)\"?,?\s*$")
@@ -338,7 +341,8 @@ Keep a generic Python exception (PythonUserException, any type) only when it say
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
 for a failure or for a transport that gave up: ...FailedError, ...FailureError, ...TransferError, ...TimeoutError,
 ...ConnectionError), an exception whose message points to another error (an earlier one,
-another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a status record's reason
+another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a kernel log line (libata's
+'ata5: SError: { ... }' register decode), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
 not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
 ('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
@@ -354,6 +358,10 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
 for a directory without the file it names ('does not appear to have a file named config.json'), is kept as the
 program's.
 """, cases=[
+    # https://github.com/Open-CAS/open-cas-linux/issues/993 (libata's decode of a SATA link that dropped)
+    RuleCase(title="libata's SError register decode in the kernel log", evidence={"n1/syslog": [
+        "Nov  5 02:41:17 n1 kernel: [477485.304800] ata5: SError: { RecovComm PHYRdyChg CommWake DevExch }"]},
+        expect=Expect(fired=True, absent=["Python exception"])),
     RuleCase(title="an unusual type raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank8]: FileExistsError: [Errno 17] File exists: '/shared/ckpt/step_297/optim'"]},
         expect=Expect(sub_domain="application", culprits=[], root_symptom="Python exception")),
@@ -503,6 +511,8 @@ def python_exception_family(ws: Workspace) -> None:
             ws.drop(event, f"{name}: a server's failure reply (HTTP 5xx), which the server's log explains")
         elif _GO_SOURCE.search(event.evidence.text):
             ws.drop(event, f"{name}: a Go program's log line, not a Python exception")
+        elif _KERNEL_LINE.search(event.evidence.text):
+            ws.drop(event, f"{name}: a kernel log line, not a Python exception")
         elif _REASON_FIELD.search(event.evidence.text):
             ws.drop(event, f"{name}: a status record's reason field, not a Python exception")
         elif name in ("ImportError", "ModuleNotFoundError") and (why := _import_that_did_not_fail(event.evidence.text)):
@@ -553,6 +563,30 @@ def _drop_where_read_elsewhere(ws: Workspace, rule: str, reason: str, generic: f
     for event in events:
         if explained(event):
             ws.drop(event, reason)
+
+
+@filter_rule("BurnInitReadByItsCause", phase=Phase.FILTER, after=("InitFailedOnEveryNode",), doc="""
+gpu-burn's 'Couldn't init a GPU test: Error in <step>: <CUDA error string>' says the test could not start on a GPU, and
+its CUDA error says why. When another extractor reads that error from the same line (an image built for another GPU
+architecture, PTX the driver cannot compile, the fabric not ready), that reading is the cause and the generic
+`GPU could not be initialised` is dropped; an error nothing else reads (cuBLAS not initialised, an unknown error) stays
+the GPU's. A test that could not start on every node is read first as their shared setup (InitFailedOnEveryNode).
+""", cases=[
+    # https://github.com/wilicc/gpu-burn/issues/101 (gpu-burn built for a newer compute capability than a Kepler GPU's)
+    RuleCase(title="the PTX gpu-burn loads cannot be compiled for the node's GPU", evidence={"n1/applog": [
+        "2024-02-25T16:10:05Z n1: Couldn't init a GPU test: Error in load module (gpu_burn-drv.cpp:238): a PTX JIT "
+        "compilation failed"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom="CUDA environment mismatch")),
+    # https://github.com/wilicc/gpu-burn/issues/14 (cuBLAS could not start on one GPU of the node)
+    RuleCase(title="cuBLAS could not start on a GPU", evidence={"n1/applog": [
+        "2024-02-25T16:10:05Z 3: Couldn't init a GPU test: Error in \"init\": CUBLAS_STATUS_NOT_INITIALIZED"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def burn_init_read_by_its_cause(ws: Workspace) -> None:
+    _drop_where_read_elsewhere(ws, "GpuBurnInitFailed", "gpu-burn's CUDA error is read by another rule: that is why "
+                                                         "its test could not start")
 
 
 @filter_rule("InternalAssertReadElsewhere", phase=Phase.FILTER, doc="""

@@ -622,10 +622,19 @@ node failure's symptoms, not a fabric fault. They are demoted, and the node fail
 (a fault in the lost node's own log, earlier, still comes first); errors naming several lost nodes (a rack that lost
 power) count the same, even where no one of those peers could be blamed on them. When the peer they name is an
 address that no evidence maps to a node, and the scheduler declared exactly one node failed, that node is taken as the peer; errors
-that name no peer at all (older NCCL's 'Got completion with error 12') are taken as the loss of the nodes declared. NCCL's
+that name no peer at all (older NCCL's 'Got completion with error 12', UCX's 'UD endpoint ... unhandled timeout error')
+are taken as the loss of the nodes declared. NCCL's
 WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such; one
 with no time before it in its file is dated at the job's end, which says nothing about when it came.
 """, cases=[
+    # https://github.com/flux-framework/flux-core/issues/4089 (Flux lost a node's job shell; UCX on a peer timed out)
+    RuleCase(title="UCX's UD endpoint times out on a peer as Flux loses a node's job shell", evidence={
+        "a/applog": ["2022-02-02T16:02:14Z job.exception type=exec severity=0 lost contact with job shell on broker b "
+                     "(rank 42)",
+                     "2022-02-02T16:02:19Z [a:40211:0:40211]      ud_ep.c:278  Fatal: UD endpoint 0x1c9f2e0 to <no "
+                     "debug data>: unhandled timeout error"]},
+        context={"nodes": ["a", "b"], "scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, culprits=["b"], demoted=["UCX UD endpoint timed out"])),
     RuleCase(title="peers lose the node Kubernetes then marks NotReady", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
                      "2025-01-01T00:13:11Z a:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129"],
@@ -693,10 +702,10 @@ def lost_node_explains_peer_errors(ws: Workspace) -> None:
             peers = set(blamed_nodes(ws, s)) if s.definition.blame == "peer" else set()
             if not peers and s.definition.blame == "peer" and named_peers(ws, s) <= lost:
                 peers = named_peers(ws, s)  # nodes it names that no one reporter could be blamed for: all lost
-            if not peers and s.definition.blame == "peer" and (
+            if not peers and s.definition.blame in ("peer", "none") and (
                     len(lost) == 1 or not s.value_set("peer") | s.value_set("peer_rdma")):
-                # it names no peer (older NCCL's 'Got completion with error 12'), or an address no evidence maps to a
-                # node while one node was lost: the lost nodes are the peers it lost
+                # it names no peer (older NCCL's 'Got completion with error 12', UCX's UD endpoint timing out), or an
+                # address no evidence maps to a node while one node was lost: the lost nodes are the peers it lost
                 peers = lost
             # a time only inherited from an earlier line is a lower bound: the error came then or later; the job's
             # end, given to a line with no time before it at all, bounds nothing

@@ -725,9 +725,17 @@ of one node killed by it within {SHARED_BUS_ERROR_S} s of each other (torchelast
 PID n' for different PIDs) touched a mapping they share: NCCL's and the DataLoader's segments in /dev/shm, whose tmpfs
 (64 MB by default in a container) ran out as more local ranks joined. Unless the node's kernel reported a hardware
 memory failure (a poisoned page kills the one process that touched it, with the kernel's own line), the deaths
-become `{_SHM_FULL}` (configuration, no node). One process's SIGBUS stays a worker's death that something else must
-explain.
+become `{_SHM_FULL}` (configuration, no node). So do SIGBUS deaths on every node of a multi-node job within
+{SHARED_BUS_ERROR_S} s of each other, one process each or more (a server's download or shard process in each replica's
+container): the same mapping failing on every node at once is their common container setup, not each node's memory.
+One process's SIGBUS on one node stays a worker's death that something else must explain.
 """, cases=[
+    # https://github.com/huggingface/text-generation-inference/issues/446 (both replicas' download processes, no /dev/shm)
+    RuleCase(title="one process on each node killed by SIGBUS in the same second", evidence={
+        f"{n}/applog": [f"2023-06-13T12:16:2{i}Z ERROR download: text_generation_launcher: Download process was signaled "
+                        "to shutdown with signal 7: "] for i, n in enumerate(("n1", "n2"))},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHM_FULL)),
     # https://github.com/meta-llama/llama-cookbook/issues/223 (torchelastic's summary: ranks ended by SIGBUS in a container)
     RuleCase(title="four local ranks die of SIGBUS in the same second", evidence={"n1/applog": [
         f"2025-01-01T00:10:00Z   traceback : Signal 7 (SIGBUS) received by PID {pid}" for pid in (5057, 5061, 5063, 5064)]},
@@ -758,6 +766,20 @@ def bus_error_on_several_local_ranks(ws: Workspace) -> None:
         for event in together:
             ws.reread(event, _SHM_FULL, f"SIGBUS in {len(pids)} processes of {node} at once: a shared-memory mapping "
                                         "its tmpfs could not back")
+    _bus_error_on_every_node(ws, poisoned)
+
+
+def _bus_error_on_every_node(ws: Workspace, poisoned: set[str | None]) -> None:
+    """SIGBUS deaths on every node of a multi-node job within SHARED_BUS_ERROR_S of each other: their shared setup."""
+    deaths = [e for e in ws.events_of(EventType.NODE_BAD) if _bus_error(e) and e.node not in poisoned]
+    times = [e.time for e in deaths if e.time is not None]
+    if len(ws.context.nodes) < 2 or not times or len(times) < len(deaths) or \
+            {ws.canonical_node(e.node) for e in deaths} != set(ws.context.nodes) or \
+            (max(times) - min(times)).total_seconds() > SHARED_BUS_ERROR_S:
+        return
+    for event in deaths:
+        ws.reread(event, _SHM_FULL, "SIGBUS on every node of the job at once: the shared-memory setup their containers "
+                                    "share")
 
 
 @refiner("BusErrorOnAFailingFilesystem", phase=Phase.REFINE_EARLY, doc=f"""
