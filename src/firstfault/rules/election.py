@@ -410,12 +410,22 @@ clock_skew_s) happened under whatever ran then. It can explain this workload's f
 on its node, so it stays a candidate while the run's own failures are on that node only, or are of its own kind (a
 fabric manager that failed at boot, then CUDA refusing to start on the fabric: what it left broken). When a root
 candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
-shared cause, or another node's fault), the earlier fault is demoted and stays as evidence. The workload's own output
+shared cause, or another node's fault; not a peer's network error naming this node, which is this node's loss as its
+peers saw it), the earlier fault is demoted and stays as evidence. The workload's own output
 is of the run even where its lines carry no time. A host OOM kill before the start killed a process of whatever ran
 then and freed its memory: when the run's own failure on that node is of another kind, that failure is the run's, and
 the kill is demoted too. A node the scheduler declared failed or rebooted before the start, and Ready again before
 it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
 """, cases=[
+    # https://github.com/Open-CAS/open-cas-linux/issues/570 (a cache disk missing after reboot; the peers lost that node)
+    RuleCase(title="a node's cache disk missing since boot; its peers' RDMA errors name it", evidence={
+        "b/syslog": ["Dec 31 23:31:39 b kernel: cache2: Core core1 inactive (device not available), cache is incomplete"],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.50.1.12<0>"],
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using ib0:10.50.1.11<0>",
+                     "2025-01-01T00:00:20Z a:1:1 [0] transport/net_ib.cc:1000 NCCL WARN NET/IB : Got completion from "
+                     "peer 10.50.1.12<52017> with error 12, opcode 0, len 0, vendor err 129"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:05:00Z"},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["b"])),
     # https://github.com/docker/for-linux/issues/1062's setting (a node rebooted by kured, Ready again, then given a pod)
     RuleCase(title="a node rebooted and Ready again before the start; its runtime then fails the pod", evidence={
         "b/scheduler": ["2024-12-31T23:58:53Z   Warning  Rebooted   node/b   Node b has been rebooted, boot id: 6c1b4e0a",
@@ -486,7 +496,8 @@ def before_the_start(ws: Workspace) -> None:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
         minutes = (start - t).total_seconds() / 60
-        elsewhere = next((d for d in during if d.node != s.node), None)
+        # a peer's error naming this node is this node's loss as its peers saw it, not a failure elsewhere
+        elsewhere = next((d for d in during if d.node != s.node and s.node not in named_peers(ws, d)), None)
         here = next((d for d in during if d.node == s.node and d.sub_domain != s.sub_domain), None)
         if elsewhere is not None and elsewhere.sub_domain != s.sub_domain:
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
