@@ -448,6 +448,44 @@ _MARKED_UNHEALTHY = "GPU marked unhealthy (device plugin)"
 PLUGIN_MARKS_S = 60.0
 
 
+_LOST_ON_RESUME = "GPU lost across a suspend and resume"
+# CUDA failures a GPU whose state was lost in a system sleep produces (the program's own reports of them)
+_AFTER_RESUME = ("CUDA kernel failure (unspecified)", "CUDA unknown error", "GPU could not be initialised",
+                 "Program found no GPU")
+
+
+@filter_rule("GpuLostAcrossSuspend", phase=Phase.FILTER, doc=f"""
+A node that resumed from a system sleep (fact resumed_from_sleep: the kernel's 'Waking up from system sleep state',
+'PM: suspend exit') and whose GPU then failed CUDA work ('unspecified launch failure', 'unknown error'), could not be
+initialised, or was not found by the program, lost its GPU's state in the suspend (the NVIDIA driver keeps it only
+with its suspend services and NVreg_PreserveVideoMemoryAllocations): those reports become `{_LOST_ON_RESUME}` on that
+node (gpu, the node blamed). The same failures on a node that did not sleep are read as before.
+""", cases=[
+    # https://github.com/ollama/ollama/issues/5464 (Slurm power saving suspended the node; the runner's CUDA then failed)
+    RuleCase(title="the node resumed from S3, then its CUDA work fails", evidence={
+        "b/syslog": ["Jan  1 00:00:19 b kernel: ACPI: PM: Waking up from system sleep state S3",
+                     "Jan  1 00:01:40 b ollama[2231]: CUDA error: unspecified launch failure"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:30Z", "end_time": "2025-01-01T00:10:00Z"},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["b"], root_symptom=_LOST_ON_RESUME)),
+    RuleCase(title="the same CUDA failure on a node that did not sleep", evidence={
+        "b/syslog": ["Jan  1 00:01:40 b ollama[2231]: CUDA error: unspecified launch failure"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:30Z", "end_time": "2025-01-01T00:10:00Z"},
+        expect=Expect(fired=False, absent=[_LOST_ON_RESUME])),
+])
+def gpu_lost_across_suspend(ws: Workspace) -> None:
+    resumed: dict[str, datetime] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.resumed_from_sleep"):
+        if fact.node and fact.time is not None:
+            resumed[fact.node] = min(fact.time, resumed.get(fact.node, fact.time))
+    if not resumed:
+        return
+    for event in [*ws.events_of(EventType.NODE_BAD), *ws.events_of(EventType.NODE_INTERESTING)]:
+        since = resumed.get(event.node or "")
+        if event.symptom in _AFTER_RESUME and since is not None and event.time is not None and event.time >= since:
+            ws.reread(event, _LOST_ON_RESUME, f"{event.node} resumed from a system sleep at {since:%H:%M:%S}; its GPU "
+                                             "failed after it")
+
+
 def _plugin_case(title: str, then: str, expect: Expect) -> RuleCase:
     """A rule case: n1's device plugin finds it cannot health-check a GPU at 09:58:41, then logs `then`."""
     return RuleCase(title=title, evidence={"n1/scheduler": [

@@ -255,8 +255,9 @@ _STORAGE_HUNG = "Hung task in the node's storage stack"
 @filter_rule("StorageStackHung", phase=Phase.FILTER, doc=f"""
 Hung-task reports of a node's own block and journal layers (jbd2/<device>, xfsaild, btrfs's transaction thread, ZFS's
 txg_sync and write workers, device-mapper and md workers, the LVM tools), or of any task whose printed stack runs
-through ext4, jbd2, XFS, btrfs or ZFS (a writeback worker, the training process's fsync), that recur over
-{STORAGE_STACK_HUNG_S:.0f} s or more say that node's storage did not complete I/O for minutes: they become
+through ext4, jbd2, XFS, btrfs or ZFS or the block layer's waits for a device (a writeback worker, the training
+process's fsync, a direct write to a raw device), that recur over {STORAGE_STACK_HUNG_S:.0f} s or more, or whose task
+had been blocked that long when reported, say that node's storage did not complete I/O for minutes: they become
 `{_STORAGE_HUNG}` on that node (storage, the node blamed). A single report is a slow write and stays context; a file
 server's stall on the same node takes them as its own (FileServerStallOutcome).
 """, cases=[
@@ -291,6 +292,13 @@ server's stall on the same node takes them as its own (FileServerStallOutcome).
         "Jun 11 02:25:00 n1 kernel: [ 8400.002311] INFO: task python:41884 blocked for more than 120 seconds."]},
         context={"start_time": "2024-06-11T00:40:00Z", "end_time": "2024-06-11T04:40:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
+    # https://github.com/Open-CAS/open-cas-linux/issues/758 (a direct write to a cache device blocked for four minutes)
+    RuleCase(title="a direct write to a raw device blocked for more than 241 seconds", evidence={"n1/syslog": [
+        "Jun 19 12:05:59 n1 kernel: [ 8235.506508] INFO: task shardcache:51891 blocked for more than 120 seconds.",
+        "Jun 19 12:05:59 n1 kernel: [ 8235.589835]  blkdev_direct_IO+0x45c/0x490",
+        "Jun 19 12:08:02 n1 kernel: [ 8358.386921] INFO: task shardcache:51891 blocked for more than 241 seconds."]},
+        context={"start_time": "2023-06-19T11:00:00Z", "end_time": "2023-06-19T13:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], root_symptom=_STORAGE_HUNG)),
     RuleCase(title="one slow journal commit", evidence={"n1/syslog": [
         "Dec  9 12:34:12 n1 kernel: [293631.000000] INFO: task jbd2/vdt-8:390 blocked for more than 120 seconds."]},
         expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
@@ -318,7 +326,8 @@ def storage_stack_hung(ws: Workspace) -> None:
             by_node.setdefault(event.node, []).append(event)
     for node, events in sorted(by_node.items()):
         times = [t for e in events for t in (e.time, e.last_time) if t is not None]
-        if not times or (max(times) - min(times)).total_seconds() < STORAGE_STACK_HUNG_S:
+        blocked = max((int(v) for e in events for v in e.value_set("blocked_s") if v.isdigit()), default=0)
+        if not times or max((max(times) - min(times)).total_seconds(), blocked) < STORAGE_STACK_HUNG_S:
             continue
         for event in events:
             ws.reread(event, _STORAGE_HUNG, f"{node}'s storage stack blocked for minutes")
