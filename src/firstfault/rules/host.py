@@ -264,6 +264,43 @@ _RUNTIME_DAEMON = re.compile(r"^(?:dockerd|containerd|crio|runc)\b")
 RUNTIME_STALL_REPORTS = 3  # a runtime reported stalled this many times stayed stalled; once, it may have recovered
 
 
+_BOUNCE_FULL = "DMA bounce buffer exhausted"
+_SWIOTLB_FULL = ("kernel: [ 7374.000000] virtio-pci 0000:00:02.0: swiotlb buffer is full (sz: 262144 bytes), total 524288 "
+                 "(slots), used 523564 (slots)")
+_VDA_WRITE_FAILED = ("kernel: [ 7375.000000] I/O error, dev vda, sector 418822144 op 0x1:(WRITE) flags 0x4800 phys_seg "
+                     "64 prio class 2")
+# How long after the bounce buffer filled the DMA that did not fit is still reported failing (the writes queued then).
+BOUNCE_ECHO_S = 300.0
+
+
+@refiner("BounceBufferExplainsIoErrors", phase=Phase.REFINE, doc=f"""
+When a node's DMA bounce buffer filled (`{_BOUNCE_FULL}`), the disk writes and device transfers that did not fit
+failed: that node's storage and GPU errors from then on ({BOUNCE_ECHO_S / 60:.0f} minutes, and within the clock-skew
+tolerance before) are its consequence and are demoted, leaving the bounce buffer's size - the guest's boot setting - as
+the root candidate. Errors on other nodes, or long before, are kept.
+""", cases=[
+    # https://github.com/Dstack-TEE/dstack/pull/1192 (a checkpoint's writes failing once the bounce buffer filled)
+    RuleCase(title="swiotlb full, then the virtio disk's writes fail",
+             evidence={"n1/syslog": [f"Jan  1 00:06:41 n1 {_SWIOTLB_FULL}", f"Jan  1 00:06:42 n1 {_VDA_WRITE_FAILED}"]},
+             context={"nodes": ["n1", "n2"]},
+             expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["Local disk failure"])),
+    RuleCase(title="a disk failing on another node",
+             evidence={"n1/syslog": [f"Jan  1 00:06:41 n1 {_SWIOTLB_FULL}"],
+                       "n2/syslog": [f"Jan  1 00:06:42 n2 {_VDA_WRITE_FAILED}"]},
+             context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, active=["Local disk failure"])),
+])
+def bounce_buffer_explains_io_errors(ws: Workspace) -> None:
+    skew, echo = timedelta(seconds=ws.params.clock_skew_s), timedelta(seconds=BOUNCE_ECHO_S)
+    for full in ws.active(prefix=_BOUNCE_FULL):
+        if full.first_time is None:
+            continue
+        for s in ws.active(role="root", node=full.node):
+            if s.sub_domain in (SubDomain.STORAGE, SubDomain.GPU) and s.first_time is not None \
+                    and full.first_time - skew <= s.first_time <= full.first_time + echo:
+                ws.demote(s, f"{full.node}'s DMA bounce buffer had filled at {full.first_time:%H:%M:%S}: the transfers "
+                             "that did not fit failed")
+
+
 @refiner("RuntimeStalledOnOneNode", phase=Phase.REFINE, after=("LostAfterItsOwnWarnings",), doc=f"""
 A container runtime that stops answering the kubelet (PLEG not healthy, its calls timing out) freezes the node's pods:
 their output stops and their peers wait for them. When exactly one node of a workload that did not complete reported

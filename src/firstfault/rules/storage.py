@@ -133,6 +133,33 @@ def lnet_recovery_pings_are_health_checks(ws: Workspace) -> None:
         ws.drop(event, "LNet health's recovery ping to a peer interface it routes around, not a filesystem operation")
 
 
+# A Lustre client's connect RPC answered EALREADY (-114): a connection to that target was already being made (the
+# import's reconnect racing its pinger), nothing failed.
+_CONNECT_IN_PROGRESS = re.compile(r"operation \w+_connect to node \S+ failed: rc = -114\b")
+
+
+@filter_rule("LustreConnectAlreadyInProgress", phase=Phase.FILTER, doc=f"""
+'LustreError: 11-0: <target>: operation ost_connect to node <nid> failed: rc = -114' is a connect the client sent while
+one to the same target was still in progress (EALREADY): a reconnect race the import resolves by itself, not a failed
+filesystem operation. Such lines are set aside and do not make or date a `{_FS_CLIENT_ERROR}`.
+""", cases=[
+    # https://github.com/flux-framework/flux-core/issues/6892's setting (a Lustre client's reconnect race beside a job
+    # that failed for its own reason)
+    RuleCase(title="a connect already in progress", evidence={"n1/syslog": [
+        "Jun 25 10:38:55 n1 kernel: LustreError: 11-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: operation ost_connect to "
+        "node 172.21.4.19@o2ib100 failed: rc = -114"]},
+        expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    RuleCase(title="a connect refused", evidence={"n1/syslog": [
+        "Jun 25 10:38:55 n1 kernel: LustreError: 11-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: operation ost_connect to "
+        "node 172.21.4.19@o2ib100 failed: rc = -19"]},
+        expect=Expect(fired=False)),
+])
+def lustre_connect_already_in_progress(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR
+                  and _CONNECT_IN_PROGRESS.search(e.evidence.text)]:
+        ws.drop(event, "a connect to a target already being connected (EALREADY): the client's reconnect race")
+
+
 # LocalDiskFailure's captures that name a SCSI block device (a partition's name ends in its number)
 _DISK_KEYS = ("device", "block", "sense_dev", "ext4_device", "ext4_bio", "fs")
 
