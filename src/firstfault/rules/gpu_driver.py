@@ -461,7 +461,8 @@ initialised, or was not found by the program, lost its GPU's state in the suspen
 with its suspend services and NVreg_PreserveVideoMemoryAllocations): those reports become `{_LOST_ON_RESUME}` on that
 node (gpu, the node blamed). The same failures on a node that did not sleep are read as before.
 """, cases=[
-    # https://github.com/ollama/ollama/issues/5464 (Slurm power saving suspended the node; the runner's CUDA then failed)
+    # https://github.com/ollama/ollama/issues/8426 (CUDA lost after the machine resumed from sleep), under Slurm's power
+    # saving here
     RuleCase(title="the node resumed from S3, then its CUDA work fails", evidence={
         "b/syslog": ["Jan  1 00:00:19 b kernel: ACPI: PM: Waking up from system sleep state S3",
                      "Jan  1 00:01:40 b ollama[2231]: CUDA error: unspecified launch failure"]},

@@ -358,7 +358,7 @@ address or descriptor, an invalid argument, a missing or existing path: _PROGRAM
 for a directory without the file it names ('does not appear to have a file named config.json'), is kept as the
 program's.
 """, cases=[
-    # https://github.com/Open-CAS/open-cas-linux/issues/993 (libata's decode of a SATA link that dropped)
+    # libata's decode of a SATA link's error register (drivers/ata/libata-eh.c, ata_eh_link_report)
     RuleCase(title="libata's SError register decode in the kernel log", evidence={"n1/syslog": [
         "Nov  5 02:41:17 n1 kernel: [477485.304800] ata5: SError: { RecovComm PHYRdyChg CommWake DevExch }"]},
         expect=Expect(fired=True, absent=["Python exception"])),

@@ -627,7 +627,8 @@ are taken as the loss of the nodes declared. NCCL's
 WARN lines carry no time: the time they inherit from an earlier line is a lower bound, and is read as such; one
 with no time before it in its file is dated at the job's end, which says nothing about when it came.
 """, cases=[
-    # https://github.com/flux-framework/flux-core/issues/4089 (Flux lost a node's job shell; UCX on a peer timed out)
+    # Flux's job-exec losing a node's shell (flux-core's bulk-exec.c message, as in
+    # https://github.com/flux-framework/flux-core/issues/4089) and UCX's UD endpoint timeout on a peer (ud_ep.c's format)
     RuleCase(title="UCX's UD endpoint times out on a peer as Flux loses a node's job shell", evidence={
         "a/applog": ["2022-02-02T16:02:14Z job.exception type=exec severity=0 lost contact with job shell on broker b "
                      "(rank 42)",

@@ -143,8 +143,8 @@ _CONNECT_IN_PROGRESS = re.compile(r"operation \w+_connect to node \S+ failed: rc
 one to the same target was still in progress (EALREADY): a reconnect race the import resolves by itself, not a failed
 filesystem operation. Such lines are set aside and do not make or date a `{_FS_CLIENT_ERROR}`.
 """, cases=[
-    # https://github.com/flux-framework/flux-core/issues/6892's setting (a Lustre client's reconnect race beside a job
-    # that failed for its own reason)
+    # Lustre's client report of a connect reply (ptlrpc: 'operation <op>_connect to node <nid> failed: rc = <errno>');
+    # -114 is EALREADY
     RuleCase(title="a connect already in progress", evidence={"n1/syslog": [
         "Jun 25 10:38:55 n1 kernel: LustreError: 11-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: operation ost_connect to "
         "node 172.21.4.19@o2ib100 failed: rc = -114"]},
