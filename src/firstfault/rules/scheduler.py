@@ -2243,6 +2243,35 @@ def credential_refused_by_several_nodes(ws: Workspace) -> None:
                   "clock or key, not theirs", {**event.attributes, "blamed_node": ""})
 
 
+_SPEC_REJECTED = "Kubernetes rejected the workload's spec"
+_FOLLOWER_HELD = "JobSet followers held for their leader"
+
+
+@filter_rule("JobSetFollowerWaitsOnLeader", phase=Phase.FILTER, doc=f"""
+JobSet's pod webhook refuses the follower pods of an exclusive-placement Job until the Job's leader pod is scheduled
+(and is one live pod); the Job controller repeats the denial as FailedCreate events. Read as `{_FOLLOWER_HELD}`, such a
+denial is not `{_SPEC_REJECTED}`: the followers wait on their leader's placement or failure, which the answer names.
+""", cases=[
+    # https://github.com/kubernetes-sigs/jobset/issues/1187 (the leader Pending for lack of GPUs, its followers refused)
+    RuleCase(title="followers refused while the leader is unschedulable", evidence={"n0/scheduler": [
+        "2025-01-01 00:49:05.000 Warning  FailedScheduling   pod/train-slice-1-0   0/6 nodes are available: 4 "
+        "Insufficient nvidia.com/gpu.",
+        "2025-01-01 00:51:00.000 Warning  FailedCreate       job/train-slice-1     Error creating: admission webhook "
+        '"vpod.kb.io" denied the request: follower pod node selector not set']},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=True, absent=[_SPEC_REJECTED])),
+    RuleCase(title="a webhook's denial of a field", evidence={"n0/scheduler": [
+        "2025-01-01 00:51:00.000 Warning  FailedCreate       job/train-slice-1     Error creating: admission webhook "
+        '"vpod.kb.io" denied the request: follower pod has no owner reference']},
+        context={"nodes": ["n0", "n1"]}, expect=Expect(fired=False, root_symptom=_SPEC_REJECTED)),
+])
+def jobset_follower_waits_on_leader(ws: Workspace) -> None:
+    held = {(e.evidence.provenance.origin, e.evidence.provenance.line) for e in ws.events_of(EventType.NODE_INTERESTING)
+            if e.symptom == _FOLLOWER_HELD}
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SPEC_REJECTED
+                  and (e.evidence.provenance.origin, e.evidence.provenance.line) in held]:
+        ws.drop(event, "JobSet's webhook holds the follower pods until their leader is placed: a wait, not the spec")
+
+
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
 _UNREACHED = re.compile(r"Communication (?:connection|send|receive) failure|Socket timed out on send/recv operation|"
                         r"Zero Bytes were transmitted or received")
