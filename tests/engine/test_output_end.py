@@ -27,20 +27,21 @@ def _session(engine: Engine, **kwargs: int) -> Session:
     return Session(context, engine.compiled, engine.params, **kwargs)
 
 
-def _points(session: Session) -> list[tuple[str, int | None, int]]:
+def _points(session: Session) -> list[tuple[str, int | None, int | None]]:
     [end] = session.output_ends()
-    return [(ev.text, ev.provenance.line, undated) for ev, undated in end.points]
+    return [(ev.text, ev.provenance.line, undated_from) for ev, undated_from in end.points]
 
 
-def test_the_last_stamped_lines_no_extractor_read_are_kept_with_the_unstamped_ones_after_them(engine: Engine) -> None:
+def test_the_last_stamped_lines_no_extractor_read_are_kept_with_the_first_unstamped_line_after_them(
+        engine: Engine) -> None:
     session = _session(engine)
     session.ingest_stream("n1", SourceKind.APPLOG, io.BytesIO("\n".join(_LINES).encode()), "n1/applog.log")
     # the slurmstepd line is an extractor's; the shutdown's two lines one second apart stand as one point; 'saved'
-    # and 'saving' are 4 s apart, closer than a point's spacing
+    # and 'saving' are 4 s apart, closer than a point's spacing; line 4 is the unstamped line after both earlier points
     assert _points(session) == [
-        ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, 0),
-        ("2025-01-01T00:10:04Z saved", 3, 1),
-        ("2025-01-01T00:05:00Z epoch 1 validation accuracy 0.71", 1, 1)]
+        ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, None),
+        ("2025-01-01T00:10:04Z saved", 3, 4),
+        ("2025-01-01T00:05:00Z epoch 1 validation accuracy 0.71", 1, 4)]
 
 
 def test_a_stream_read_in_small_blocks_ends_where_it_ends_read_whole(engine: Engine) -> None:
@@ -54,7 +55,7 @@ def test_of_a_streams_batches_the_later_report_stands(engine: Engine) -> None:
     session = _session(engine)
     session.ingest_lines("n1", SourceKind.APPLOG, _LINES[4:], "loki:n1", first_line=5)
     session.ingest_lines("n1", SourceKind.APPLOG, _LINES[:4], "loki:n1")  # an earlier batch, arriving late
-    assert _points(session)[0] == ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, 0)
+    assert _points(session)[0] == ('2025-01-01T01:59:01Z   File "train.py", line 88, in <module>', 7, None)
 
 
 def test_a_stream_found_in_local_time_moves_its_output_end_with_its_events(engine: Engine) -> None:

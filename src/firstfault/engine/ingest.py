@@ -64,14 +64,14 @@ _AccKey = tuple[str, str | None, str | None, str, tuple[str, ...]]
 class OutputEnd:
     """Where an application stream's own output ended, read from its last lines (engine/reader.py). `points`, latest
     first: its last stamped lines that no extractor matched (at most OUTPUT_END_POINTS, OUTPUT_POINT_SPACING_S
-    apart), each with the number of unstamped unmatched lines after it (output whose time is unknown); `undated`: the
-    unstamped unmatched lines walked over in all. A hung program prints nothing, and one stopped from outside prints
+    apart), each with the line number of the first unstamped unmatched line after it (output whose time is unknown;
+    None when there is none); `undated`: the unstamped unmatched lines walked over in all. A hung program prints nothing, and one stopped from outside prints
     its shutdown after the signal: rules/scheduler.py reads this to tell a workload that had gone quiet long before a
     limit or a cancel ended it."""
 
     node: str | None
     origin: str
-    points: tuple[tuple[Evidence, int], ...]
+    points: tuple[tuple[Evidence, int | None], ...]
     undated: int
 
     def order(self) -> tuple[float, int]:
@@ -83,8 +83,8 @@ class OutputEnd:
 
     def shifted(self, delta: timedelta) -> OutputEnd:
         return OutputEnd(self.node, self.origin, tuple(
-            (ev.model_copy(update={"time": ev.time + delta}) if ev.time is not None else ev, undated)
-            for ev, undated in self.points), self.undated)
+            (ev.model_copy(update={"time": ev.time + delta}) if ev.time is not None else ev, after)
+            for ev, after in self.points), self.undated)
 
 
 @dataclass

@@ -387,8 +387,9 @@ class LineReader:
         `previous` is the stream's earlier blocks' answer, which a walk that reached the block's start goes on
         from. None when the walk met no unmatched line."""
         matched = {start for start, _end, _ids in hits[-_TIME_LOOKBACK_LINES:]}
-        points: list[tuple[Evidence, int]] = []
+        points: list[tuple[Evidence, int | None]] = []
         undated = 0
+        first_undated: int | None = None  # the earliest unstamped line walked over so far (the walk goes back)
         end, line_no = length, next_line - 1
         for _ in range(_TIME_LOOKBACK_LINES):
             if end < 0 or len(points) == OUTPUT_END_POINTS:
@@ -397,14 +398,14 @@ class LineReader:
             if start not in matched and data[start:end].strip():
                 time = self._tail_time(data, start, end, line_no, times, first_line, utc_offset)
                 if time is None:
-                    undated += 1
+                    undated, first_undated = undated + 1, line_no
                 elif not points or _spaced(points[-1][0], time):
                     text = data[start:end].decode("utf-8", errors="replace")
                     points.append((self._plain_evidence(text, node, origin, line_no, start_offset, start, labels, time),
-                                   undated))
+                                   first_undated))
             end, line_no = start - 1, line_no - 1
         if end < 0 and previous is not None and len(points) < OUTPUT_END_POINTS:  # the block's start: go on before it
-            points += [(ev, after + undated) for ev, after in previous.points
+            points += [(ev, first_undated if after is None else after) for ev, after in previous.points
                        if not points or _spaced(points[-1][0], ev.time)][:OUTPUT_END_POINTS - len(points)]
             undated += previous.undated
         if not points and not undated:

@@ -79,9 +79,11 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # an HTTP client whose server closed the connection before its response ended: aiohttp's ClientPayloadError
     # ('Response payload is not completed') and ServerDisconnectedError, httpx's and h11's RemoteProtocolError ('peer
     # closed connection without sending complete message body'), requests' ChunkedEncodingError, http.client's
-    # IncompleteRead and RemoteDisconnected - a benchmark or router seeing its server die; the server's lines say why
+    # IncompleteRead and RemoteDisconnected - a benchmark or router seeing its server die; the server's lines say why;
+    # and one that could not connect to its server at all (aiohttp's ClientConnectorError 'Cannot connect to host ...',
+    # httpx's ConnectError): the server was down or not yet up
     "ClientPayloadError", "ServerDisconnectedError", "RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead",
-    "RemoteDisconnected",
+    "RemoteDisconnected", "ClientConnectorError", "ConnectError",
     # Ray Tune's summary after its trials ended ('TuneError: ('Trials did not complete', [...])'): each trial's own
     # error, or the node it lost, is why
     "TuneError",
@@ -264,9 +266,10 @@ def exit_handler_errors(ws: Workspace) -> None:
 
 @filter_rule("IgnoredExceptions", phase=Phase.FILTER_EARLY, after=("RelayedOutput",), doc=f"""
 CPython prints an exception it cannot raise - in a destructor, a weakref callback, a garbage-collection hook - under
-'Exception ignored in: <object>' (sys.unraisablehook) and goes on: the exception that ends the traceback after the banner
-(the first Python exception within {EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and
-its exception reading is dropped. Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
+'Exception ignored in: <object>' (sys.unraisablehook) and goes on; multiprocessing's resource tracker prints the error of
+a message it could not apply (its main loop's frame, '.../multiprocessing/resource_tracker.py", line N, in main') and
+goes on too: the exception that ends the traceback after the banner or the frame (the first Python exception within
+{EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and its exception reading is dropped. Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
 """, cases=[
     # https://github.com/vllm-project/vllm/issues/4114 (the communicator's destructor after its NCCL init failed)
     RuleCase(title="a destructor's AttributeError ahead of the error that stopped the worker", evidence={"n1/applog": [
@@ -280,6 +283,14 @@ its exception reading is dropped. Other readings of the block's lines (a CUDA er
         "2025-01-01T00:10:02Z (RayWorkerVllm pid=23074, ip=10.0.0.3) AttributeError: 'NCCLCommunicator' object has no "
         "attribute 'comm' [repeated 6x across cluster]"]},
         expect=Expect(fired=True, absent=["Python exception"])),
+    # https://github.com/vllm-project/vllm/issues/5468 (a shared-memory segment unregistered twice at shutdown)
+    RuleCase(title="the resource tracker's KeyError after a server exited 0", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z Traceback (most recent call last):",
+        '2025-01-01T00:10:00Z   File "/usr/lib/python3.10/multiprocessing/resource_tracker.py", line 201, in main',
+        "2025-01-01T00:10:00Z     cache[rtype].remove(name)",
+        "2025-01-01T00:10:00Z KeyError: '/psm_2ec8dce9'"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, absent=["Python exception"], sub_domain="none")),
     RuleCase(title="the same AttributeError raised by the program", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z Traceback (most recent call last):",
         "2025-01-01T00:10:00Z AttributeError: 'NCCLCommunicator' object has no attribute 'comm'"]},
@@ -470,6 +481,11 @@ program's.
     _reports_elsewhere("an HTTP client's stream cut off by its server",
         "2025-01-01T00:10:00Z aiohttp.client_exceptions.ClientPayloadError: Response payload is not completed: "
         "<TransferEncodingError: 400, message='Not enough data for satisfy transfer length header.'>"),
+    # aiohttp's ClientConnectorError in its own format (aiohttp/client_exceptions.py: 'Cannot connect to host
+    # {host}:{port} ssl:{ssl} [{os_error}]'): a client calling a service that was down
+    _reports_elsewhere("an HTTP client that could not reach its server",
+        "2025-01-01T00:10:00Z aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host "
+        "tgi-svc.chatqna.svc.cluster.local:80 ssl:default [Connect call failed ('10.96.41.7', 80)]"),
     # https://github.com/MoonshotAI/checkpoint-engine/issues/34 (the transfer engine's registration refused just before)
     _reports_elsewhere("a program's assertion on a library call's return code",
         "2025-01-01T00:10:00Z [rank0]: AssertionError: register memory failed, error code: -1"),
@@ -1260,7 +1276,9 @@ CrashLoopBackOff on a node where a process of the workload ended in an uncaught 
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
-exited soon after it started may have been given a setting it cannot start with. A GPU fault reported on the pod's
+exited soon after it started may have been given a setting it cannot start with. A container whose program gave up
+waiting for its peers (`Rendezvous or store timeout` on its node, no later than the status) failed for the peers that
+never came, however soon: that wait is why it backs off, and the status is demoted. A GPU fault reported on the pod's
 own node no later than its status (a gpu root candidate: CUDA's unknown error from the container's program, an Xid)
 is why, however soon the container exited: its program met the node's GPU.
 """, cases=[
@@ -1295,6 +1313,13 @@ is why, however soon the container exited: its program met the node's GPU.
                       'CrashLoopBackOff: \\"back-off 2m40s restarting failed container=cuda-validation"']},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="gpu", culprits=["n2"], demoted=["Container image or start error"])),
+    # https://github.com/kubernetes/kubernetes/issues/75439 (one replica's volume never mounted; the others crash-loop
+    # in PyTorch 1.0's env:// init)
+    RuleCase(title="the container's program gave up waiting for a peer that never started", evidence={
+        "n1/applog": ["2025-01-01T00:35:11Z RuntimeError: Socket Timeout"],
+        "n1/scheduler": ["trainer-0   0/1     CrashLoopBackOff    22         12h   10.244.1.17    n1"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, demoted=["Container image or start error"])),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
@@ -1311,6 +1336,12 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
                 _longest_container_run(ws, status.node) >= RAN_BEFORE_FAILING_S:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
+    for status in ws.active(prefix="Container image or start error"):
+        waited = [s for s in ws.select(node=status.node, prefix=_RENDEZVOUS_TIMEOUT) if s.first_time is not None and (
+            ws.undated(status) or status.first_time is None or s.first_time <= status.first_time + skew)]
+        if "CrashLoopBackOff" in status.value_set("reason") and waited:
+            ws.demote(status, f"its program gave up waiting for its peers on {status.node} ({waited[0].name}): the "
+                              "container failed for the peers that never came")
     for status in ws.active(prefix="Container image or start error"):
         faults = _gpu_failed_first(ws, status)
         if faults:

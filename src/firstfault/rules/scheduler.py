@@ -86,11 +86,14 @@ def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
                      f"{reached:%Y-%m-%dT%H:%M}Z from the start)")
 
 
-def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bool = True) -> RuleCase:
+def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bool = True,
+                        after: tuple[str, ...] = ()) -> RuleCase:
     """A rule case: a workload on n1 whose `lines` its time limit ended at 01:59 (slurmstepd's notice, with a stamp of
-    its own or only the time it states), which had hung (the limit demoted: unknown) or not (the limit stands)."""
+    its own or only the time it states, then the lines `after` it), which had hung (the limit demoted: unknown) or not
+    (the limit stands)."""
     notice = "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"
-    return RuleCase(title=title, evidence={"n1/applog": [*lines, f"2025-01-01T01:59:00Z {notice}" if stamped else notice]},
+    return RuleCase(title=title, evidence={"n1/applog": [
+        *lines, f"2025-01-01T01:59:00Z {notice}" if stamped else notice, *after]},
                     context={"scheduler_state": "TIMEOUT"},
                     expect=Expect(fired=hung, sub_domain="unknown" if hung else "scheduler", terminal_state="TIMEOUT"))
 
@@ -104,25 +107,30 @@ def _progress_origins(ws: Workspace) -> set[str]:
     return {e.provenance.origin for e in latest.evidence}
 
 
-def _output_stopped(ws: Workspace, when: datetime) -> tuple[datetime, str] | None:
+def _output_stopped(ws: Workspace, when: datetime, reports: list[WorkSymptom]) -> tuple[datetime, str] | None:
     """When the application last printed a stamped line of its own (one no extractor matched) before a limit or a
     cancel at `when`, on any node, and what that line was. None when some stream cannot say: its last lines before
-    `when` were not seen, or unstamped lines (of unknown time) followed the one found."""
+    `when` were not seen, or unstamped lines (of unknown time) followed the one found - unless they follow the
+    stream's own report of the limit or cancel (`reports`): printed after it, they are the shutdown."""
+    reported: dict[str, int] = {}  # by stream, the line of its first report of the limit or cancel
+    for ev in (ev for s in reports for ev in s.evidence):
+        if ev.provenance.line is not None:
+            reported[ev.provenance.origin] = min(ev.provenance.line, reported.get(ev.provenance.origin, ev.provenance.line))
     latest: Evidence | None = None
     quiet_before = 0.0  # the longest silence between the earlier points of the stream that printed last
     for end in ws.output_ends:
-        index = next((i for i, (ev, _undated) in enumerate(end.points)
+        index = next((i for i, (ev, _after) in enumerate(end.points)
                       if ev.time is not None and (when - ev.time).total_seconds() > SHUTDOWN_MARGIN_S), None)
         if index is None:
             if end.points or end.undated:
                 return None
             continue
-        point, undated = end.points[index]
-        if undated:
+        point, undated_from = end.points[index]
+        if undated_from is not None and undated_from <= reported.get(end.origin, undated_from):
             return None
         if latest is None or point.time > latest.time:  # type: ignore[operator]
             latest = point
-            times = [ev.time for ev, _undated in end.points[index:] if ev.time is not None]
+            times = [ev.time for ev, _after in end.points[index:] if ev.time is not None]
             quiet_before = max(((later - earlier).total_seconds() for later, earlier in itertools.pairwise(times)),
                                default=0.0)
     if latest is None or latest.time is None or (when - latest.time).total_seconds() <= quiet_before * QUIET_MARGIN:
@@ -390,6 +398,13 @@ hours, and one that prints every hour may be cut as its next line is due).
         "2025-01-01T00:20:00Z I0101 00:20:00.100000 1 run_alphafold.py:202] Total JAX model model_3_multimer predict time: 9600.0s",
         "2025-01-01T00:20:30Z I0101 00:20:30.100000 1 run_alphafold.py:190] Running model model_4_multimer on target"],
         hung=False),
+    # https://github.com/vllm-project/vllm/issues/6201 (workers silent after 'generating GPU P2P access cache'; Python's
+    # warning at exit comes after the limit's notice in the job's output)
+    _ended_by_the_limit("quiet for hours; unstamped lines only after the limit's own notice: the shutdown", [
+        "INFO 01-01 00:10:03 custom_all_reduce_utils.py:202] generating GPU P2P access cache in "
+        "/root/.config/vllm/gpu_p2p_access_cache_for_0,1.json"], hung=True, stamped=False, after=(
+        "/usr/lib/python3.10/multiprocessing/resource_tracker.py:224: UserWarning: resource_tracker: There appear to be "
+        "1 leaked semaphore objects to clean up at shutdown",)),
     _ended_by_the_limit("unstamped output after the program's last stamped line: its time is not known", [
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
@@ -445,7 +460,7 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
             continue  # the work had finished, and nothing failed after: what kept the allocation did not hang
         until, said, margin = _working_until(progress_end, failing, reached, when)
         if until is None:
-            until, said = _output_stopped(ws, when) or (None, "")
+            until, said = _output_stopped(ws, when, limits) or (None, "")
         if until is None:
             continue
         idle = (when - until).total_seconds()

@@ -175,6 +175,7 @@ def _iscsi_disks(ws: Workspace) -> dict[str, set[str]]:
 
 
 _REMOTE_VOLUME = "Remote block volume failed"
+_BACKEND_FAILED = "Volume backend failed the pod's mount"
 
 
 _EXPEL_DISPUTE = "Filesystem client expelled in a dispute with another node"
@@ -506,7 +507,8 @@ is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmste
 a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
 not promoted. On a node whose mount failed while others have it, the filesystem client's errors logged up to the failure
 (LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node; so is that node's
-program not finding a file under the directory the mount would have provided.
+program not finding a file under the directory the mount would have provided. A node where the volume's backend failed
+the mount (`{_BACKEND_FAILED}`) is not missing it by itself: the kubelet's wait there is that failure's echo.
 """, cases=[
     # https://github.com/marbits-icm/marbits-public/issues/209
     RuleCase(title="one node of three cannot enter the run directory", evidence={
@@ -538,6 +540,18 @@ program not finding a file under the directory the mount would have provided.
         "b/applog": ["2025-01-01T00:01:20Z [rank16]: FileNotFoundError: [Errno 2] No such file or directory: "
                      "'/home/u/config.yaml'"]},
         context={"nodes": ["a", "b"]}, expect=Expect(fired=True, active=["Python exception"])),
+    # https://github.com/longhorn/longhorn/issues/7254 (a volume that failed its check: the kubelet's wait is its echo)
+    RuleCase(title="the volume's backend failed the mount; the kubelet's wait timed out on that node", evidence={
+        "b/syslog": [
+            'Jan  1 00:04:11 b kubelet[2211]: E0101 00:04:11.120331    2211 kubelet.go:1860] "Unable to attach or mount '
+            'volumes for pod; skipping pod" err="unmounted volumes=[cache], unattached volumes=[], failed to process '
+            'volumes=[]: timed out waiting for the condition" pod="ml/trainer-1"'],
+        "b/scheduler": [
+            "  Warning  FailedMount  67s (x13 over 11m)  kubelet  MountVolume.MountDevice failed for volume \"pvc-d88f\" "
+            ": rpc error: code = Internal desc = 'fsck' found errors on device /dev/longhorn/pvc-d88f but could not "
+            "correct them"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=[], root_symptom=_BACKEND_FAILED)),
     RuleCase(title="a container's work directory, missing on every node", evidence={
         f"n{i}/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/workspace': No such file or "
                          "directory: going to /tmp instead"] for i in (1, 2)},
@@ -545,8 +559,9 @@ program not finding a file under the directory the mount would have provided.
 ])
 def directory_missing_on_some_nodes(ws: Workspace) -> None:
     # a job directory of slurmd's spool exists on the batch node only: no mount is missing (SlurmstepdChdirToSpool)
+    failed_by_backend = {s.node for s in ws.active(prefix=_BACKEND_FAILED)}
     missing = [s for s in ws.select(prefix=_MOUNT_MISSING, status="interesting")
-               if not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)]
+               if s.node not in failed_by_backend and not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)]
     nodes = {s.node for s in missing if s.node}
     automounter = any("automount" in e.text for s in missing for e in s.evidence)
     if nodes and (nodes < set(ws.context.nodes) or automounter):
