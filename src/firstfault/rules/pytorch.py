@@ -33,6 +33,9 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # torch.distributed / torchelastic / launchers: a failure of another process or rank
     "DistBackendError", "DistError", "DistNetworkError", "DistStoreError", "ChildFailedError", "SignalException",
     "CalledProcessError", "RendezvousClosedError", "RendezvousTimeoutError", "RendezvousConnectionError",
+    # Lightning's report that the process received SIGTERM (its signal connector raises it to stop the loop): the
+    # process was told to stop from outside - a scheduler, a cancel, a pod deleted - which is the cause to find
+    "SIGTERMException",
     # torch.distributed.checkpoint: the ranks' own save or load errors gathered on the coordinator ('CheckpointException
     # ranks:dict_keys([8, 9])'); each rank prints its own
     "CheckpointException",
@@ -285,10 +288,10 @@ goes on too: the exception that ends the traceback after the banner or the frame
         expect=Expect(fired=True, absent=["Python exception"])),
     # https://github.com/vllm-project/vllm/issues/5468 (a shared-memory segment unregistered twice at shutdown)
     RuleCase(title="the resource tracker's KeyError after a server exited 0", evidence={"n1/applog": [
-        "2025-01-01T00:10:00Z Traceback (most recent call last):",
-        '2025-01-01T00:10:00Z   File "/usr/lib/python3.10/multiprocessing/resource_tracker.py", line 201, in main',
-        "2025-01-01T00:10:00Z     cache[rtype].remove(name)",
-        "2025-01-01T00:10:00Z KeyError: '/psm_2ec8dce9'"]},
+        f"2025-01-01T00:10:00Z {line}" for line in (
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.10/multiprocessing/resource_tracker.py", line 201, in main',
+            "    cache[rtype].remove(name)", "KeyError: '/psm_2ec8dce9'")]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, absent=["Python exception"], sub_domain="none")),
     RuleCase(title="the same AttributeError raised by the program", evidence={"n1/applog": [

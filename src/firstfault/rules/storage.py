@@ -141,7 +141,8 @@ _CONNECT_IN_PROGRESS = re.compile(r"operation \w+_connect to node \S+ failed: rc
 @filter_rule("LustreConnectAlreadyInProgress", phase=Phase.FILTER, doc=f"""
 'LustreError: 11-0: <target>: operation ost_connect to node <nid> failed: rc = -114' is a connect the client sent while
 one to the same target was still in progress (EALREADY): a reconnect race the import resolves by itself, not a failed
-filesystem operation. Such lines are set aside and do not make or date a `{_FS_CLIENT_ERROR}`.
+filesystem operation. When it is the node's only Lustre client error it is set aside and does not make a
+`{_FS_CLIENT_ERROR}` (the node's client errors are read as one report: another error after it keeps the report).
 """, cases=[
     # Lustre's client report of a connect reply (ptlrpc: 'operation <op>_connect to node <nid> failed: rc = <errno>');
     # -114 is EALREADY
@@ -153,11 +154,70 @@ filesystem operation. Such lines are set aside and do not make or date a `{_FS_C
         "Jun 25 10:38:55 n1 kernel: LustreError: 11-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: operation ost_connect to "
         "node 172.21.4.19@o2ib100 failed: rc = -19"]},
         expect=Expect(fired=False)),
+    RuleCase(title="a connect already in progress, then the client evicted", evidence={"n1/syslog": [
+        "Jun 25 10:38:55 n1 kernel: LustreError: 11-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: operation ost_connect to "
+        "node 172.21.4.19@o2ib100 failed: rc = -114",
+        "Jun 25 10:40:12 n1 kernel: LustreError: 167-0: lustre5-OST0042-osc-ff3a1e0c8e2d9800: This client was evicted "
+        "by lustre5-OST0042; in progress operations using this service will fail."]},
+        expect=Expect(fired=False)),
 ])
 def lustre_connect_already_in_progress(ws: Workspace) -> None:
-    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.count == 1
                   and _CONNECT_IN_PROGRESS.search(e.evidence.text)]:
         ws.drop(event, "a connect to a target already being connected (EALREADY): the client's reconnect race")
+
+
+# A Lustre client's connect RPC to a target refused for now ('LustreError: 11-0: <import>: operation ost_connect to node
+# <nid> failed: rc = -16', older 'Communicating with <nid>, operation ost_connect failed with -16.'): the import retries,
+# and 'Connection restored' on the same import says a later attempt succeeded. An eviction is read apart.
+_CONNECT_REFUSED = re.compile(r"LustreError: 11-0: (?P<import>\S+?): (?:operation \w+_connect to node \S+ failed: rc = -\d+|"
+                              r"Communicating with \S+, operation \w+_connect failed with -\d+)")
+_IMPORT_OF = re.compile(r"(?:Lustre|LustreError): (?:\d+-\d+: )?(?P<import>[\w.-]+-(?:OST|MDT)[0-9a-fA-F]{4}-(?:osc|mdc)-\w+):")
+
+
+@filter_rule("LustreReconnectCompleted", phase=Phase.FILTER, after=("LustreConnectAlreadyInProgress",), doc=f"""
+A Lustre client's connect to a target refused for the moment ('operation ost_connect ... failed: rc = -16', the target
+busy with the import's previous connection) is a step of the import's reconnection: when the same import's 'Connection
+restored' follows within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes on that node and it was that node's only Lustre
+client error (an eviction or a failed operation is another, and keeps the report), the reconnection completed and the
+refused connect does not make or date a `{_FS_CLIENT_ERROR}`.
+""", cases=[
+    # https://www.nics.tennessee.edu/computing-resources/file-systems/scratch (a Cray client's reconnect, the older
+    # wording of the refused connect)
+    RuleCase(title="a refused connect, restored five seconds later", evidence={"n1/syslog": [
+        "May 12 14:01:58 n1 kernel: LustreError: 11-0: medusa-OST0012-osc-ffff8804253f4c00: Communicating with "
+        "10.36.200.12@o2ib, operation ost_connect failed with -16.",
+        "May 12 14:02:03 n1 kernel: Lustre: medusa-OST0012-osc-ffff8804253f4c00: Connection restored to medusa-OST0012 "
+        "(at 10.36.200.12@o2ib)"]},
+        expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    RuleCase(title="a refused connect, then the client evicted, then restored", evidence={"n1/syslog": [
+        "Sep 30 23:02:53 n1 kernel: LustreError: 11-0: scratch-OST0007-osc-ffff9a1c4e2b3800: operation ost_connect to "
+        "node 10.31.2.17@o2ib failed: rc = -16",
+        "Sep 30 23:03:48 n1 kernel: LustreError: 167-0: scratch-OST0007-osc-ffff9a1c4e2b3800: This client was evicted "
+        "by scratch-OST0007; in progress operations using this service will fail.",
+        "Sep 30 23:03:48 n1 kernel: Lustre: scratch-OST0007-osc-ffff9a1c4e2b3800: Connection restored to "
+        "10.31.2.17@o2ib (at 10.31.2.17@o2ib)"]},
+        expect=Expect(fired=False)),
+    RuleCase(title="a refused connect never restored", evidence={"n1/syslog": [
+        "May 12 14:01:58 n1 kernel: LustreError: 11-0: medusa-OST0012-osc-ffff8804253f4c00: Communicating with "
+        "10.36.200.12@o2ib, operation ost_connect failed with -16."]},
+        expect=Expect(fired=False)),
+])
+def lustre_reconnect_completed(ws: Workspace) -> None:
+    within = timedelta(seconds=FILE_SERVER_RECOVERY_S)
+    restored: dict[tuple[str | None, str], list[datetime]] = {}
+    for event in ws.events:
+        found = _IMPORT_OF.search(event.evidence.text)
+        if found and event.time is not None and "Connection restored" in event.evidence.text:
+            restored.setdefault((event.node, found.group("import")), []).append(event.last_time or event.time)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.count == 1]:
+        refused, at = _CONNECT_REFUSED.search(event.evidence.text), event.time
+        if refused is None or at is None:
+            continue
+        back = [t for t in restored.get((event.node, refused.group("import")), []) if at <= t <= at + within]
+        if back:
+            ws.drop(event, f"the import's connection was restored {(min(back) - at).total_seconds():.0f} s later: a "
+                           "reconnect that completed")
 
 
 # LocalDiskFailure's captures that name a SCSI block device (a partition's name ends in its number)
