@@ -65,9 +65,9 @@ class OutputEnd:
     """Where an application stream's own output ended, read from its last lines (engine/reader.py). `points`, latest
     first: its last stamped lines that no extractor matched (at most OUTPUT_END_POINTS, OUTPUT_POINT_SPACING_S
     apart), each with the line number of the first unstamped unmatched line after it (output whose time is unknown;
-    None when there is none); `undated`: the unstamped unmatched lines walked over in all. A hung program prints nothing, and one stopped from outside prints
-    its shutdown after the signal: rules/scheduler.py reads this to tell a workload that had gone quiet long before a
-    limit or a cancel ended it."""
+    None when there is none); `undated`: the unstamped unmatched lines walked over in all. A hung program prints
+    nothing, and one stopped from outside prints its shutdown after the signal: rules/scheduler.py reads this to tell
+    a workload that had gone quiet long before a limit or a cancel ended it."""
 
     node: str | None
     origin: str

@@ -272,7 +272,8 @@ CPython prints an exception it cannot raise - in a destructor, a weakref callbac
 'Exception ignored in: <object>' (sys.unraisablehook) and goes on; multiprocessing's resource tracker prints the error of
 a message it could not apply (its main loop's frame, '.../multiprocessing/resource_tracker.py", line N, in main') and
 goes on too: the exception that ends the traceback after the banner or the frame (the first Python exception within
-{EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and its exception reading is dropped. Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
+{EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and its exception reading is dropped.
+Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
 """, cases=[
     # https://github.com/vllm-project/vllm/issues/4114 (the communicator's destructor after its NCCL init failed)
     RuleCase(title="a destructor's AttributeError ahead of the error that stopped the worker", evidence={"n1/applog": [
