@@ -314,7 +314,11 @@ def test_two_drivers_at_once_attribute_each_attempt_once(pg: str, tmp_path: Path
 def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path: Path) -> None:
     """SIGKILL one driver (of another host) inside the transaction writing its fifth run: that run is not in the
     database and its claim stands. A second driver (a watch) attributes every other attempt at once and that one
-    only after the 10 s lease has run out; every attempt ends with exactly one run and no claim is left."""
+    only after the claim's lease has run out; every attempt ends with exactly one run and no claim is left.
+
+    The dead driver's claim is set to run out 30 s after the kill (its renewals kept it at most 10 s ahead): the
+    second driver's start (a cold catalog compile on a slow machine) and first pass must not outlast the lease,
+    or the first pass would find the claim expired and take it at once."""
     workloads = sample_copies(tmp_path / "w", 8)
     marker = tmp_path / "writes"
     first = _driver(workloads, pg, lease="10s", slow_writes=marker)
@@ -326,7 +330,8 @@ def test_a_driver_killed_mid_run_loses_and_duplicates_nothing(pg: str, tmp_path:
         first.communicate(timeout=30)
     writes = marker.read_text().count("inside")
     # as if it had run on another host (a dead driver of this host would be taken over at once: the next test)
-    query(pg, "UPDATE attempt_claims SET owner = 'another-host:' || split_part(owner, ':', 2) || ':x'")
+    query(pg, "UPDATE attempt_claims SET owner = 'another-host:' || split_part(owner, ':', 2) || ':x', "
+              "expires_at = CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION) + 30")
     (workload, expires_at), = query(pg, "SELECT workload_id, expires_at FROM attempt_claims")
     assert query(pg, "SELECT COUNT(*) FROM attribution_runs") == [(writes - 1,)]   # the killed one rolled back
     assert _attempt_runs(pg).get(workload, 0) == 0
