@@ -852,10 +852,11 @@ _STORE_SERVER_SYMPTOM = "Store server unreachable from its clients"
 
 
 @refiner("StoreServerUnreachable", phase=Phase.REFINE, doc="""
-The c10d store server's 'Timed out after N seconds waiting for clients' is promoted when a client on another node
-failed to connect to the store within the server's wait (from its start to its timeout): both processes ran, so the
-path between the nodes was closed. Without such a client the server's timeout stays context (its clients may never
-have started).
+The c10d store server's 'Timed out after N seconds waiting for clients' (JAX's coordinator timing out at its connect
+barrier) is promoted when a client on another node failed to connect to the store (a JAX worker's registration went
+unanswered) within the server's wait (from its start to its timeout): both processes ran, so the path between the nodes
+was closed. A client line without a stamp counts by the stamped line before it in its own output. Without such a
+client the server's timeout stays context (its clients may never have started).
 """, cases=[
     RuleCase(title="the server waited, the client could not reach it", evidence={
         "a/applog": ["2025-01-01T00:27:41Z torch.distributed.DistStoreError: Timed out after 121 seconds waiting for "
@@ -869,23 +870,50 @@ have started).
         "a/applog": ["2025-01-01T00:27:41Z torch.distributed.DistStoreError: Timed out after 121 seconds waiting for "
                      "clients. 1/2 clients joined."]},
         expect=Expect(fired=False)),
+    # https://github.com/jax-ml/jax/issues/35905 (jax 0.8.1 moved the coordinator port out of the TPU pod's firewall)
+    RuleCase(title="JAX: the coordinator waited at the connect barrier, a worker's registration went unanswered",
+             evidence={
+        "w0/applog": ["I0316 02:14:09.201774 4412 distributed.py:150] Starting JAX distributed service on [::]:8482",
+                      "E0316 02:19:10.270002    4412 client.cc:64] Failed to connect to distributed JAX controller: "
+                      "DEADLINE_EXCEEDED: Barrier timed out. Id: PjRT_Client_Connect::. This usually happens because a "
+                      "task triggered the barrier too early or too slowly."],
+        "w1/applog": ["I0316 02:14:10.254250 5973 distributed.py:172] Connecting to JAX distributed service on "
+                      "10.164.0.41:8482",
+                      "jaxlib._jax.XlaRuntimeError: Failed to connect to distributed JAX controller:",
+                      "DEADLINE_EXCEEDED: Deadline Exceeded",
+                      "RPC: /tensorflow.CoordinationService/RegisterTask"]},
+        context={"start_time": "2026-03-16T02:14:00Z", "end_time": "2026-03-16T02:19:20Z"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[],
+                      root_symptom="Store server unreachable from its clients")),
 ])
 def store_server_unreachable(ws: Workspace) -> None:
     for server in ws.select(prefix=_STORE_SERVER_SYMPTOM, status="interesting"):
         if server.first_time is None or ws.undated(server):
             continue
         waited = timedelta(seconds=max(_waited_s(e.text) for e in server.evidence))
+        skew = timedelta(seconds=ws.params.clock_skew_s)
         began = server.first_time - waited
         clients = [c for c in ws.select(prefix=_ENDPOINT_SYMPTOM, status="interesting")
-                   if c.node != server.node and c.first_time is not None and not ws.undated(c)
-                   and began <= c.first_time <= server.first_time + timedelta(seconds=ws.params.clock_skew_s)]
+                   if c.node != server.node and c.first_time is not None and _alive_at(ws, c)
+                   and began - skew <= c.first_time <= server.first_time + skew]
         if clients:
             ws.promote(server, f"{clients[0].node}'s store client could not connect while this server waited for it")
 
 
+def _alive_at(ws: Workspace, client: WorkSymptom) -> bool:
+    """Whether the client's time says its process ran then: a stamp of its own, or one inherited from the stamped
+    line its process printed before it (a traceback under a log line); not the job-end fallback."""
+    return not ws.undated(client) or client.first_time != ws.context.end_time
+
+
+_JAX_CONNECT_TIMEOUT_S = 300.0   # jax.distributed.initialize's initialization_timeout by default; its message names none
+
+
 def _waited_s(text: str) -> float:
     found = re.search(r"Timed out after (\d+) seconds waiting for clients", text)
-    return float(found.group(1)) if found else 0.0
+    if found:
+        return float(found.group(1))
+    return _JAX_CONNECT_TIMEOUT_S if "PjRT_Client_Connect" in text else 0.0
 
 
 @refiner("RendezvousEndpointOutsideWorkload", phase=Phase.REFINE, doc="""
