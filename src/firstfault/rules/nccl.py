@@ -603,6 +603,44 @@ def driver_differs_on_one_node(ws: Workspace) -> None:
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_DRIVER, evidence=first.evidence, time=first.time))
 
 
+_IOMMU_NOT_PT = "IOMMU not in passthrough where RCCL runs"
+
+
+@refiner("IommuNotPassthroughOnSomeNodes", phase=Phase.REFINE, doc=f"""
+RCCL warns at initialisation on a node whose kernel command line lacks iommu=pt; peer-to-peer traffic through a
+translating IOMMU can hang. When some nodes that printed NCCL/RCCL start-up lines warned and others did not, and the
+run did not complete and has no other root candidate than the scheduler's ending of it (a hang, NCCL's own downstream
+errors), `{_IOMMU_NOT_PT}` is promoted on the nodes that warned. Every node warning alike, or a completed run, leaves
+it context.
+""", cases=[
+    # https://github.com/ROCm/rccl/issues/1129 (an all-reduce that hung until iommu=pt was set)
+    RuleCase(title="one node warned; the first all-reduce hung to the watchdog", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                     '2025-01-01T00:00:01Z a:1:1 [0] init.cc:132 NCCL WARN Missing "iommu=pt" from kernel command line '
+                     "which can lead to system instablity or hang!",
+                     "2025-01-01T00:30:01Z [rank2]:[E101 00:30:01.611872 1 ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=1800000) ran for 1800083 milliseconds before timing out."],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["a"], root_symptom=_IOMMU_NOT_PT)),
+    RuleCase(title="every node warned alike", evidence={
+        f"{n}/applog": [f"2025-01-01T00:00:01Z {n}:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+                        f'2025-01-01T00:00:01Z {n}:1:1 [0] init.cc:132 NCCL WARN Missing "iommu=pt" from kernel '
+                        "command line which can lead to system instablity or hang!"] for n in "ab"},
+        context={"scheduler_state": "TIMEOUT"},
+        expect=Expect(fired=False)),
+])
+def iommu_not_passthrough_on_some_nodes(ws: Workspace) -> None:
+    warned = ws.select(prefix=_IOMMU_NOT_PT, status="interesting")
+    started = {e.node for e in ws.events_of(f"{EventType.CONTEXT}.host_alias") if e.node}
+    if not warned or not started - {s.node for s in warned} or workload_completed(ws):
+        return
+    if any(s.sub_domain != SubDomain.SCHEDULER for s in ws.select(status="bad", role="root")):
+        return
+    for s in warned:
+        ws.promote(s, "RCCL warned of the IOMMU here and not on the other nodes, and the run hung")
+
+
 _FAMILIES_DIFFER = "NCCL bootstrap address families differ between nodes"
 
 

@@ -779,7 +779,8 @@ _RECLAIMING = {"b/syslog": ["2025-01-01T00:10:00Z b kubelet[1]: W0101 00:10:00.0
 @filter_rule("DescribedPodOnItsNode", phase=Phase.FILTER_EARLY, doc="""
 kubectl describe pod names the pod's node ('Node: a100-n13/10.44.7.13'), and what the describe says of its containers
 (their last state's reason and message, the kubelet's events) happened on that node - wherever the output was saved
-(often the file of the node the operator ran kubectl on). An event read from a 'Node:' line or the lines after it, up
+(often the file of the node the operator ran kubectl on; a describe cut above its 'Node:' line still names it in
+its Scheduled event). An event read from a 'Node:' line (or that Scheduled event) or the lines after it, up
 to the next object's 'Name:' or the next '$ ' prompt of the same file (a prompt line is the next command's, not the
 pod's), is moved to the described pod's node when that is another node of the workload.
 """, cases=[
