@@ -1296,10 +1296,12 @@ def _volcano_gang_event(tally: str) -> str:
 
 @refiner("GangBelowItsMinimum", phase=Phase.REFINE, doc=f"""
 Volcano's fit error for a gang counts the job's tasks by status and states the PodGroup's minAvailable (sorted as
-strings, so the minimum can come anywhere in the list). When the tasks counted are fewer than the minimum, or the gang
-plugin says 'Not enough valid tasks', the gang cannot be placed until more pods exist: the job's request or its
-operator's pod creation is at fault, not capacity. `{_GANG_SHORT}` becomes a root candidate (configuration) unless
-training made progress after it was first reported; a gang with as many tasks as its minimum is waiting for capacity.
+strings, so the minimum can come anywhere in the list); the scheduler cache's event before it counts the pending tasks
+('<pending>/<tasks> tasks in gang unschedulable'), which the tally may leave out. When the tasks counted (with those
+pending, once the job has pods) are fewer than the minimum, or the gang plugin says 'Not enough valid tasks', the gang cannot be placed until
+more pods exist: the job's request or its operator's pod creation is at fault, not capacity. `{_GANG_SHORT}` becomes
+a root candidate (configuration) unless training made progress after it was first reported; a gang with as many tasks
+as its minimum is waiting for capacity.
 """, cases=[
     # https://github.com/volcano-sh/volcano/issues/1959 (kubedl created the worker only after the master ran)
     RuleCase(title="one pod of a gang of two", evidence={"a/scheduler": [_volcano_gang_event("1 Pending, 2 minAvailable")]},
@@ -1311,24 +1313,50 @@ training made progress after it was first reported; a gang with as many tasks as
              expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GANG_SHORT)),
     RuleCase(title="a whole gang waiting for GPUs", evidence={"a/scheduler": [_volcano_gang_event("4 Pending, 4 minAvailable")]},
              expect=Expect(fired=False)),
+    # https://github.com/volcano-sh/volcano/issues/2462 (part of a gang started; the other 12 pods wait for room)
+    RuleCase(title="pending tasks counted before the tally", evidence={"a/scheduler": [
+        "    message: '12/8 tasks in gang unschedulable: pod group is not ready, 20 minAvailable, 8 Running'"]},
+             expect=Expect(fired=False)),
+    RuleCase(title="the same message folded in the PodGroup's YAML", evidence={"a/scheduler": [
+        "    message: '12/8 tasks in gang unschedulable: pod group is not ready, 20 minAvailable,", "      8 Running'"]},
+             expect=Expect(fired=False)),
 ])
 def gang_below_its_minimum(ws: Workspace) -> None:
     progress = [s.last_time or s.first_time for s in ws.select(prefix="Training progress")]
     for s in ws.select(prefix=_GANG_SHORT, status="interesting"):
         if s.first_time is not None and any(t is not None and t > s.first_time for t in progress):
             continue
-        short = sorted(t for t in s.value_set("tally") if _tasks_below_minimum(t))
+        short = sorted(t for t, pending in _gang_tallies(s) if _tasks_below_minimum(t, pending))
         if short:
             ws.promote(s, f"the gang has fewer tasks than its minimum ({short[0]})")
         elif s.value_set("valid"):
             ws.promote(s, "Volcano's gang plugin found fewer valid tasks than the minimum")
 
 
-def _tasks_below_minimum(tally: str) -> bool:
-    """Whether Volcano's tally ('1 Pending, 2 minAvailable') counts fewer tasks than its minAvailable."""
+_GANG_EVENT = re.compile(r"(?:(\d+)/(\d+) tasks in gang unschedulable: )?pod group is not ready, (\d+ \w+(?:, \d+ \w+)*)")
+
+
+def _gang_tallies(s: WorkSymptom) -> list[tuple[str, int]]:
+    """Each tally the symptom read with the pending tasks its line counted before it: 0 when it counted none, or no
+    pod of the job exists yet ('3/0 tasks': a PodGroup never enqueued, whose pending tasks are only its spec's); a
+    tally whose line is not among the evidence (one of a coalesced run) with none. A tally cut by a line wrap (a
+    PodGroup's YAML message folded after a comma) is incomplete and left out."""
+    found = [(m, e.text) for e in s.evidence for m in [_GANG_EVENT.search(e.text)] if m]
+    seen = {m.group(3) for m, _ in found}
+    whole = [(m.group(3), int(m.group(1)) if m.group(2) and int(m.group(2)) else 0)
+             for m, text in found if not text[m.end():].strip().startswith(",")]
+    return whole + [(tally, 0) for tally in sorted(s.value_set("tally") - seen)]
+
+
+def _tasks_below_minimum(tally: str, pending: int) -> bool:
+    """Whether Volcano's tally ('1 Pending, 2 minAvailable'), with the pending tasks counted before it when the tally
+    has no Pending entry, holds fewer tasks than its minAvailable."""
     counts = [entry.split(" ", 1) for entry in tally.split(", ")]
     minimum = [int(n) for n, what in counts if what == "minAvailable"]
-    return bool(minimum) and sum(int(n) for n, what in counts if what != "minAvailable") < minimum[0]
+    tasks = sum(int(n) for n, what in counts if what != "minAvailable")
+    if not any(what == "Pending" for _, what in counts):
+        tasks += pending
+    return bool(minimum) and tasks < minimum[0]
 
 
 # How long after `ray stop` its cluster's ends are reported: the GCS marks the stopped nodes dead within seconds, and
