@@ -1359,6 +1359,35 @@ def _tasks_below_minimum(tally: str, pending: int) -> bool:
     return bool(minimum) and tasks < minimum[0]
 
 
+_RAY_CHECK = "Ray component failed an internal check"
+_GCS_UNREACHABLE_CHECK = "Failed to connect to GCS within"
+
+
+@refiner("RayProcessLostTheGcs", phase=Phase.REFINE, doc=f"""
+A raylet or core worker checks that the GCS answers and aborts through a failed RAY_CHECK when it has not for
+gcs_rpc_server_reconnect_timeout_s ('gcs_rpc_client.h:N: Check failed: ... Failed to connect to GCS within 60 seconds.
+GCS may have been killed ...'). That check is how a Ray process dies after losing the GCS (killed, crashed or
+unreachable), not a defect of its own: when every line of a `{_RAY_CHECK}` report is that check, the report is demoted.
+Why the GCS went away, when it is logged, is the root.
+""", cases=[
+    # https://github.com/ray-project/ray/issues/26966 (a nightly test whose raylet lost the GCS; no cause in the thread)
+    RuleCase(title="a raylet aborts after losing the GCS", evidence={"a/applog": [
+        "2022-07-25 08:35:14 (raylet, ip=10.30.3.7) [2022-07-25 08:35:14,805 C 157 212] (raylet) gcs_rpc_client.h:537:  "
+        "Check failed: absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < ::RayConfig::instance()."
+        "gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS within 60 seconds. GCS may have been killed."]},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=[_RAY_CHECK])),
+    # https://github.com/ray-project/ray/issues/28579 (the raylet's memory monitor reading cgroup memory)
+    RuleCase(title="an assertion of Ray's own", evidence={"a/applog": [
+        "(raylet) [2022-09-16 09:27:25,719 C 236 236] (raylet) memory_monitor.cc:121:  Check failed: "
+        "(_left_ > _right_)  117896851456 vs 117896851456"]},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def ray_process_lost_the_gcs(ws: Workspace) -> None:
+    for s in ws.select(prefix=_RAY_CHECK, status="bad"):
+        if s.count <= len(s.evidence) and all(_GCS_UNREACHABLE_CHECK in e.text for e in s.evidence):
+            ws.demote(s, "the Ray process aborted because it could not reach the GCS: a consequence of the GCS's loss")
+
+
 # How long after `ray stop` its cluster's ends are reported: the GCS marks the stopped nodes dead within seconds, and
 # the `ray start --block` steps that held them exit.
 RAY_STOP_TEARDOWN_S = 120.0
