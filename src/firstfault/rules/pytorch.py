@@ -271,7 +271,8 @@ def exit_handler_errors(ws: Workspace) -> None:
 CPython prints an exception it cannot raise - in a destructor, a weakref callback, a garbage-collection hook - under
 'Exception ignored in: <object>' (sys.unraisablehook) and goes on; multiprocessing's resource tracker prints the error of
 a message it could not apply (its main loop's frame, '.../multiprocessing/resource_tracker.py", line N, in main') and
-goes on too: the exception that ends the traceback after the banner or the frame (the first Python exception within
+goes on too, as the Ray driver does with its log monitor's error ('The log monitor on node N failed with the following
+error:'): the exception that ends the traceback after the banner or the frame (the first Python exception within
 {EXIT_HANDLER_LINES} lines of it in the same stream) did not end the program, and its exception reading is dropped.
 Other readings of the block's lines (a CUDA error the destructor met) stay evidence.
 """, cases=[
