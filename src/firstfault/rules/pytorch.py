@@ -22,7 +22,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import exception_message, printed_before, quiet_between_lines, workload_completed
-from firstfault.rules.scheduler import WORKLOAD_ENDERS
+from firstfault.rules.scheduler import RAY_CHECK, WORKLOAD_ENDERS, aborted_for_the_gcs
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
 _KERNEL_MESSAGE = re.compile(r"\skernel: ")
@@ -679,7 +679,7 @@ def cuda_error_meanings() -> dict[str, str]:
     blob = (importlib.resources.files("firstfault.rules") / "data" / "cuda_errors.toml").read_bytes()
     meanings = {}
     for row in tomllib.loads(blob.decode())["code"]:
-        for key in (str(row["code"]), row["runtime"], row.get("driver")):
+        for key in (str(row["code"]), row["runtime"], row.get("driver"), row["message"].lower()):
             if key:
                 meanings[key] = row["symptom"]
     return meanings
@@ -689,7 +689,7 @@ def _cuda_error_key(event: Event) -> str:
     for attribute in ("runtime", "driver", "code", "returned", "curesult", "hip", "relion", "geryon"):
         if value := event.attributes.get(attribute):
             return str(value)
-    return ""
+    return str(event.attributes.get("message", "")).lower()
 
 
 def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
@@ -698,22 +698,27 @@ def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
                     expect=Expect(fired=True, sub_domain=sub_domain, root_symptom=symptom))
 
 
-# A CUDA call the program did not make: NCCL's own ('NCCL WARN Cuda failure', its allocator, proxy and transports) and
+# A CUDA call the program did not make: NCCL's own (its CUDACHECK's 'Cuda failure [N] '<text>'', in its allocator, proxy
+# and transports; aws-ofi-nccl prints the same) and
 # the driver's virtual-memory calls a library makes to map memory between GPUs or nodes (cuMemCreate, cuMemMap,
 # cuMemSetAccess, cuMemExportToShareableHandle ...). Their arguments are the library's; refused, they say that this
-# driver, container or fabric does not support the mapping, not that the program passed a bad value.
-_LIBRARY_OWN_CALL = re.compile(r"NCCL WARN Cuda failure|\bcuMem(?:Create|Map|SetAccess|AddressReserve|ExportToShareableHandle|"
+# driver, container or fabric does not support the mapping, not that the program passed a bad value. Its proxy and
+# transport threads call CUDA after the process's CUDA is running, so an 'initialization error' there does not say
+# that the GPU never started either.
+_LIBRARY_OWN_CALL = re.compile(r"\bCuda failure (?:\d+ )?'|\bcuMem(?:Create|Map|SetAccess|AddressReserve|ExportToShareableHandle|"
                                r"ImportFromShareableHandle|Unmap|Release)\s*\(")
 _REJECTED_ARGUMENTS = "CUDA call rejected by its arguments"
 
 
 @filter_rule("CudaErrorCodeMeaning", phase=Phase.FILTER_EARLY, after=("RelayedOutput",), doc="""
-A CUDA error given by its number or enum name (CudaErrorCode) becomes the catalog symptom the code means
-(rules/data/cuda_errors.toml, from the CUDA Runtime and Driver API enums): 700 or cudaErrorIllegalAddress is an
-illegal memory access, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
+A CUDA error given by its number, enum name or, in NCCL's older 'Cuda failure '<text>'', only its error string
+(CudaErrorCode) becomes the catalog symptom the code means (rules/data/cuda_errors.toml, from the CUDA Runtime and
+Driver API enums): 700 or cudaErrorIllegalAddress is an illegal memory access, 'CUDA driver is a stub library' (34)
+a CUDA environment mismatch, CUDA_ERROR_INVALID_VALUE a call rejected by its arguments, 999 an unknown error. A line that
 another extractor already reads by its message keeps that reading; a code left out of the table stays context. An
 argument refused in a call the program did not make (NCCL's own, a driver virtual-memory call a library makes) is not
-read as the program's: it is `CUDA call refused inside a library`, a failure whose cause the line does not say.
+read as the program's, nor an 'initialization error' in one as a GPU that never started (the library calls CUDA after
+the process's CUDA is running): it is `CUDA call refused inside a library`, a failure whose cause the line does not say.
 """, cases=[
     _read_as("a C++ code's checkCudaErrors line",
              "[3] CUDA error at solver.cu:211 code=1(cudaErrorInvalidValue) \"cudaMemcpy(d, h, n, "
@@ -729,9 +734,17 @@ read as the program's: it is `CUDA call refused inside a library`, a failure who
     _read_as("a line read by its message",
              "RuntimeError: CUDA error: an illegal memory access was encountered (cudaErrorIllegalAddress)",
              "application", "CUDA illegal memory access"),
+    # https://github.com/horovod/horovod/issues/3831 (libcuda resolved to the toolkit's stub in a Spack build)
+    _read_as("NCCL's error string without its number",
+             "chifflot-7:11200:11262 [0] init.cc:255 NCCL WARN Cuda failure 'CUDA driver is a stub library'",
+             "configuration", "CUDA environment mismatch"),
     # https://github.com/NVIDIA/nccl/issues/1283 (NCCL's allocator under a Ray actor; no cause found)
     RuleCase(title="NCCL's own call refused an argument", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:2657296:2658232 [0] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    # https://github.com/NVIDIA/nccl/issues/1029 (one rank's proxy thread on Kubernetes with RDMA; no cause found)
+    RuleCase(title="NCCL's proxy thread met an initialization error", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z worker-1:3914:4530 [3] proxy.cc:1382 NCCL WARN Cuda failure 'initialization error'"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="a code whose meaning depends on the site", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z Return value 46 from 'cudaStreamCreate(&kernel_stream)'.  Exiting."]},
@@ -748,7 +761,7 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
         symptom = meanings.get(key)
         if symptom is None:
             continue
-        if symptom == _REJECTED_ARGUMENTS and _LIBRARY_OWN_CALL.search(event.evidence.text):
+        if symptom in (_REJECTED_ARGUMENTS, _NO_START) and _LIBRARY_OWN_CALL.search(event.evidence.text):
             symptom = "CUDA call refused inside a library"
         if explained(event):
             ws.drop(event, f"CUDA error {key} read as {symptom}")
@@ -1282,8 +1295,9 @@ before it: the container started and its program failed, and the kubelet backs o
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
 exited soon after it started may have been given a setting it cannot start with. A container whose program gave up
-waiting for its peers (`Rendezvous or store timeout` on its node, no later than the status) failed for the peers that
-never came, however soon: that wait is why it backs off, and the status is demoted. A GPU fault reported on the pod's
+waiting for its peers (`Rendezvous or store timeout` on its node, or a Ray process's abort on a GCS that stopped
+answering, no later than the status) failed for the peers that never came or went away, however soon: that is why it
+backs off, and the status is demoted. A GPU fault reported on the pod's
 own node no later than its status (a gpu root candidate: CUDA's unknown error from the container's program, an Xid)
 is why, however soon the container exited: its program met the node's GPU.
 """, cases=[
@@ -1325,6 +1339,16 @@ is why, however soon the container exited: its program met the node's GPU.
         "n1/scheduler": ["trainer-0   0/1     CrashLoopBackOff    22         12h   10.244.1.17    n1"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, demoted=["Container image or start error"])),
+    # https://github.com/ray-project/ray/issues/27414 (a RayCluster's head went down; the worker raylets exited on
+    # the GCS check and their containers crash-looped)
+    RuleCase(title="a pod listing on another node names the node whose raylet aborted on the GCS", evidence={
+        "n1/applog": ["2022-07-29T01:12:31Z [2022-07-29 01:12:31,515 C 112 161] (raylet) gcs_rpc_client.h:537:  Check "
+                      "failed: absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < ::RayConfig::instance()."
+                      "gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS within 60 seconds. GCS may have "
+                      "been killed."],
+        "n2/scheduler": ["2022-07-29T01:24:41Z ray-worker-4n8kd   0/1     CrashLoopBackOff   9 (3m ago)    4h51m   n1"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
@@ -1342,7 +1366,7 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
     for status in ws.active(prefix="Container image or start error"):
-        waited = [s for s in ws.select(node=status.node, prefix=_RENDEZVOUS_TIMEOUT) if s.first_time is not None and (
+        waited = [s for node in _pod_nodes(ws, status) for s in _peer_waits(ws, node) if s.first_time is not None and (
             ws.undated(status) or status.first_time is None or s.first_time <= status.first_time + skew)]
         if "CrashLoopBackOff" in status.value_set("reason") and waited:
             ws.demote(status, f"its program gave up waiting for its peers on {status.node} ({waited[0].name}): the "
@@ -1359,6 +1383,24 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
                      or h.first_time <= status.first_time + skew]
         if explained:
             ws.demote(status, f"{explained[0].name} on {explained[0].node or '-'} is why its container did not run")
+
+
+# A `kubectl get pods -o wide` row: NAME READY STATUS RESTARTS AGE IP NODE ... (the restarts may carry '(3m ago)').
+_WIDE_POD_ROW = re.compile(r"\S+\s+\d+/\d+\s+CrashLoopBackOff\s+\d+(?: \([^)]*\))?\s+\S+(?:\s+\S+)?\s+(?P<node>[\w.-]+)\s*$")
+
+
+def _pod_nodes(ws: Workspace, status: WorkSymptom) -> list[str | None]:
+    """The node a pod status was reported on, and the workload node a `kubectl get pods -o wide` row names as the
+    pod's (its NODE column): a listing printed on one node can be about a pod on another."""
+    named = {ws.canonical_node(m.group("node")) for e in status.evidence if (m := _WIDE_POD_ROW.search(e.text))}
+    return [status.node, *sorted(n for n in named if n and n != status.node)]
+
+
+def _peer_waits(ws: Workspace, node: str | None) -> list[WorkSymptom]:
+    """The node's reports that its program gave up on a peer it needs: a rendezvous or store wait timed out, or a
+    Ray process aborted because the GCS stopped answering."""
+    gave_up = ws.select(node=node, prefix=_RENDEZVOUS_TIMEOUT)
+    return gave_up + [s for s in ws.select(node=node, prefix=RAY_CHECK) if aborted_for_the_gcs(s)]
 
 
 _NO_START = "GPU could not be initialised"

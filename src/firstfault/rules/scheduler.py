@@ -1359,7 +1359,7 @@ def _tasks_below_minimum(tally: str, pending: int) -> bool:
     return bool(minimum) and tasks < minimum[0]
 
 
-_RAY_CHECK = "Ray component failed an internal check"
+RAY_CHECK = "Ray component failed an internal check"
 _GCS_UNREACHABLE_CHECK = "Failed to connect to GCS within"
 
 
@@ -1367,7 +1367,7 @@ _GCS_UNREACHABLE_CHECK = "Failed to connect to GCS within"
 A raylet or core worker checks that the GCS answers and aborts through a failed RAY_CHECK when it has not for
 gcs_rpc_server_reconnect_timeout_s ('gcs_rpc_client.h:N: Check failed: ... Failed to connect to GCS within 60 seconds.
 GCS may have been killed ...'). That check is how a Ray process dies after losing the GCS (killed, crashed or
-unreachable), not a defect of its own: when every line of a `{_RAY_CHECK}` report is that check, the report is demoted.
+unreachable), not a defect of its own: when every line of a `{RAY_CHECK}` report is that check, the report is demoted.
 Why the GCS went away, when it is logged, is the root.
 """, cases=[
     # https://github.com/ray-project/ray/issues/26966 (a nightly test whose raylet lost the GCS; no cause in the thread)
@@ -1375,7 +1375,7 @@ Why the GCS went away, when it is logged, is the root.
         "2022-07-25 08:35:14 (raylet, ip=10.30.3.7) [2022-07-25 08:35:14,805 C 157 212] (raylet) gcs_rpc_client.h:537:  "
         "Check failed: absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < ::RayConfig::instance()."
         "gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS within 60 seconds. GCS may have been killed."]},
-        expect=Expect(fired=True, sub_domain="unknown", demoted=[_RAY_CHECK])),
+        expect=Expect(fired=True, sub_domain="unknown", demoted=[RAY_CHECK])),
     # https://github.com/ray-project/ray/issues/28579 (the raylet's memory monitor reading cgroup memory)
     RuleCase(title="an assertion of Ray's own", evidence={"a/applog": [
         "(raylet) [2022-09-16 09:27:25,719 C 236 236] (raylet) memory_monitor.cc:121:  Check failed: "
@@ -1383,9 +1383,15 @@ Why the GCS went away, when it is logged, is the root.
         expect=Expect(fired=False, sub_domain="application")),
 ])
 def ray_process_lost_the_gcs(ws: Workspace) -> None:
-    for s in ws.select(prefix=_RAY_CHECK, status="bad"):
-        if s.count <= len(s.evidence) and all(_GCS_UNREACHABLE_CHECK in e.text for e in s.evidence):
+    for s in ws.select(prefix=RAY_CHECK, status="bad"):
+        if aborted_for_the_gcs(s):
             ws.demote(s, "the Ray process aborted because it could not reach the GCS: a consequence of the GCS's loss")
+
+
+def aborted_for_the_gcs(s: WorkSymptom) -> bool:
+    """Whether every line of a Ray check report is the check that the GCS answered within its reconnect timeout."""
+    return s.name.startswith(RAY_CHECK) and s.count <= len(s.evidence) and all(
+        _GCS_UNREACHABLE_CHECK in e.text for e in s.evidence)
 
 
 # How long after `ray stop` its cluster's ends are reported: the GCS marks the stopped nodes dead within seconds, and
@@ -2088,8 +2094,9 @@ _CONTAINER_RESTARTED = re.compile(r"(?i)\bback-off (?:\d+\w* )?restarting failed
 When the scheduler state is missing (bare mpirun, unknown), derive the terminal state from the evidence: the
 state a scheduler root implies (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, CANCELLED), OUT_OF_MEMORY for a
 host out of memory under a scheduler (a bare launch the OOM killer ended failed: FAILED), FAILED for any other
-failure, COMPLETED when the workload reported success and nothing failed, CANCELLED when nothing failed and someone
-interrupted it from its terminal (Ctrl-C), FAILED when no root was found but a process ended in an uncaught exception
+failure, COMPLETED when the workload reported success and nothing failed, CANCELLED when someone interrupted it from
+its terminal (Ctrl-C) and nothing failed, or nothing whose cause is known (a report with no cause did not end a run
+that was still there to interrupt), FAILED when no root was found but a process ended in an uncaught exception
 (ProgramRaised). A recorded FAILED is refined when the root itself is the scheduler's or
 runtime's report of a more specific end (a pod OOMKilled: OUT_OF_MEMORY), and so is a recorded CANCELLED whose root is
 the scheduler's own memory-limit kill (older Slurm records that kill as CANCELLED). A recorded COMPLETED that the evidence contradicts (a silent
@@ -2140,6 +2147,13 @@ is the platform's own limit (SageMaker records a job its MaxRuntimeInSeconds sto
     RuleCase(title="no scheduler; a run that printed no error, interrupted from its terminal", evidence={"n1/applog": [
         "2025-01-01T00:00:01Z # nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5",
         "^Cmpirun: abort is already in progress...hit ctrl-c again to forcibly terminate"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
+    # https://github.com/horovod/horovod/issues/893 (NCCL 2.4's shared-memory set-up refused on one rank; Horovod hung)
+    RuleCase(title="no scheduler; a failure with no known cause, then the hung run interrupted", evidence={
+        "n1/applog": ["2025-01-01T00:00:05Z n1:151780:151928 [2] include/shm.h:42 NCCL WARN Cuda failure 'invalid "
+                      "argument'",
+                      "^Cmpirun: abort is already in progress...hit ctrl-c again to forcibly terminate"]},
         context={"scheduler": "none", "scheduler_state": ""},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
     RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
@@ -2208,6 +2222,8 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         return
     if implied:
         state = TerminalState(implied)
+    elif ws.select(prefix="Interrupted by the user") and ws.decision.sub_domain == SubDomain.UNKNOWN:
+        state = TerminalState.CANCELLED  # the run was still there to stop; what failed in it says no cause
     elif root and ws.decision.sub_domain != SubDomain.NONE:
         # OUT_OF_MEMORY is a state a scheduler records; a bare launch killed by the OOM killer failed
         scheduled = ws.context.scheduler.strip().lower() not in ("", "none")
