@@ -319,6 +319,50 @@ def ignored_exceptions(ws: Workspace) -> None:
                            "not raise it, and the program went on")
 
 
+# How far below its 'Exception in thread ...' header a thread's traceback can end: its frames, two lines each.
+_THREAD_TRACEBACK_LINES = 80
+_THREAD_ENDED = "Thread ended by an exception"
+
+
+@filter_rule("ThreadExceptionInACompletedRun", phase=Phase.FILTER_EARLY, doc=f"""
+Python prints an exception that ended a thread other than the main one under 'Exception in thread <name>:'
+(threading.excepthook) and the process goes on without that thread. In a run the scheduler recorded COMPLETED, such
+an exception (the generic Python exception read within {_THREAD_TRACEBACK_LINES} lines below its header, in the same
+stream) is not a failure the record hides: it is dropped, and so is not taken as the program raising. In a run that
+failed or hung, a dead thread may be why, and it stays.
+""", cases=[
+    # https://github.com/ray-project/ray/issues/48441 (a Ray Train worker's thread at shutdown, after the last
+    # checkpoint; the job completed)
+    RuleCase(title="a worker thread's EOFError after a completed run", evidence={"n1/applog": [
+        "2025-01-01T00:58:00Z Training result: Result(metrics={'epoch': 9, 'train_loss': 0.8921})",
+        "2025-01-01T00:58:01Z (RayTrainWorker pid=249147, ip=10.0.0.2) Exception in thread Thread-7:",
+        "2025-01-01T00:58:01Z (RayTrainWorker pid=249147, ip=10.0.0.2) Traceback (most recent call last):",
+        "2025-01-01T00:58:01Z (RayTrainWorker pid=249147, ip=10.0.0.2)   File \"/opt/conda/lib/python3.10/"
+        "multiprocessing/connection.py\", line 383, in _recv",
+        "2025-01-01T00:58:01Z (RayTrainWorker pid=249147, ip=10.0.0.2) EOFError"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    RuleCase(title="near miss: a thread's exception in a failed run stays", evidence={"n1/applog": [
+        "2025-01-01T00:58:01Z Exception in thread Thread-2:",
+        "2025-01-01T00:58:01Z Traceback (most recent call last):",
+        "2025-01-01T00:58:01Z KeyError: 'shard_7'"]},
+        context={"scheduler_state": "FAILED", "exit_code": "1:0"},
+        expect=Expect(fired=False, active=["Python exception"])),
+])
+def thread_exception_in_a_completed_run(ws: Workspace) -> None:
+    if recorded_state(ws.context) != TerminalState.COMPLETED:
+        return
+    headers: dict[str, list[int]] = {}
+    for header in ws.events_of(EventType.NODE_INTERESTING):
+        if header.symptom == _THREAD_ENDED and header.evidence.provenance.line is not None:
+            headers.setdefault(header.evidence.provenance.origin, []).append(header.evidence.provenance.line)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == GENERIC_EXCEPTION_RULE]:
+        line = event.evidence.provenance.line
+        if line is not None and any(0 < line - header <= _THREAD_TRACEBACK_LINES
+                                    for header in headers.get(event.evidence.provenance.origin, [])):
+            ws.drop(event, "it ended a thread ('Exception in thread ...'), not the process, of a run recorded COMPLETED")
+
+
 @filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
 Before the generic Python exceptions are sorted (PythonExceptionFamily keeps only those that say the program failed), keep
 the fact that a process of the workload ended in an uncaught exception: its node's first one becomes the context fact
@@ -689,7 +733,7 @@ def _cuda_error_key(event: Event) -> str:
     for attribute in ("runtime", "driver", "code", "returned", "curesult", "hip", "relion", "geryon"):
         if value := event.attributes.get(attribute):
             return str(value)
-    return str(event.attributes.get("message", "")).lower()
+    return str(event.attributes.get("message") or event.attributes.get("thc") or "").lower()
 
 
 def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
@@ -738,6 +782,12 @@ the process's CUDA is running): it is `CUDA call refused inside a library`, a fa
     _read_as("NCCL's error string without its number",
              "chifflot-7:11200:11262 [0] init.cc:255 NCCL WARN Cuda failure 'CUDA driver is a stub library'",
              "configuration", "CUDA environment mismatch"),
+    # PyTorch 0.4's THC check (https://stackoverflow.com/questions/51691563 is titled by it): its number is CUDA
+    # 10.0's, so it is read by its text
+    _read_as("PyTorch's THC check, read by its text",
+             "RuntimeError: cuda runtime error (59) : device-side assert triggered at /opt/conda/conda-bld/"
+             "pytorch_1524580978845/work/aten/src/THC/generic/THCStorage.c:36", "application",
+             "CUDA device-side assert"),
     # https://github.com/NVIDIA/nccl/issues/1283 (NCCL's allocator under a Ray actor; no cause found)
     RuleCase(title="NCCL's own call refused an argument", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z n1:2657296:2658232 [0] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'"]},
@@ -754,7 +804,7 @@ def cuda_error_code_meaning(ws: Workspace) -> None:
     coded = [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.rule == CUDA_ERROR_CODE_RULE]
     if not coded:
         return
-    explained = _read_by_others(ws, CUDA_ERROR_CODE_RULE, (EventType.NODE_BAD,))
+    explained = _read_by_others(ws, CUDA_ERROR_CODE_RULE, (EventType.NODE_BAD,), frozenset({GENERIC_EXCEPTION_RULE}))
     meanings = cuda_error_meanings()
     for event in coded:
         key = _cuda_error_key(event)
