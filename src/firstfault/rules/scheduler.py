@@ -1360,13 +1360,15 @@ def _tasks_below_minimum(tally: str, pending: int) -> bool:
 
 
 RAY_CHECK = "Ray component failed an internal check"
-_GCS_UNREACHABLE_CHECK = "Failed to connect to GCS within"
+# The check's message, or its expression when a log keeps only that (the reconnect timeout it compares against).
+_GCS_UNREACHABLE_CHECK = re.compile(r"Failed to connect to GCS within|gcs_last_alive_time_\)? < [:\w().]*"
+                                    r"gcs_rpc_server_reconnect_timeout_s")
 
 
 @refiner("RayProcessLostTheGcs", phase=Phase.REFINE, doc=f"""
 A raylet or core worker checks that the GCS answers and aborts through a failed RAY_CHECK when it has not for
 gcs_rpc_server_reconnect_timeout_s ('gcs_rpc_client.h:N: Check failed: ... Failed to connect to GCS within 60 seconds.
-GCS may have been killed ...'). That check is how a Ray process dies after losing the GCS (killed, crashed or
+GCS may have been killed ...'; some logs keep only the check's expression, which names that timeout). That check is how a Ray process dies after losing the GCS (killed, crashed or
 unreachable), not a defect of its own: when every line of a `{RAY_CHECK}` report is that check, the report is demoted.
 Why the GCS went away, when it is logged, is the root.
 """, cases=[
@@ -1375,6 +1377,13 @@ Why the GCS went away, when it is logged, is the root.
         "2022-07-25 08:35:14 (raylet, ip=10.30.3.7) [2022-07-25 08:35:14,805 C 157 212] (raylet) gcs_rpc_client.h:537:  "
         "Check failed: absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < ::RayConfig::instance()."
         "gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS within 60 seconds. GCS may have been killed."]},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=[RAY_CHECK])),
+    # https://github.com/ray-project/ray/issues/62340 (a head OOM-killed; the worker's raylet log keeps the check's
+    # expression only)
+    RuleCase(title="the check's expression without its message", evidence={"a/applog": [
+        "2025-01-01T00:10:00Z [2025-01-01 00:10:00,913 C 9 40] (raylet) gcs_rpc_client.h:554: Check failed: "
+        "absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < ::RayConfig::instance()."
+        "gcs_rpc_server_reconnect_timeout_s()"]},
         expect=Expect(fired=True, sub_domain="unknown", demoted=[RAY_CHECK])),
     # https://github.com/ray-project/ray/issues/28579 (the raylet's memory monitor reading cgroup memory)
     RuleCase(title="an assertion of Ray's own", evidence={"a/applog": [
@@ -1391,7 +1400,7 @@ def ray_process_lost_the_gcs(ws: Workspace) -> None:
 def aborted_for_the_gcs(s: WorkSymptom) -> bool:
     """Whether every line of a Ray check report is the check that the GCS answered within its reconnect timeout."""
     return s.name.startswith(RAY_CHECK) and s.count <= len(s.evidence) and all(
-        _GCS_UNREACHABLE_CHECK in e.text for e in s.evidence)
+        _GCS_UNREACHABLE_CHECK.search(e.text) for e in s.evidence)
 
 
 # How long after `ray stop` its cluster's ends are reported: the GCS marks the stopped nodes dead within seconds, and
