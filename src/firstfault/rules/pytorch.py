@@ -1514,7 +1514,9 @@ SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation fram
 
 @refiner("SemaphoreBeforeEnospc", phase=Phase.REFINE_EARLY, doc=f"""
 A multiprocessing semaphore-creation frame followed on the same node, within {SEMAPHORE_ENOSPC_S:.0f} s, by an
-ENOSPC is /dev/shm full (configuration): the ENOSPC is demoted as its report. A semaphore frame without an ENOSPC
+ENOSPC is /dev/shm full (configuration): the ENOSPC is demoted as its report. So is an ENOSPC that names no path
+within {SEMAPHORE_ENOSPC_S:.0f} s of the DataLoader's report on that node that /dev/shm is exhausted ('insufficient
+shared memory (shm)'). A semaphore frame without an ENOSPC
 after it is part of some other traceback and is demoted. A child's frame re-opening an inherited semaphore
 (`Semaphore removed under the job`) followed the same way by an ENOENT (FileNotFoundError) is the semaphore removed
 from /dev/shm while the job ran: the ENOENT's readings are demoted as its report; without one the frame is demoted.
@@ -1528,6 +1530,18 @@ from /dev/shm while the job ran: the ENOENT's readings are demoted as its report
         "2025-01-01T00:10:00Z     self._semlock = _multiprocessing.SemLock._rebuild(*state)",
         "2025-01-01T00:10:00Z FileNotFoundError: [Errno 2] No such file or directory"]},
         expect=Expect(fired=True, sub_domain="configuration", root_symptom="Semaphore removed under the job")),
+    # https://blog.mikihands.com/zh-hans/whitedec/2025/11/5/docker-shm-size-ipc (Docker's 64 MB /dev/shm under DataLoader
+    # workers)
+    RuleCase(title="the DataLoader's shm report and an ENOSPC with no path", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+        "shared memory (shm).",
+        "2025-01-01T00:10:00Z [rank6] OSError: No space left on device"]},
+        expect=Expect(fired=True, sub_domain="configuration", demoted=["No space left on device"])),
+    RuleCase(title="near miss: an ENOSPC naming a checkpoint path stays the disk's", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+        "shared memory (shm).",
+        "2025-01-01T00:10:00Z OSError: [Errno 28] No space left on device: '/ckpt/step_100.pt'"]},
+        expect=Expect(fired=False, active=["No space left on device"])),
     RuleCase(title="a semaphore frame in another traceback", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z     sl = self._semlock = _multiprocessing.SemLock(",
         "2025-01-01T00:10:00Z KeyError: 'x'"]},
@@ -1547,9 +1561,24 @@ def semaphore_before_enospc(ws: Workspace) -> None:
                 continue
             for s in reports:
                 ws.demote(s, f"the error of a semaphore {what}")
+    _enospc_of_the_dataloaders_shm(ws, window)
+
+
+def _enospc_of_the_dataloaders_shm(ws: Workspace, window: timedelta) -> None:
+    """An ENOSPC that names no path, on a node whose DataLoader reported /dev/shm exhausted within `window` of it, is
+    that shared memory's: demoted as its report."""
+    for shm in ws.active(prefix=_SHM_EXHAUSTED):
+        for s in ws.active(node=shm.node):
+            if s is shm or shm.first_time is None or s.first_time is None or \
+                    abs(s.first_time - shm.first_time) > window:
+                continue
+            if all(_ENOSPC.search(e.text) and not _NAMED_PATH.search(e.text) for e in s.evidence):
+                ws.demote(s, "an ENOSPC with no path as the DataLoader found /dev/shm exhausted: the shared memory's")
 
 
 _ENOSPC = re.compile(r"No space left on device|Errno 28\b")
+_NAMED_PATH = re.compile(r"No space left on device: \S|\s/[\w.-]+/")  # the ENOSPC says where
+_SHM_EXHAUSTED = "DataLoader shared memory exhausted"
 _ENOENT = re.compile(r"FileNotFoundError|No such file or directory|Errno 2\b")
 
 
