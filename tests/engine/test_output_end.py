@@ -71,3 +71,13 @@ def test_syslog_streams_say_nothing_about_the_programs_output(engine: Engine) ->
     session = _session(engine)
     session.ingest_stream("n1", SourceKind.SYSLOG, io.BytesIO(b"Jan  1 00:10:00 n1 systemd[1]: Started x."), "s")
     assert session.output_ends() == []
+
+
+def test_a_line_hyperscan_named_but_no_extractor_matched_is_the_programs_own_output(engine: Engine) -> None:
+    # IterationGradNormNan is scanned for its tail 'loss: nan' only (scanner.scan_expression); `re` rejects this line,
+    # which is no Megatron iteration line, so it stays the last line of the program's output
+    session = _session(engine)
+    lines = ["2025-01-01T00:05:00Z epoch 1 validation accuracy 0.71", "2025-01-01T00:30:00Z epoch 3 eval loss: nan"]
+    session.ingest_stream("n1", SourceKind.APPLOG, io.BytesIO("\n".join(lines).encode()), "n1/applog.log")
+    assert [text for text, _, _ in _points(session)] == lines[::-1]
+    assert not session.events()

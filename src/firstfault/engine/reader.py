@@ -172,6 +172,7 @@ class LineReader:
         started, started_cpu = clock(), cpu_clock()
         first_block = True
         output_end: OutputEnd | None = None
+        false_hits: set[int] = set()
         for data, length, start_offset, truncated in read_blocks(stream, block_size=self.block_size,
                                                                  max_line_bytes=self.max_line_bytes):
             nbytes += length + 1
@@ -186,11 +187,12 @@ class LineReader:
                 line_no = numbers[-1] + _newlines(data, pos, length) + 1
                 t2, c2 = clock(), cpu_clock()
                 hit_lines += len(hits)
-                last_time = self._handle_hits(data, numbers, start_offset, hits, node, source, origin, emits,
-                                              last_time, acc=acc, stream_clock=stream_clock)
+                last_time, false_hits = self._handle_hits(data, numbers, start_offset, hits, node, source, origin,
+                                                          emits, last_time, acc=acc, stream_clock=stream_clock)
                 t3, c3 = clock(), cpu_clock()
             else:
                 line_no += _newlines(data, 0, length) + 1
+                false_hits = set()
                 t2, c2 = clock(), cpu_clock()
                 t3, c3 = t2, c2
             scan_s += t1 - t0
@@ -206,7 +208,8 @@ class LineReader:
             if isinstance(block_end, datetime):
                 last_time = block_end
             if source == SourceKind.APPLOG:
-                output_end = self._output_end(data, length, hits, line_no, node, origin, start_offset, output_end)
+                output_end = self._output_end(data, length, hits, false_hits, line_no, node, origin, start_offset,
+                                              output_end)
         lines = line_no - 1
         acc.count(node, source.value, origin, lines, nbytes)
         if output_end is not None:
@@ -257,13 +260,15 @@ class LineReader:
         if line_count is None:
             line_count = (numbers[-1] - first_line if numbers else 0) + _newlines(data, pos, len(data)) + 1
         self.accumulator.count(node, source.value, origin, line_count, len(data) + 1)
+        false_hits: set[int] = set()
         if hits:
-            self._handle_hits(data, numbers, start_offset, hits, node, source, origin, self.emits(source), None,
-                              acc=self.accumulator, times=times, first_line=first_line, labels=labels,
-                              utc_offset=utc_offset)
+            _, false_hits = self._handle_hits(data, numbers, start_offset, hits, node, source, origin,
+                                              self.emits(source), None, acc=self.accumulator, times=times,
+                                              first_line=first_line, labels=labels, utc_offset=utc_offset)
         if source == SourceKind.APPLOG:
-            end = self._output_end(data, len(data), hits, first_line + line_count, node, origin, start_offset, None,
-                                   times=times, first_line=first_line, labels=labels, utc_offset=utc_offset)
+            end = self._output_end(data, len(data), hits, false_hits, first_line + line_count, node, origin,
+                                   start_offset, None, times=times, first_line=first_line, labels=labels,
+                                   utc_offset=utc_offset)
             if end is not None:
                 self.accumulator.output_end(end)
         if utc_offset:
@@ -276,10 +281,11 @@ class LineReader:
                      emits: list[_Emit], last_time: datetime | None, *, acc: Accumulator,
                      stream_clock: StreamClock | None = None, times: Sequence[datetime | None] | None = None,
                      first_line: int = 1, labels: dict[str, str] | None = None,
-                     utc_offset: timedelta | None = None) -> datetime | None:
+                     utc_offset: timedelta | None = None) -> tuple[datetime | None, set[int]]:
         """Emit the events of the matching lines (`numbers`: their line numbers). Returns the time to carry on
-        with."""
+        with and where the false hits (lines `re` rejected for every extractor hyperscan named) start."""
         prev_end, prev_time = -1, None  # the previous matching line of `data`: where it ends, its time
+        false_hits: set[int] = set()
         for line_no, (start, end, ids) in zip(numbers, hits, strict=True):
             raw = data[start:end]
             if raw.endswith(b"\r"):
@@ -310,10 +316,11 @@ class LineReader:
                     self._time_went_back(origin, line_no, last_time, time)
                 last_time = time
             offset = None if start_offset is None else start_offset + start
-            self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited, acc,
-                            utc_offset)
+            if not self._emit_line(text, ids, node, source, origin, line_no, offset, labels, time, emits, inherited,
+                                   acc, utc_offset):
+                false_hits.add(start)
             prev_end, prev_time = end, time
-        return last_time
+        return last_time, false_hits
 
     def _stated_time(self, text: str) -> datetime | None:
         """The time an unstamped line states as its own (slurmstepd's 'CANCELLED AT <time>'), if it states one."""
@@ -378,15 +385,15 @@ class LineReader:
         return None
 
     def _output_end(self, data: bytes | bytearray, length: int, hits: list[tuple[int, int, list[int]]],
-                    next_line: int, node: str | None, origin: str, start_offset: int | None,
+                    false_hits: set[int], next_line: int, node: str | None, origin: str, start_offset: int | None,
                     previous: OutputEnd | None, *, times: Sequence[datetime | None] | None = None,
                     first_line: int = 1, labels: dict[str, str] | None = None,
                     utc_offset: timedelta | None = None) -> OutputEnd | None:
         """Where the application's own output in `data[:length]` (a block or batch of one stream; `next_line` is the
         number of the line after its last) ended, walking back over its last lines (bounded): see `OutputEnd`.
         `previous` is the stream's earlier blocks' answer, which a walk that reached the block's start goes on
-        from. None when the walk met no unmatched line."""
-        matched = {start for start, _end, _ids in hits[-_TIME_LOOKBACK_LINES:]}
+        from. None when the walk met no unmatched line. A false hit (`false_hits`, by start) is an unmatched line."""
+        matched = {start for start, _end, _ids in hits[-_TIME_LOOKBACK_LINES:]} - false_hits
         points: list[tuple[Evidence, int | None]] = []
         undated = 0
         first_undated: int | None = None  # the earliest unstamped line walked over so far (the walk goes back)
@@ -437,7 +444,9 @@ class LineReader:
 
     def _emit_line(self, text: str, ids: list[int], node: str | None, source: SourceKind, origin: str,
                    line_no: int, offset: int | None, labels: dict[str, str] | None, time: datetime | None,
-                   emits: list[_Emit], inherited: bool, acc: Accumulator, utc_offset: timedelta | None) -> None:
+                   emits: list[_Emit], inherited: bool, acc: Accumulator, utc_offset: timedelta | None) -> bool:
+        """Emit the line's events; False when `re` rejected every hyperscan hit on it (a false hit: hyperscan
+        approximates some patterns), so the line is the program's own output after all."""
         shown = self._shown(text)
         # A line without its own stamp is only known to come after the previous stamped line (inherited time,
         # a lower bound) or, failing that, before the end of the job: either way its time is inferred.
@@ -459,12 +468,14 @@ class LineReader:
         rank = _rank_prefix(text)
         relayed_from = _relay_prefix(text)
         printed_by = self._printed_by(text, node)
+        rejected = 0
         for index in ids:
             emit = emits[index]
             if relayed_from and emit.event_type.startswith(EventType.CONTEXT):
                 continue  # a fact about the node that printed the line first (its address, host name), not this one
             groups = match_groups(emit.extractor, text)
-            if groups is None:  # hyperscan and re disagree only on pathological input; re decides
+            if groups is None:  # hyperscan approximates some patterns; re decides
+                rejected += 1
                 continue
             symptom = emit.extractor.render_symptom(groups) if emit.templated else emit.symptom
             # groupdict() is a new dict: it is the captures unless a group did not take part in the match
@@ -489,6 +500,7 @@ class LineReader:
                 continue
             acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
+        return rejected < len(ids)
 
     def _recorded_time(self, captures: dict[str, Any], written: datetime | None,
                        utc_offset: timedelta | None) -> datetime | None:
