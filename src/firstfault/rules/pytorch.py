@@ -1509,6 +1509,85 @@ def init_failed_on_every_node(ws: Workspace) -> None:
             ws.drop(event, f"no NVIDIA driver to talk to, while CUDA could not start on any of the {len(nodes)} nodes")
 
 
+_HIDDEN_GPUS = "GPUs hidden from the process"
+# cudaErrorNoDevice by its text or name, and PyTorch's count of zero: the process saw no GPU at all (an initialization
+# error, by contrast, says the driver or device failed)
+_NO_DEVICE = re.compile(r"no CUDA-capable device is detected|\bcudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE|"
+                        r"No CUDA GPUs are available")
+
+
+@filter_rule("NoDeviceWhereNvidiaSmiListsGpus", phase=Phase.FILTER, after=("InitFailedOnEveryNode",), doc=f"""
+nvidia-smi prints its table (the header with the driver version, then a row per GPU) only when the driver answers
+and enumerates the node's GPUs; a GPU the driver lost makes it print 'Unable to determine the device handle' or 'No
+devices were found' instead. A process on that node whose CUDA found no GPU at all (cudaErrorNoDevice, 'no
+CUDA-capable device is detected'; PyTorch's 'No CUDA GPUs are available') was then not given the GPUs: a launch
+without a GPU request (jsrun without --gpu_per_rs, srun without --gpus), an empty or wrong CUDA_VISIBLE_DEVICES, a
+cgroup or container without the devices. The report is read as `{_HIDDEN_GPUS}` (configuration, no node blamed); a
+GPU fault on record on the node still outranks it.
+""", cases=[
+    # https://github.com/NVIDIA/AMGX/issues/106 (jsrun on Summit without --gpu_per_rs; nvidia-smi on the node lists its
+    # V100s)
+    RuleCase(title="nvidia-smi lists the GPUs the process could not see", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z Cuda error in file 'examples/amgx_mpi_capi.c' in line 149 : no CUDA-capable device is "
+        "detected.",
+        "2025-01-01T00:00:20Z | NVIDIA-SMI 418.116.00   Driver Version: 418.116.00   CUDA Version: 10.1     |"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_HIDDEN_GPUS)),
+    RuleCase(title="no nvidia-smi table on the node", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z [rank8]: RuntimeError: CUDA error: no CUDA-capable device is detected"],
+        "n2/applog": ["2025-01-01T00:00:20Z | NVIDIA-SMI 418.116.00   Driver Version: 418.116.00   CUDA Version: 10.1 |"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+    RuleCase(title="an initialization error beside the table", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z   what():  CUDA error: initialization error",
+        "2025-01-01T00:00:20Z | NVIDIA-SMI 418.116.00   Driver Version: 418.116.00   CUDA Version: 10.1     |"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def no_device_where_nvidia_smi_lists_gpus(ws: Workspace) -> None:
+    listed = {ws.canonical_node(e.node) for e in ws.events_of(f"{EventType.CONTEXT}.driver_version")
+              if e.rule == "NvidiaSmiDriverVersion"}
+    for event in ws.events_of(EventType.NODE_BAD):
+        if (event.symptom == _NO_START and ws.canonical_node(event.node) in listed
+                and _NO_DEVICE.search(event.evidence.text)):
+            ws.reread(event, _HIDDEN_GPUS, f"nvidia-smi on {event.node} lists its GPUs: the driver has them, the process "
+                      "was not given any")
+
+
+@refiner("NoDeviceOnTheOnlyNode", phase=Phase.REFINE_EARLY, after=(ONE_NODE_FAULT_RULE,), doc="""
+A process that found no GPU at all (cudaErrorNoDevice, PyTorch's 'No CUDA GPUs are available') may run on a node whose
+GPUs are gone or be one its launch, environment or container hid them from. Against peers the node shows itself (rule
+CudaDeviceErrorOnOneNode); in a workload of one node there is no peer, and without a GPU fault on record there (an Xid,
+the driver's own error) nothing tells the node from the launch: the report is demoted and no node is blamed for it.
+""", cases=[
+    # https://github.com/mlcommons/training_results_v4.0 (an NCCL check whose eight tasks on the one node found no device)
+    RuleCase(title="every task of a one-node check", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z n1: Test CUDA failure common.cu:893 'no CUDA-capable device is detected'"]},
+        context={"nodes": ["n1"]},
+        expect=Expect(fired=True, culprits=[], demoted=[_NO_START])),
+    RuleCase(title="the driver's own error on the one node", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z n1: Test CUDA failure common.cu:893 'no CUDA-capable device is detected'"],
+        "n1/syslog": ["Jan  1 00:00:05 n1 kernel: NVRM: GPU 0000:1b:00.0: RmInitAdapter failed! (0x23:0xffff:1460)"]},
+        context={"nodes": ["n1"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+    RuleCase(title="an initialization error on the one node", evidence={"n1/applog": [
+        "2025-01-01T00:00:10Z   what():  CUDA error: initialization error"]},
+        context={"nodes": ["n1"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def no_device_on_the_only_node(ws: Workspace) -> None:
+    if len(ws.context.nodes) != 1:
+        return
+    for s in ws.active(prefix=_NO_START):
+        if not any(_NO_DEVICE.search(ev.text) for ev in s.evidence):
+            continue
+        recorded = [o for o in ws.active(role="root", node=s.node)
+                    if o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST) and o.name != _NO_START]
+        if not recorded:
+            ws.demote(s, "no GPU at all in a workload of one node, no GPU fault on record there: the node and the "
+                      "launch that may have hidden its GPUs cannot be told apart")
+
+
 SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's
 
 

@@ -827,6 +827,36 @@ def bus_error_in_a_default_shm(ws: Workspace) -> None:
                                     "a shared-memory page the full tmpfs could not back")
 
 
+_CLIENT_FAILED = "Node's filesystem client failed"
+_POD_VOLUMES = "/var/lib/kubelet/pods/"  # the kubelet's directory of each pod's own volumes
+
+
+@filter_rule("PodVolumeIsThePods", phase=Phase.FILTER, doc=f"""
+A path answering ENOTCONN is a FUSE mount whose daemon is gone. Under {_POD_VOLUMES}<uid>/volumes/ it is one pod's own
+volume (a CSI ephemeral volume served by the pod's sidecar, as GKE's gcsfuse sidecar): its daemon lived and died with
+that pod, and the node's other mounts are not touched, so it is not `{_CLIENT_FAILED}` and no node is blamed for it;
+what the pod's containers report about the volume stands.
+""", cases=[
+    # https://github.com/GoogleCloudPlatform/gcs-fuse-csi-driver/issues/534 (the pod's gcsfuse sidecar crashed)
+    RuleCase(title="a pod's sidecar-served volume", evidence={"n1/scheduler": [
+        "2025-01-01T00:10:00Z Warning  Failed  kubelet  Error: failed to generate container spec: failed to stat "
+        "\"/var/lib/kubelet/pods/4383ae58/volumes/kubernetes.io~csi/gcs-fuse-csi-ephemeral/mount\": stat "
+        "/var/lib/kubelet/pods/4383ae58/volumes/kubernetes.io~csi/gcs-fuse-csi-ephemeral/mount: transport endpoint is "
+        "not connected"]},
+        expect=Expect(fired=True, culprits=[], absent=[_CLIENT_FAILED])),
+    # https://github.com/pytorch/ci-infra/pull/876 (a node's hostPath FUSE mount, its rclone daemon OOM-killed)
+    RuleCase(title="a node's own mount", evidence={"n1/scheduler": [
+        "2025-01-01T00:10:00Z Warning  Failed  pod/ft-eval-1  Error: failed to generate container spec: failed to stat "
+        "\"/mnt/hf_cache\": stat /mnt/hf_cache: transport endpoint is not connected"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n1"])),
+])
+def pod_volume_is_the_pods(ws: Workspace) -> None:
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _CLIENT_FAILED and any(path.startswith(_POD_VOLUMES)
+                                                   for path in event.value_set("disconnected_path")):
+            ws.drop(event, "the disconnected mount is one pod's own volume, served from that pod, not the node's")
+
+
 # Within this many seconds, SIGBUS deaths of several processes of one node are one event of their shared memory.
 SHARED_BUS_ERROR_S = 60
 
