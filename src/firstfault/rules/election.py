@@ -516,6 +516,11 @@ def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datet
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
 
 
+def exited_zero_unrecorded(ws: Workspace) -> bool:
+    """No scheduler recorded a state and the workload exited 0 (a bare mpirun or torchrun: the launcher's code)."""
+    return not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
+
+
 def workload_completed(ws: Workspace) -> bool:
     """The scheduler recorded the workload COMPLETED, or, where no scheduler state was recorded, a line reported its
     completion (a step that completed inside a job the scheduler failed is not the workload's end)."""

@@ -21,7 +21,13 @@ from functools import lru_cache
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import exception_message, printed_before, quiet_between_lines, workload_completed
+from firstfault.rules.election import (
+    exception_message,
+    exited_zero_unrecorded,
+    printed_before,
+    quiet_between_lines,
+    workload_completed,
+)
 from firstfault.rules.scheduler import RAY_CHECK, WORKLOAD_ENDERS, aborted_for_the_gcs
 
 GENERIC_EXCEPTION_RULE = "PythonUserException"
@@ -1586,6 +1592,48 @@ def no_device_on_the_only_node(ws: Workspace) -> None:
         if not recorded:
             ws.demote(s, "no GPU at all in a workload of one node, no GPU fault on record there: the node and the "
                       "launch that may have hidden its GPUs cannot be told apart")
+
+
+# CUDA that could not start or was given no GPU, whichever way it was read
+_GPU_START_FAILURES = (_NO_START, "CUDA could not start on any node", _HIDDEN_GPUS)
+# The program's own output this long after a GPU start failure is its work going on, not a wrapper's closing line
+WENT_ON_S = 60.0
+
+
+@refiner("GpuStartSurvivedInACompletedRun", phase=Phase.REFINE, doc=f"""
+A program that could not start CUDA either stops there or goes on without it: TensorFlow logs 'failed call to cuInit:
+CUDA_ERROR_NO_DEVICE' and places its work on the CPU, JAX warns and falls back to the CPU backend. When the run is
+recorded complete (COMPLETED, Succeeded, exit 0) and the same stream went on printing the program's own lines more
+than {WENT_ON_S:.0f} s after the failure, the program worked on without the GPU and finished: the failure was survived
+and is demoted. With no such output after it, the accounting is questioned as before (rule CompletedWorkload).
+""", cases=[
+    # https://github.com/google/deepvariant/issues/761 (postprocess_variants runs on the CPU after TensorFlow's cuInit)
+    RuleCase(title="TensorFlow's cuInit failure, then minutes of work on the CPU", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z 2025-01-01 00:10:00.236791: E tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc:"
+        "267] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        "2025-01-01T00:10:01Z I0101 00:10:01.677495 1404 postprocess_variants.py:1318] Using 2 CPUs for parallelization",
+        "2025-01-01T00:13:50Z I0101 00:13:50.211874 1404 postprocess_variants.py:1384] Writing variants to VCF."]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", culprits=[], demoted=[_NO_START])),
+    RuleCase(title="a wrapper's closing line seconds after", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [rank0]: RuntimeError: No CUDA GPUs are available",
+        "2025-01-01T00:10:02Z run.sh: done"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False, culprits=["n1"])),
+])
+def gpu_start_survived_in_a_completed_run(ws: Workspace) -> None:
+    if not (workload_completed(ws) or exited_zero_unrecorded(ws)):
+        return
+    for s in [s for name in _GPU_START_FAILURES for s in ws.active(prefix=name)]:
+        last = s.last_time or s.first_time
+        if last is None or ws.undated(s):
+            continue
+        origins = {ev.provenance.origin for ev in s.evidence}
+        went_on = [ev.time for end in ws.output_ends if end.origin in origins for ev, _undated in end.points
+                   if ev.time is not None and (ev.time - last).total_seconds() > WENT_ON_S]
+        if went_on:
+            ws.demote(s, f"the program went on printing its own work until {max(went_on):%H:%M:%S} and the run "
+                      "completed: it worked on without the GPU")
 
 
 SEMAPHORE_ENOSPC_S = 10.0  # an ENOSPC this soon after a semaphore-creation frame is that semaphore's

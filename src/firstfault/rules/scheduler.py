@@ -33,6 +33,7 @@ from firstfault.rules.election import (
     SHUTDOWN_MARGIN_S,
     SURVIVED_AFTER_S,
     blamed_nodes,
+    exited_zero_unrecorded,
     last_progress,
     named_peers,
     printed_before,
@@ -2015,7 +2016,7 @@ nothing demoted.
 ])
 def completed_workload(ws: Workspace) -> None:
     recorded = recorded_state(ws.context)
-    exited_zero = not ws.context.scheduler_state.strip() and ws.context.exit_code.strip() in ("0", "0:0")
+    exited_zero = exited_zero_unrecorded(ws)
     if recorded != TerminalState.COMPLETED and not exited_zero:
         return
     limit = next((s for name in TIME_LIMITS for s in ws.select(prefix=name) if _at_the_end(ws, s)), None)

@@ -478,6 +478,7 @@ def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     if len({s.node for s in crashed}) != 1:
         return
     node, daemons = crashed[0].node, {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
+    daemons |= {d for s in crashed for d in s.value_set("cored") | s.value_set("panicked") | s.value_set("gluster")}
     for s in crashed:
         ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
     for oom in [*ws.active(prefix="Host OOM kill", node=node), *ws.active(prefix="Kubernetes OOMKilled", node=node)]:
@@ -829,6 +830,38 @@ def bus_error_in_a_default_shm(ws: Workspace) -> None:
 
 _CLIENT_FAILED = "Node's filesystem client failed"
 _POD_VOLUMES = "/var/lib/kubelet/pods/"  # the kubelet's directory of each pod's own volumes
+_LOOPBACK = re.compile(r"127(?:\.\d{1,3}){3}|localhost|::1")
+
+
+@filter_rule("NfsThroughTheNodesOwnProxy", phase=Phase.FILTER, doc=f"""
+An NFS server at a loopback address is a proxy on the node itself: Amazon EFS's mount helper mounts with TLS through a
+stunnel (or efs-proxy) listening on 127.0.0.1, which carries the node's NFS traffic to the file system. The kernel
+giving up on '127.0.0.1' ('nfs: server 127.0.0.1 not responding, timed out') on one node of the workload alone is that
+node's proxy gone or wedged, not the file system: it is read as `{_CLIENT_FAILED}` (storage, that node blamed). On
+several nodes at once the file system behind the proxies is as likely, and the reading stands.
+""", cases=[
+    # https://github.com/aws/efs-utils/issues/125 (the TLS tunnel died; the node's EFS mount hung)
+    RuleCase(title="one node's EFS TLS tunnel", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: [108301.000000] nfs: server 127.0.0.1 not responding, timed out"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_CLIENT_FAILED)),
+    RuleCase(title="every node's tunnel at once", evidence={f"{n}/syslog": [
+        f"Jan  1 00:10:00 {n} kernel: [108301.000000] nfs: server 127.0.0.1 not responding, timed out"] for n in "ab"},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
+    RuleCase(title="an NFS server by name", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: [108301.000000] nfs: server nfs-home.cluster.local not responding, timed out"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def nfs_through_the_nodes_own_proxy(ws: Workspace) -> None:
+    local = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "NfsTimedOut"
+             and any(_LOOPBACK.fullmatch(server) for server in e.value_set("server"))]
+    if len({ws.canonical_node(e.node) for e in local}) != 1:
+        return
+    for event in local:
+        ws.reread(event, _CLIENT_FAILED, "the NFS server is the node's own loopback proxy (a TLS tunnel): the node's "
+                                         "client side failed")
 
 
 @filter_rule("PodVolumeIsThePods", phase=Phase.FILTER, doc=f"""
