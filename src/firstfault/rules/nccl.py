@@ -191,6 +191,38 @@ def relayed_output(ws: Workspace) -> None:
         if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
 
+_PLUGIN_EMPTY = "RDMA device plugin found no devices"
+_PLUGIN_SELECTS_NOTHING = "RDMA device plugin's selectors match no device"
+
+
+@filter_rule("RdmaPluginEmptyOnEveryNode", phase=Phase.FILTER, doc=f"""
+An RDMA device plugin that found no device for its resource on one node points at that node's HCA or driver; on every
+node of the workload (two or more) it points at what they share: the plugin's configuration, whose selectors (vendor,
+device id, interface names such as 'ens3') match no device on any of them. Each node's report is then read as
+`{_PLUGIN_SELECTS_NOTHING}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/Mellanox/network-operator/issues/438 (rdma_shared_device_a 0 on every worker; the maintainer
+    # asked whether the selector's interface exists)
+    RuleCase(title="no devices for the resource on every node", evidence={
+        f"{n}/scheduler": ["2025/01/01 00:01:00 Warning: no Rdma Devices were found for resource rdma_shared_device_a"]
+        for n in ("w1", "w2")},
+        context={"nodes": ["w1", "w2"], "scheduler": "kubernetes"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_PLUGIN_SELECTS_NOTHING)),
+    RuleCase(title="on one node of two", evidence={
+        "w2/scheduler": ["2025/01/01 00:01:00 Warning: no Rdma Devices were found for resource rdma_shared_device_a"]},
+        context={"nodes": ["w1", "w2"], "scheduler": "kubernetes"},
+        expect=Expect(fired=False, sub_domain="network", culprits=["w2"])),
+])
+def rdma_plugin_empty_on_every_node(ws: Workspace) -> None:
+    reports = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _PLUGIN_EMPTY]
+    nodes = set(ws.context.nodes)
+    if len(nodes) < 2 or {ws.canonical_node(e.node) for e in reports} != nodes:
+        return
+    for event in reports:
+        ws.reread(event, _PLUGIN_SELECTS_NOTHING, f"the plugin found no device on any of the {len(nodes)} nodes: its "
+                                                  "selectors, not the nodes' HCAs")
+
+
 _PORT_NOT_ACTIVATED = "IB port not activated by the subnet manager"
 
 

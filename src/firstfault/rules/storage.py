@@ -836,15 +836,26 @@ _LOOPBACK = re.compile(r"127(?:\.\d{1,3}){3}|localhost|::1")
 @filter_rule("NfsThroughTheNodesOwnProxy", phase=Phase.FILTER, doc=f"""
 An NFS server at a loopback address is a proxy on the node itself: Amazon EFS's mount helper mounts with TLS through a
 stunnel (or efs-proxy) listening on 127.0.0.1, which carries the node's NFS traffic to the file system. The kernel
-giving up on '127.0.0.1' ('nfs: server 127.0.0.1 not responding, timed out') on one node of the workload alone is that
-node's proxy gone or wedged, not the file system: it is read as `{_CLIENT_FAILED}` (storage, that node blamed). On
-several nodes at once the file system behind the proxies is as likely, and the reading stands.
+giving up on '127.0.0.1' ('nfs: server 127.0.0.1 not responding, timed out'), or retrying it ('still trying') with no
+'server 127.0.0.1 OK' after, on one node of the workload alone is that node's proxy gone or wedged, not the file
+system: it is read as `{_CLIENT_FAILED}` (storage, that node blamed). On several nodes at once the file system behind
+the proxies is as likely, and the reading stands.
 """, cases=[
     # https://github.com/aws/efs-utils/issues/125 (the TLS tunnel died; the node's EFS mount hung)
     RuleCase(title="one node's EFS TLS tunnel", evidence={"b/syslog": [
         "Jan  1 00:10:00 b kernel: [108301.000000] nfs: server 127.0.0.1 not responding, timed out"]},
         context={"nodes": ["a", "b"]},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_CLIENT_FAILED)),
+    # https://github.com/aws/efs-utils/issues/125 (the same, as the kernel first reports it)
+    RuleCase(title="one node retrying its tunnel, never answered", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: [108301.000000] nfs: server 127.0.0.1 not responding, still trying"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_CLIENT_FAILED)),
+    RuleCase(title="one node's tunnel back after a stall", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: [108301.000000] nfs: server 127.0.0.1 not responding, still trying",
+        "Jan  1 00:11:00 b kernel: [108361.000000] nfs: server 127.0.0.1 OK"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="every node's tunnel at once", evidence={f"{n}/syslog": [
         f"Jan  1 00:10:00 {n} kernel: [108301.000000] nfs: server 127.0.0.1 not responding, timed out"] for n in "ab"},
         context={"nodes": ["a", "b"]},
@@ -855,8 +866,12 @@ several nodes at once the file system behind the proxies is as likely, and the r
         expect=Expect(fired=False, culprits=[])),
 ])
 def nfs_through_the_nodes_own_proxy(ws: Workspace) -> None:
-    local = [e for e in ws.events_of(EventType.NODE_BAD) if e.rule == "NfsTimedOut"
-             and any(_LOOPBACK.fullmatch(server) for server in e.value_set("server"))]
+    def loopback(event: Event) -> bool:
+        return any(_LOOPBACK.fullmatch(server) for server in event.value_set("server"))
+
+    recovered = {ws.canonical_node(e.node) for e in ws.events if e.rule == "NfsServerOk" and loopback(e)}
+    local = [e for e in ws.events if loopback(e) and (e.rule == "NfsTimedOut" or (
+        e.rule == "NfsStillTrying" and ws.canonical_node(e.node) not in recovered))]
     if len({ws.canonical_node(e.node) for e in local}) != 1:
         return
     for event in local:
