@@ -191,6 +191,33 @@ def relayed_output(ws: Workspace) -> None:
         if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
 
+_TOPOLOGY_INVALID = "NCCL topology file invalid"
+_TOPOLOGY_FILE_MISSING = re.compile(r"Could not open XML topology file")
+
+
+@filter_rule("MissingTopologyFileIsSkipped", phase=Phase.FILTER, doc=f"""
+NCCL reads NCCL_TOPO_FILE (and its default topology files) with a warning when it cannot open one ('Could not open XML
+topology file <path> : No such file or directory', graph/xml.cc) and returns success: it goes on with the topology it
+detects itself, and later releases log it at INFO. That warning is not `{_TOPOLOGY_INVALID}` and is dropped; a file it
+opened and could not parse still is.
+""", cases=[
+    # https://github.com/NVIDIA/nccl/blob/master/src/graph/xml.cc (ncclTopoGetXmlFromFile)
+    RuleCase(title="an empty NCCL_TOPO_FILE in a benchmark that completed", evidence={"n1/applog": [
+        "2025-01-01T00:01:00Z n1:105:130 [0] graph/xml.cc:375 NCCL WARN Could not open XML topology file  : No such "
+        "file or directory"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, absent=[_TOPOLOGY_INVALID])),
+    RuleCase(title="a topology file NCCL could not parse", evidence={"n1/applog": [
+        "2025-01-01T00:01:00Z n1:75:95 [2] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="configuration")),
+])
+def missing_topology_file_is_skipped(ws: Workspace) -> None:
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom == _TOPOLOGY_INVALID and _TOPOLOGY_FILE_MISSING.search(event.evidence.text):
+            ws.drop(event, "NCCL could not open a topology file and went on with the topology it detects")
+
+
 _PLUGIN_EMPTY = "RDMA device plugin found no devices"
 _PLUGIN_SELECTS_NOTHING = "RDMA device plugin's selectors match no device"
 
