@@ -831,6 +831,35 @@ def bus_error_in_a_default_shm(ws: Workspace) -> None:
 _CLIENT_FAILED = "Node's filesystem client failed"
 _POD_VOLUMES = "/var/lib/kubelet/pods/"  # the kubelet's directory of each pod's own volumes
 _LOOPBACK = re.compile(r"127(?:\.\d{1,3}){3}|localhost|::1")
+_CLIENT_HUNG = "Task hung in a shared filesystem client"
+
+
+@filter_rule("FuseDaemonHungOnOneNode", phase=Phase.FILTER, doc=f"""
+A task blocked with FUSE's frames on its stack (request_wait_answer [fuse]) waits for the FUSE daemon of its own node:
+the kernel hands every request on the mount to that user-space process (s3fs, goofys, gcsfuse, mount-s3 ...), whatever
+store is behind it. On one node of the workload alone, it is that node's daemon that stopped answering: the frames are
+read as `{_CLIENT_FAILED}` (storage, that node blamed). On several nodes the store behind the daemons is as likely,
+and they stay `{_CLIENT_HUNG}`.
+""", cases=[
+    # https://github.com/s3fs-fuse/s3fs-fuse/issues/2422 (one node's s3fs stopped answering; its readers hung)
+    RuleCase(title="one node's tasks blocked on its FUSE daemon", evidence={"b/syslog": [
+        "Jan  1 00:10:00 b kernel: INFO: task python3.10:118233 blocked for more than 120 seconds.",
+        "Jan  1 00:10:00 b kernel:  request_wait_answer+0x125/0x1f0 [fuse]"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_CLIENT_FAILED)),
+    RuleCase(title="both nodes' tasks blocked on their FUSE daemons", evidence={f"{n}/syslog": [
+        f"Jan  1 00:10:00 {n} kernel: INFO: task python3.10:118233 blocked for more than 120 seconds.",
+        f"Jan  1 00:10:00 {n} kernel:  request_wait_answer+0x125/0x1f0 [fuse]"] for n in "ab"},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, culprits=[])),
+])
+def fuse_daemon_hung_on_one_node(ws: Workspace) -> None:
+    frames = [e for e in ws.events_of(EventType.NODE_INTERESTING)
+              if e.symptom == _CLIENT_HUNG and e.value_set("fs_module") == {"fuse"}]
+    if len({ws.canonical_node(e.node) for e in frames}) != 1:
+        return
+    for event in frames:
+        ws.reread(event, _CLIENT_FAILED, "a task waited on the node's own FUSE daemon, and on no other node")
 
 
 @filter_rule("NfsThroughTheNodesOwnProxy", phase=Phase.FILTER, doc=f"""
