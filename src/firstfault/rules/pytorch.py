@@ -1594,6 +1594,38 @@ def no_device_on_the_only_node(ws: Workspace) -> None:
                       "launch that may have hidden its GPUs cannot be told apart")
 
 
+_GFX_OVERRIDDEN = "GPU target overridden (HSA_OVERRIDE_GFX_VERSION)"
+
+
+@filter_rule("FaultUnderGfxOverride", phase=Phase.FILTER, doc=f"""
+HSA_OVERRIDE_GFX_VERSION makes ROCm report another GFX target than the GPU's own so that builds for that target load:
+AMD documents it as an unsupported workaround, and kernels built for another ISA fault. A ROCr memory-access fault
+(read as a kernel's illegal memory access) in a workload whose environment set the override (a job script's echo of it
+holds for every task it launches) is read as `{_GFX_OVERRIDDEN}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/ROCm/ROCm/issues/2536 (an RDNA2 APU run with HSA_OVERRIDE_GFX_VERSION=10.3.0)
+    RuleCase(title="a memory fault with the target overridden", evidence={"n1/applog": [
+        "2025-01-01T00:00:05Z HSA_OVERRIDE_GFX_VERSION=10.3.0",
+        "2025-01-01T00:01:00Z Memory access fault by GPU node-1 (Agent handle: 0x55d0) on address 0x7f1. Reason: Page "
+        "not present or supervisor privilege."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GFX_OVERRIDDEN)),
+    RuleCase(title="the same fault without an override", evidence={"n1/applog": [
+        "2025-01-01T00:01:00Z Memory access fault by GPU node-1 (Agent handle: 0x55d0) on address 0x7f1. Reason: Page "
+        "not present or supervisor privilege."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def fault_under_gfx_override(ws: Workspace) -> None:
+    overrides = sorted({v for e in ws.events_of(f"{EventType.CONTEXT}.gfx_override") for v in e.value_set("gfx_override")})
+    if not overrides:
+        return
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.rule == "RocmMemoryAccessFault":
+            ws.reread(event, _GFX_OVERRIDDEN, f"the job set HSA_OVERRIDE_GFX_VERSION={overrides[0]}: kernels built for "
+                      "another GFX target ran on the GPU")
+
+
 # CUDA that could not start or was given no GPU, whichever way it was read
 _GPU_START_FAILURES = (_NO_START, "CUDA could not start on any node", _HIDDEN_GPUS)
 # The program's own output this long after a GPU start failure is its work going on, not a wrapper's closing line
