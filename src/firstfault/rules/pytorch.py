@@ -1171,6 +1171,38 @@ def missing_gpu_explains_ordinal(ws: Workspace) -> None:
                       "GPU's", {"blamed_node": event.node})
 
 
+_GPU_COUNT_CONFIG = "GPU count configured above what every node reports"
+
+
+@filter_rule("GpuCountLowOnEveryNode", phase=Phase.FILTER, after=("MissingGpuExplainsOrdinal",), doc=f"""
+Slurm's 'gres/gpu count reported lower than configured' on one node is a GPU that node lost. On every node of the
+workload (two or more) at once it is what they share: the GPU count in slurm.conf or gres.conf above what the nodes
+have, an image or set-up that leaves the GPUs undetected on all of them (no NVML, no driver loaded). Independent GPU
+losses do not strike every node together: the reports are read as `{_GPU_COUNT_CONFIG}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/BiBiServ/bibigrid/issues/726 (a cloud cluster's workers configured with two GPUs, detecting none)
+    RuleCase(title="every worker reports fewer GPUs than configured", evidence={"n1/scheduler": [
+        f"[2025-01-01T00:01:00.870] error: Setting node {n} state to INVAL with reason:gres/gpu count reported lower "
+        "than configured (0 < 2)" for n in ("n1", "n2")]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_GPU_COUNT_CONFIG)),
+    RuleCase(title="one worker of two", evidence={"n1/scheduler": [
+        "[2025-01-01T00:01:00.870] error: Setting node n2 state to INVAL with reason:gres/gpu count reported lower "
+        "than configured (3 < 4)"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n2"])),
+])
+def gpu_count_low_on_every_node(ws: Workspace) -> None:
+    reports = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FEWER_GPUS]
+    nodes = set(ws.context.nodes)
+    short = {ws.canonical_node(node) for e in reports for node in e.value_set("blamed_node")}
+    if len(nodes) < 2 or not nodes <= short:
+        return
+    for event in reports:
+        ws.reread(event, _GPU_COUNT_CONFIG, f"every one of the {len(nodes)} nodes reported fewer GPUs than configured: "
+                                            "their shared configuration or set-up")
+
+
 _CONTAINER_SETUP = "GPU container setup failed on the node"
 
 
