@@ -1635,7 +1635,7 @@ AMD documents it as an unsupported workaround, and kernels built for another ISA
 (read as a kernel's illegal memory access) in a workload whose environment set the override (a job script's echo of it
 holds for every task it launches) is read as `{_GFX_OVERRIDDEN}` (configuration, no node blamed).
 """, cases=[
-    # https://github.com/ROCm/ROCm/issues/2536 (an RDNA2 APU run with HSA_OVERRIDE_GFX_VERSION=10.3.0)
+    # https://github.com/ROCm/ROCm/issues/5238 (an MI210 job run with HSA_OVERRIDE_GFX_VERSION set)
     RuleCase(title="a memory fault with the target overridden", evidence={"n1/applog": [
         "2025-01-01T00:00:05Z HSA_OVERRIDE_GFX_VERSION=10.3.0",
         "2025-01-01T00:01:00Z Memory access fault by GPU node-1 (Agent handle: 0x55d0) on address 0x7f1. Reason: Page "
