@@ -928,6 +928,13 @@ def cuda_init_error_after_progress(ws: Workspace) -> None:
 _NO_DEVICE_NODE = "GPU device node absent"
 
 
+def _gpu_fault_on_record(ws: Workspace, node: str | None) -> bool:
+    """A root candidate of the node's GPU, NVLink or host other than CUDA's own failure to start (an Xid, the driver's
+    error): what outranks reading a GPU that CUDA did not find as the launch's doing."""
+    return any(o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST) and o.name != _NO_START
+               for o in ws.active(role="root", node=node))
+
+
 @refiner("NoGpuDeviceInPod", phase=Phase.REFINE_EARLY, doc=f"""
 In a Kubernetes pod the GPU device nodes (/dev/nvidiaN) are the ones the container runtime injects for the GPUs the pod
 was allocated. A pod that reports its device node missing (`{_NO_DEVICE_NODE}`: TensorFlow's 'no NVIDIA GPU device is
@@ -961,10 +968,7 @@ def no_gpu_device_in_pod(ws: Workspace) -> None:
     if ws.context.scheduler != "kubernetes":
         return
     for absent in ws.select(prefix=_NO_DEVICE_NODE, status="interesting"):
-        recorded = [o for o in ws.active(role="root", node=absent.node)
-                    if o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST)
-                    and not o.name.startswith("GPU could not be initialised")]
-        if recorded:
+        if _gpu_fault_on_record(ws, absent.node):
             continue
         for s in ws.active(node=absent.node, prefix="GPU could not be initialised"):
             ws.demote(s, "the pod has no GPU device node: it was given no GPU (its spec or runtime class), no GPU failed")
@@ -1619,9 +1623,7 @@ def no_device_on_the_only_node(ws: Workspace) -> None:
     for s in ws.active(prefix=_NO_START):
         if not any(_NO_DEVICE.search(ev.text) for ev in s.evidence):
             continue
-        recorded = [o for o in ws.active(role="root", node=s.node)
-                    if o.sub_domain in (SubDomain.GPU, SubDomain.NVLINK, SubDomain.HOST) and o.name != _NO_START]
-        if not recorded:
+        if not _gpu_fault_on_record(ws, s.node):
             ws.demote(s, "no GPU at all in a workload of one node, no GPU fault on record there: the node and the "
                       "launch that may have hidden its GPUs cannot be told apart")
 
