@@ -1618,3 +1618,106 @@ def environment_differs_on_some_nodes(ws: Workspace) -> None:
     for event in failed:
         ws.reread(event, _ENV_DIFFERS, f"{event.node} met it; {len(ran & nodes)} other node(s) ran the program "
                                        "without it")
+
+
+_SEGFAULT = "Process crashed (segfault)"
+_OWN_CODE_CRASH = "Crash in the program's own code"
+# Files a crash can sit in whatever program runs: the C and C++ runtimes, allocators and the interpreter, the GPU
+# drivers and their runtimes and maths libraries, and the communication stacks (MPI, UCX, libfabric, verbs, NCCL/RCCL,
+# NVSHMEM), whose crashes a mismatch of versions, transports or devices explains as often as a bug.
+_SHARED_RUNTIME = re.compile(
+    r"^(?:lib)?(?:c|m|dl|rt|z|pthread|gcc_s|stdc\+\+|ld|gomp|tcmalloc|jemalloc|python|glib|X11|GL|EGL|wayland|drm|"
+    r"cuda|cudart|cublas|cublasLt|cudnn|cufft|curand|cusparse|cusolver|cupti|nvrtc|nvJitLink|nvinfer|nvidia|"
+    r"nvToolsExt|dcgm|gdrapi|vgpu|amdhip64|hsa|hsakmt|rocblas|hipblas|hipblaslt|MIOpen|amd_comgr|tpu|nccl|rccl|"
+    r"nvshmem|mpi|mpich|mca|open|ucs|ucp|uct|ucm|fabric|ibverbs|rdmacm|mlx5|psm2|hcoll|sharp|grpc|flux)(?=[-_.\d]|$)")
+
+
+@filter_rule("CrashInTheProgramsOwnCode", phase=Phase.FILTER, doc=f"""
+The kernel's report of a user process's crash names the file mapped at the faulting instruction ('segfault at ... in
+libX.so[base+size]', 'traps: ... general protection fault ... in libX.so['). When every crash the kernel reported in
+the workload names one and the same file, and that file is the program's own (its executable or a library of its
+own, not the C runtime, a GPU driver or runtime, or a communication library whose crashes a mismatch of versions or
+transports explains as often as a bug), the crash is read as `{_OWN_CODE_CRASH}` (application, no node blamed). Crashes
+in several different files of one node (a node that corrupts memory for whatever runs) and a line another extractor
+read more specifically (a filesystem daemon's crash) are left as they are, and so are several processes crashed on one
+node alone of a workload of several (the same code ran unharmed elsewhere) and any crash in a workload with a fault of a
+node's hardware, fabric or storage on record, whenever it was logged (a peer gone, memory gone bad: the crash may be its
+consequence).
+""", cases=[
+    # https://github.com/cms-sw/cmssw/issues/36336 (segfaults in workflow 11834.21 step 2, in a tracking library)
+    RuleCase(title="a crash in the program's own library", evidence={
+        "n2/syslog": ["Dec 11 06:39:57 n2 kernel: traps: cmsRun[31120] general protection fault ip:2b5cbe79ae72 "
+                      "sp:2b5cd13fd930 error:0 in libTrackingToolsTrackAssociator.so[2b5cbe760000+5f000]"],
+        "n1/applog": ["2021-12-11T06:40:02Z srun: error: n2: task 1: Segmentation fault"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="application", culprits=[], root_symptom=_OWN_CODE_CRASH)),
+    # the UserProcessCrash extractor's own case: a segfault inside libnccl is the library's, not the program's
+    RuleCase(title="a crash inside NCCL", evidence={"n1/syslog": [
+        "Oct 10 03:06:53 n1 kernel: [2175494.310303] pt_main_thread[2536443]: segfault at 7f797fe00000 ip "
+        "00007f7c7ac69996 sp 00007f7c12fd7c30 error 4 in libnccl.so.2[7f7c7ac00000+d3d3000]"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+    RuleCase(title="unrelated programs crash on one node", evidence={"n1/syslog": [
+        "Mar  3 10:00:00 n1 kernel: python[4100]: segfault at 10 ip 00007f00 sp 00007f10 error 4 in "
+        "libarrow.so.1601[7f00000+1000]",
+        "Mar  3 10:20:00 n1 kernel: cc1plus[5100]: segfault at 20 ip 00007f00 sp 00007f10 error 4 in "
+        "cc1plus[400000+2000]"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False)),
+    # https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/47 (jobs segfaulting at session creation on one
+    # node only; the same job ran on the others)
+    RuleCase(title="every process of one node crashes, the other node runs on", evidence={
+        "n1/syslog": [
+            "Apr 25 10:31:55 n1 kernel: python[41872]: segfault at 0 ip 00007f3c50ac0194 sp 00007ffdbd616cc3 error 4 in "
+            "_pywrap_tensorflow_internal.so[7f3c4e2a1000+8b1e000]",
+            "Apr 25 10:31:55 n1 kernel: python[41873]: segfault at 0 ip 00007f3c50ac0194 sp 00007ffdbd616cc3 error 4 in "
+            "_pywrap_tensorflow_internal.so[7f3c4e2a1000+8b1e000]"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False)),
+    RuleCase(title="a GPU fault on record on a peer", evidence={
+        "n2/syslog": ["Dec 11 06:39:50 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU "
+                      "has fallen off the bus."],
+        "n1/syslog": ["Dec 11 06:39:57 n1 kernel: traps: cmsRun[31120] general protection fault ip:2b5cbe79ae72 "
+                      "sp:2b5cd13fd930 error:0 in libTrackingToolsTrackAssociator.so[2b5cbe760000+5f000]"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n2"])),
+])
+def crash_in_the_programs_own_code(ws: Workspace) -> None:
+    crashes = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SEGFAULT and e.rule == "UserProcessCrash"]
+    files = [e.value_set("object") | e.value_set("trap_object") for e in crashes]
+    if not crashes or any(not f for f in files):
+        return
+    named = set().union(*files)
+    if (len(named) != 1 or _SHARED_RUNTIME.match(next(iter(named))) or any(_read_otherwise(ws, e) for e in crashes)
+            or _one_node_alone(ws, crashes) or _infrastructure_fault_on_record(ws)):
+        return
+    for event in crashes:
+        ws.reread(event, _OWN_CODE_CRASH, f"every crash the kernel reported was in {next(iter(named))}, a file of the "
+                                          "program's own")
+
+
+def _one_node_alone(ws: Workspace, crashes: list[Event]) -> bool:
+    """Several processes crashed, all on one node of a workload of several: the same code ran elsewhere unharmed."""
+    nodes = {ws.canonical_node(e.node) for e in crashes}
+    pids = set().union(*(e.value_set("pid") for e in crashes))
+    return len(ws.context.nodes) > 1 and len(nodes) == 1 and len(pids) > 1
+
+
+def _infrastructure_fault_on_record(ws: Workspace) -> bool:
+    """A fault of a node's hardware, fabric or storage reported anywhere in the workload (not a warning that counts only
+    when it repeats): a crash may be its consequence (a peer gone, memory gone bad), whatever file it was in."""
+    infrastructure = (SubDomain.HOST, SubDomain.GPU, SubDomain.NVLINK, SubDomain.NETWORK, SubDomain.STORAGE)
+    for event in ws.events_of(EventType.NODE_BAD):
+        if event.symptom is None or event.symptom in _ONE_OFF_WARNINGS + _REPEATED_WARNINGS:
+            continue
+        definition = ws.catalog.symptom(event.symptom)
+        if definition.role == "root" and definition.sub_domain in infrastructure:
+            return True
+    return False
+
+
+def _read_otherwise(ws: Workspace, crash: Event) -> bool:
+    """Another extractor read the crash's line as something more specific (a filesystem daemon's crash)."""
+    where = crash.evidence.provenance
+    return any(e is not crash and e.evidence.provenance.origin == where.origin and e.evidence.provenance.line == where.line
+               for e in ws.events_of(EventType.NODE_BAD))
