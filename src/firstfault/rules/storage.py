@@ -563,8 +563,8 @@ _MOUNT_MISSING = "Shared filesystem missing on the node"
 @refiner("DirectoryMissingOnSomeNodes", phase=Phase.REFINE, doc=f"""
 slurmstepd could not enter the job's working directory, or the automounter could not mount the shared export, or the
 kubelet could not mount the pod's CSI volume, on some nodes of the allocation but not on others (the others ran in it): the shared filesystem is not mounted on those
-nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. The automounter failing on every node
-is the file server's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
+nodes, and `{_MOUNT_MISSING}` there becomes a root candidate that blames them. The automounter or the kubelet's CSI
+volume failing on every node is the file server's or the volume's (promoted; no node is blamed, rule SystemicGuard). slurmstepd's chdir failing on every node is
 a directory missing for all (a container's work directory that exists only inside the container, a mistyped path):
 not promoted. On a node whose mount failed while others have it, the filesystem client's errors logged up to the failure
 (LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node; so is that node's
@@ -613,6 +613,13 @@ the mount (`{_BACKEND_FAILED}`) is not missing it by itself: the kubelet's wait 
             "correct them"]},
         context={"nodes": ["a", "b"]},
         expect=Expect(fired=False, sub_domain="storage", culprits=[], root_symptom=_BACKEND_FAILED)),
+    # https://github.com/kubernetes-sigs/aws-efs-csi-driver/issues/325 (an EFS volume that mounted on no node)
+    RuleCase(title="the pods' CSI volume mounts on no node", evidence={
+        f"n{i}/syslog": [f"Jan  1 00:22:03 n{i} kubelet[3811]: E0101 00:22:03.113801    3811 kubelet.go:1684] Unable to "
+                         f"attach or mount volumes for pod \"sft-{i}_ml\": unmounted volumes=[efs], unattached "
+                         "volumes=[efs]: timed out waiting for the condition"] for i in (1, 2)},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_MOUNT_MISSING)),
     RuleCase(title="a container's work directory, missing on every node", evidence={
         f"n{i}/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/workspace': No such file or "
                          "directory: going to /tmp instead"] for i in (1, 2)},
@@ -624,8 +631,8 @@ def directory_missing_on_some_nodes(ws: Workspace) -> None:
     missing = [s for s in ws.select(prefix=_MOUNT_MISSING, status="interesting")
                if s.node not in failed_by_backend and not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)]
     nodes = {s.node for s in missing if s.node}
-    automounter = any("automount" in e.text for s in missing for e in s.evidence)
-    if nodes and (nodes < set(ws.context.nodes) or automounter):
+    shared_mount = any(_SHARED_MOUNT_FAILED.search(e.text) for s in missing for e in s.evidence)
+    if nodes and (nodes < set(ws.context.nodes) or shared_mount):
         for s in missing:
             ws.promote(s, f"the job's directory is missing on {', '.join(sorted(nodes))} only")
     if nodes and nodes < set(ws.context.nodes):
@@ -633,6 +640,9 @@ def directory_missing_on_some_nodes(ws: Workspace) -> None:
         _files_missing_under_the_mount(ws, missing)
 
 
+# The mounts every node makes from one service (the automounter's export, the kubelet's CSI volume): failing on every
+# node, they are that service's failure, not the job's directory.
+_SHARED_MOUNT_FAILED = re.compile(r"automount|MountVolume\.|Unable to attach or mount volumes")
 # Where a report of a missing mount names the directory: mount.lustre's 'at <dir> failed', automount's 'on <dir>',
 # slurmstepd's 'couldn't chdir to `<dir>''.
 _MISSING_DIRECTORY = re.compile(r" at (/\S+) failed: | on (/\S+)|couldn't chdir to `([^'\n]+)'")
