@@ -1063,3 +1063,36 @@ def kernel_record_locates_gpu_report(ws: Workspace) -> None:
                          and report.first_time - before <= k.first_time <= report.first_time + after})
         if len(owners) == 1:
             ws.demote(report, f"{owners[0]}'s kernel recorded the GPU fault; this node only printed the report")
+
+
+_LOST_DEVICES = "Container lost its GPUs (NVML)"
+
+
+@refiner("LostDevicesExplainCudaStart", phase=Phase.REFINE_EARLY, doc=f"""
+NVML's 'Unknown Error' in a container (`{_LOST_DEVICES}`) says the container lost its access to /dev/nvidia* (the
+runtime's device rules dropped, most often by a systemd reload). CUDA opens the same device files: in that container
+it cannot initialise either, and its failure there is that loss, not the GPU's. The CUDA start failure on the node is
+demoted when it came with or after the NVML report (within the clock-skew tolerance).
+""", cases=[
+    # https://github.com/Azure/AKS/issues/3680 (a second PyTorchJob run on an AKS A100 pool)
+    RuleCase(title="NVML lost its devices, then CUDA could not start", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z Failed to initialize NVML: Unknown Error",
+        "2025-01-01T00:10:03Z UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly "
+        "set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["GPU could not be initialised"])),
+    RuleCase(title="CUDA could not start, NVML fine", evidence={"n1/applog": [
+        "2025-01-01T00:10:03Z UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly "
+        "set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start."]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def lost_devices_explain_cuda_start(ws: Workspace) -> None:
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    for lost in ws.active(prefix=_LOST_DEVICES):
+        if lost.first_time is None:
+            continue
+        for start in ws.active(prefix="GPU could not be initialised", node=lost.node):
+            if start.first_time is not None and start.first_time >= lost.first_time - skew:
+                ws.demote(start, f"the container on {lost.node} had lost its GPU devices (NVML could not initialise): "
+                          "CUDA could not open them either")
