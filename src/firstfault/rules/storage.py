@@ -436,8 +436,8 @@ that kill is the node's client lost, not the workload out of memory, and the hos
 node-problem-detector's OOMKilling event) are demoted. Longhorn's volume engine and instance manager serve a Kubernetes
 node's block volumes as a FUSE daemon serves its mount: when they die, the node's iSCSI sessions to them drop
 (`Network block storage connection lost` from then on on that node is demoted with them). The same daemon crashing on
-several nodes is its own bug meeting the same workload, or the store behind it: it stays context, and no node is
-blamed.
+several nodes is its own bug meeting the same workload, or the store behind it: no node is blamed; on every node of the
+workload it is the root candidate (storage, rule SystemicGuard blames none), on some of them it stays context.
 """, cases=[
     # https://github.com/s3fs-fuse/s3fs-fuse/issues/366 (random s3fs crashes; the trainer's reads then fail)
     RuleCase(title="one node's s3fs crashes, its ranks lose the mount", evidence={
@@ -467,15 +467,29 @@ blamed.
         context={"nodes": ["a", "b"], "scheduler": "kubernetes", "start_time": "2026-02-07T18:00:00Z",
                  "end_time": "2026-02-07T22:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
-    RuleCase(title="the same daemon crashes on both nodes", evidence={
+    RuleCase(title="the same daemon crashes on two nodes of three", evidence={
         f"{n}/syslog": [f"Jul 19 09:36:48 {n} kernel: [2838451.000000] geesefs[41000]: segfault at 0 "
                         "ip 00000000004a3c1f sp 000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"] for n in ("a", "b")},
-        context={"nodes": ["a", "b"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
+        context={"nodes": ["a", "b", "c"], "start_time": "2025-07-19T09:00:00Z", "end_time": "2025-07-19T10:00:00Z"},
         expect=Expect(fired=False, culprits=[])),
+    # https://github.com/GoogleCloudPlatform/gcsfuse/issues/981 (gcsfuse panicking on a bucket with fine-grained ACLs;
+    # the program then finds the mount empty)
+    RuleCase(title="the daemon panics on every node, the program finds its mount empty", evidence={
+        **{f"{n}/syslog": [f"Mar  2 00:16:45 {n} gcsfuse[2210]: panic: runtime error: invalid memory address or nil "
+                           "pointer dereference"] for n in ("a", "b")},
+        "a/applog": ["2023-03-02T00:17:31Z FileNotFoundError: [Errno 2] No such file or directory: '/bucket/train'"]},
+        context={"nodes": ["a", "b"], "start_time": "2023-03-02T00:00:00Z", "end_time": "2023-03-02T01:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_DAEMON_CRASHED)),
 ])
 def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node]
-    if len({s.node for s in crashed}) != 1:
+    nodes = {s.node for s in crashed}
+    if len(nodes) > 1 and nodes >= set(ws.context.nodes):
+        for s in crashed:
+            ws.promote(s, "the daemon crashed on every node of the workload: its own bug or the store behind it, no "
+                          "node's")
+        return
+    if len(nodes) != 1:
         return
     node, daemons = crashed[0].node, {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
     daemons |= {d for s in crashed for d in s.value_set("cored") | s.value_set("panicked") | s.value_set("gluster")}
