@@ -1280,3 +1280,53 @@ def health_check_finds_the_down_port(ws: Workspace) -> None:
     for s in errors:
         ws.demote(s, f"{found.node}'s health check found its port down at {found.first_time:%H:%M:%S}: the link that "
                      "broke is that node's")
+
+
+_CMA_REFUSED = "MPI shared-memory copy refused (container)"
+
+
+@refiner("CmaRefusalInACompletedRun", phase=Phase.REFINE, doc=f"""
+Open MPI's shared-memory transport reads a peer's buffer with one copy through cross-memory attach; refused
+(`{_CMA_REFUSED}`: 'Read -1, expected N, errno = 1' in a container without ptrace), the read fails and the message
+goes by the transport's other protocol instead: slower, not lost. A workload that trained on (progress lines) or
+reported its own completion after the first refusal ran through them, and the refusals are demoted; without either
+they stay the candidate (a run that failed in its collectives beside them).
+""", cases=[
+    # https://github.com/horovod/horovod/issues/300 (Horovod in Docker: the warnings, then the training finished)
+    RuleCase(title="the refusals, then the run's own completion", evidence={"n1/applog": [
+        "2019-03-11T14:02:21Z [96c7e3d99641:24984] Read -1, expected 122880, errno = 1",
+        "2019-03-11T14:07:34Z INFO:tensorflow:Loss for final step: 0.0318."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="none", demoted=[_CMA_REFUSED])),
+    # https://github.com/horovod/horovod/issues/1029 (lines without times: the epochs went on below the refusals)
+    RuleCase(title="undated lines: the epochs go on below the refusals", evidence={"n1/applog": [
+        "[1,0]<stderr>:[939debe34dff:00468] Read -1, expected 6441, errno = 1",
+        "[1,0]<stdout>:Epoch 15/30 - loss: 0.6221 - acc: 0.8193"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, demoted=[_CMA_REFUSED])),
+    RuleCase(title="the refusals and no completion", evidence={"n1/applog": [
+        "2019-03-11T14:02:21Z [96c7e3d99641:24984] Read -1, expected 122880, errno = 1"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="configuration")),
+])
+def cma_refusal_in_a_completed_run(ws: Workspace) -> None:
+    went_on = [s for name in ("Workload completed", "Training progress") for s in ws.select(prefix=name)]
+    for refused in ws.active(prefix=_CMA_REFUSED):
+        if any(_later(ws, s, refused) for s in went_on):
+            ws.demote(refused, "the workload trained on or reported its completion after it: the transport's other "
+                               "protocol carried the messages")
+
+
+def _later(ws: Workspace, report: WorkSymptom, than: WorkSymptom) -> bool:
+    """`report` came after `than` began: by their own times, or, lines without times of their own, further down the
+    same file."""
+    t = report.last_time or report.first_time
+    if t is not None and than.first_time is not None and not ws.undated(report) and not ws.undated(than):
+        return t > than.first_time
+    first: dict[str, int] = {}
+    for ev in than.evidence:
+        where = ev.provenance
+        if where.line is not None:
+            first[where.origin] = min(first.get(where.origin, where.line), where.line)
+    return any(ev.provenance.origin in first and (ev.provenance.line or 0) > first[ev.provenance.origin]
+               for ev in report.evidence)
