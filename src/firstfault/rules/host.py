@@ -1674,6 +1674,12 @@ consequence).
             "_pywrap_tensorflow_internal.so[7f3c4e2a1000+8b1e000]"]},
         context={"nodes": ["n1", "n2"]},
         expect=Expect(fired=False)),
+    # a FUSE daemon's crash in its own binary is read by its own extractor and rule (FilesystemDaemonCrashedOnOneNode)
+    RuleCase(title="a filesystem daemon's crash in its own binary", evidence={"b/syslog": [
+        "Jul 19 09:36:48 b kernel: [2838451.000000] geesefs[41000]: segfault at 0 ip 00000000004a3c1f sp "
+        "000000c000a8bd70 error 4 in geesefs[400000+1a7d000]"]},
+        context={"nodes": ["a", "b"]},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["b"])),
     RuleCase(title="a GPU fault on record on a peer", evidence={
         "n2/syslog": ["Dec 11 06:39:50 n2 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU "
                       "has fallen off the bus."],
@@ -1717,7 +1723,8 @@ def _infrastructure_fault_on_record(ws: Workspace) -> bool:
 
 
 def _read_otherwise(ws: Workspace, crash: Event) -> bool:
-    """Another extractor read the crash's line as something more specific (a filesystem daemon's crash)."""
+    """Another extractor read the crash's line as something more specific (a filesystem daemon's crash, which is an
+    interesting event until its own rule reads it)."""
     where = crash.evidence.provenance
     return any(e is not crash and e.evidence.provenance.origin == where.origin and e.evidence.provenance.line == where.line
-               for e in ws.events_of(EventType.NODE_BAD))
+               for kind in (EventType.NODE_BAD, EventType.NODE_INTERESTING) for e in ws.events_of(kind))
