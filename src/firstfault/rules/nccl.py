@@ -1289,7 +1289,8 @@ _CMA_REFUSED = "MPI shared-memory copy refused (container)"
 Open MPI's shared-memory transport reads a peer's buffer with one copy through cross-memory attach; refused
 (`{_CMA_REFUSED}`: 'Read -1, expected N, errno = 1' in a container without ptrace), the read fails and the message
 goes by the transport's other protocol instead: slower, not lost. A workload that trained on (progress lines) or
-reported its own completion after the first refusal ran through them, and the refusals are demoted; without either
+reported its own completion after the first refusal (lines without times: below the refusals in the same stream)
+ran through them, and the refusals are demoted; without either
 they stay the candidate (a run that failed in its collectives beside them).
 """, cases=[
     # https://github.com/horovod/horovod/issues/300 (Horovod in Docker: the warnings, then the training finished)
@@ -1318,15 +1319,9 @@ def cma_refusal_in_a_completed_run(ws: Workspace) -> None:
 
 
 def _later(ws: Workspace, report: WorkSymptom, than: WorkSymptom) -> bool:
-    """`report` came after `than` began: by their own times, or, lines without times of their own, further down the
-    same file."""
+    """`report` came after `than` began by their own times; for lines without times of their own, `report` has a line
+    below all of `than`'s in a stream they share."""
     t = report.last_time or report.first_time
     if t is not None and than.first_time is not None and not ws.undated(report) and not ws.undated(than):
         return t > than.first_time
-    first: dict[str, int] = {}
-    for ev in than.evidence:
-        where = ev.provenance
-        if where.line is not None:
-            first[where.origin] = min(first.get(where.origin, where.line), where.line)
-    return any(ev.provenance.origin in first and (ev.provenance.line or 0) > first[ev.provenance.origin]
-               for ev in report.evidence)
+    return printed_before(than, [report])
