@@ -142,10 +142,11 @@ _SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|\bError
                             r"|\bServer error \x275\d\d ")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
-# connection, libp2p's daemon that reached none of its bootstrap peers): the process it called is gone or not
-# listening, or the address it was given is wrong, which is where the cause is.
+# connection, libp2p's daemon that reached none of its bootstrap peers) or dropped the connection (ECONNRESET's
+# 'Connection reset by peer', as Java's IOException carries it too): the process it called is gone or not listening,
+# or the address it was given is wrong, which is where the cause is.
 _PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused|"
-                               r"failed to connect to bootstrap peers")
+                               r"failed to connect to bootstrap peers|Connection reset by peer")
 
 # A message saying a collective operation failed ('Allreduce failed', XGBoost's rabit when a worker of the ring is
 # gone): what every surviving participant sees of the one that left, not where it began.
@@ -196,8 +197,9 @@ def _program_errno(text: str) -> bool:
 _REREAD_EXTRACTORS = frozenset({"CudaErrorCode"})
 
 
-# Python prints an exception whose message starts with a newline as its type and an empty first line
-_MESSAGE_ON_NEXT_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception):\s*$")
+# Python prints an exception whose message starts with a newline as its type and an empty first line; dmlc-core's
+# fatal log (XGBoost, MXNet) puts its '[hh:mm:ss] <file>:<line>: ' prefix before such a message
+_MESSAGE_ON_NEXT_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception):\s*(?:\[\d\d:\d\d:\d\d\] \S+:\d+:\s*)?$")
 MESSAGE_LINES = 3  # an exception printed with an empty first line carries its message on this many lines after it
 
 
@@ -410,7 +412,7 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a kernel log line (libata's
 'ata5: SError: { ... }' register decode), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
-not be reached (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
+not be reached or reset the connection (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
 ('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
 client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
 httpx's "Server error '503 Service Unavailable'"),
@@ -500,6 +502,11 @@ program's.
         "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
         "ipv4:10.64.3.17:8265: Failed to connect to remote host: Connection refused"),
     # https://github.com/learning-at-home/hivemind/issues/628 (the libp2p daemon given a peer's loopback address)
+    # Spark's network layer when the fetching side went away; Java's IOException carries ECONNRESET's strerror
+    # (written for this case)
+    _reports_elsewhere("Java's report of a connection its peer reset",
+        "2025-05-08T14:31:40Z ERROR TransportRequestHandler: Error sending result to /10.70.0.12:51022; closing "
+        "connection java.io.IOException: Connection reset by peer"),
     _reports_elsewhere("a daemon that reached none of its bootstrap peers",
         "2024-10-09T16:36:41Z hivemind.p2p.p2p_daemon_bindings.utils.P2PDaemonError: Daemon failed to start: 2024/10/09 "
         "16:36:41 failed to connect to bootstrap peers"),
@@ -513,6 +520,13 @@ program's.
         "2025-01-01T00:10:00Z AssertionError: ",
         "2025-01-01T00:10:00Z Found no NVIDIA driver on your system. Please check that you"]},
         expect=Expect(fired=True, root_symptom="GPU could not be initialised")),
+    # https://github.com/NVIDIA/spark-xgboost-examples/issues/11 (XGBoost4J's error through dmlc-core's fatal log)
+    RuleCase(title="a dmlc fatal log whose message, on the next line, another rule reads", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z ml.dmlc.xgboost4j.java.XGBoostError: [12:56:19] /home/jenkinslc/workspace/llc-xgb-deploy-"
+        "dev/src/tree/updater_gpu_hist.cu:1490: ",
+        "2025-01-01T00:10:00Z Exception in gpu_hist: NCCL failure :unhandled cuda error /home/jenkinslc/workspace/llc-"
+        "xgb-deploy-dev/src/tree/../common/device_helpers.cuh(1061)"]},
+        expect=Expect(fired=True, absent=["Python exception"])),
     RuleCase(title="an exception whose next line nothing reads", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z AssertionError: ",
         "2025-01-01T00:10:00Z expected the tokenizer to return 4096 tokens"]},

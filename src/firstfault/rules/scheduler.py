@@ -1880,6 +1880,48 @@ def _unscheduled_success_after_link_down(exit_code: str) -> dict[str, Any]:
                     "start_time": "2025-01-01T00:10:00Z", "end_time": "2025-01-01T01:51:00Z"}}
 
 
+# A Spark application's lines as its driver and an executor print them when a task attempt failed and was retried
+_SPARK_RETRIED_TASK = [
+    "2024-11-18 10:27:13 WARN TaskSetManager: Lost task 1.0 in stage 12.0 (TID 3043) (10.31.0.22 executor 1): "
+    "org.apache.spark.api.python.PythonException: Traceback (most recent call last):",
+    "2024-11-18 10:27:13 WARN DAGScheduler: Resubmitting failed barrier stage ResultStage 12 (attempt 1)"]
+_SPARK_JOB_FINISHED = "2024-11-18 10:51:58 INFO DAGScheduler: Job 9 finished: collect at knn.py:1041, took 1817.442 s"
+
+
+@refiner("SparkTasksRetriedToSuccess", phase=Phase.REFINE, doc="""
+Spark retries a failed task inside its job (spark.task.maxFailures; a failed barrier stage is resubmitted whole), and
+its driver logs 'Job N finished' only for a job that succeeded. When the driver reported finished jobs and none that
+failed (no 'aborting job', 'Job N failed' or 'Job aborted due to stage failure'), the failures that began before the
+last finished job were task attempts Spark retried to success and are demoted - except those that blame a node (a
+GPU's or a host's fault stays: the task ran again, the node is still at fault). A failure after the last finished job
+is not covered by it and stays.
+""", cases=[
+    # https://github.com/NVIDIA/cuml-spark/issues/786 (UCXUnreachable in a barrier stage, retried until it finished)
+    RuleCase(title="lost task attempts, then the job finished", evidence={
+        "drv/applog": [*_SPARK_RETRIED_TASK, _SPARK_JOB_FINISHED]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", demoted=["Python exception"])),
+    RuleCase(title="a task out of its attempts: the job was aborted", evidence={
+        "drv/applog": [*_SPARK_RETRIED_TASK, _SPARK_JOB_FINISHED,
+                       "2024-11-18 10:58:02 ERROR TaskSetManager: Task 0 in stage 14.0 failed 4 times; aborting job"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="application")),
+    RuleCase(title="a failure after the last finished job", evidence={
+        "drv/applog": [_SPARK_JOB_FINISHED, *(line.replace("10:27:13", "10:53:40") for line in _SPARK_RETRIED_TASK)]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def spark_tasks_retried_to_success(ws: Workspace) -> None:
+    finished = [t for s in ws.select(prefix="Workload completed") if s.value_set("spark_job")
+                for t in (s.last_time or s.first_time,) if t is not None]
+    if not finished or ws.select(prefix="Spark job failed"):
+        return
+    last = max(finished)
+    for s in ws.active():
+        if s.definition.blame == "none" and s.first_time is not None and s.first_time <= last:
+            ws.demote(s, f"Spark retried the task and its job finished ({last:%H:%M:%S}); no job failed")
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED, or no scheduler recorded a state and the workload exited 0
 (a bare mpirun or torchrun, whose exit code is the launcher's): if the workload also reports success (torchelastic
