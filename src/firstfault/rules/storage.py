@@ -437,8 +437,29 @@ node-problem-detector's OOMKilling event) are demoted. Longhorn's volume engine 
 node's block volumes as a FUSE daemon serves its mount: when they die, the node's iSCSI sessions to them drop
 (`Network block storage connection lost` from then on on that node is demoted with them). The same daemon crashing on
 several nodes is its own bug meeting the same workload, or the store behind it: no node is blamed; on every node of the
-workload it is the root candidate (storage, rule SystemicGuard blames none), on some of them it stays context.
+workload it is the root candidate (storage, rule SystemicGuard blames none), on some of them it stays context. A daemon
+known to have ended only from its container's record (a CSI node plugin or FUSE pod that kubelet restarted, which a
+rollout does on purpose too) counts only where the node's own I/O then failed (a storage failure from its end on).
 """, cases=[
+    # https://github.com/ceph/ceph-csi/issues/792 (restarting the cephfs plugin's container; the pod's mount then
+    # answers ENOTCONN)
+    RuleCase(title="one node's cephfs plugin container restarted, its ranks lose the mount", evidence={
+        "b/syslog": ["Jan 15 04:19:33 b kubelet[2071]: I0115 04:19:33.552001    2071 kubelet.go:1933] SyncLoop (PLEG): "
+                     "\"ceph1-csi-cephfsplugin-czl9r_default(3fd90197-32d4-11ea-9d2e-744aa4028226)\", event: "
+                     "&pleg.PodLifecycleEvent{ID:\"3fd90197-32d4-11ea-9d2e-744aa4028226\", Type:\"ContainerDied\", "
+                     "Data:\"ae33cf5ab2d2\"}"],
+        "b/applog": ["2020-01-15T04:19:37Z [rank 10] OSError: [Errno 107] Transport endpoint is not connected: "
+                     "'/data/LibriSpeech/train-clean-360/7148/59157/7148-59157-0004.flac'"]},
+        context={"nodes": ["a", "b"], "start_time": "2020-01-15T02:00:00Z", "end_time": "2020-01-15T05:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
+    RuleCase(title="a plugin container restarted and nothing failed after it", evidence={
+        "b/syslog": ["Jan 15 04:19:33 b kubelet[2071]: I0115 04:19:33.552001    2071 kubelet.go:1933] SyncLoop (PLEG): "
+                     "\"ceph1-csi-cephfsplugin-czl9r_default(3fd90197-32d4-11ea-9d2e-744aa4028226)\", event: "
+                     "&pleg.PodLifecycleEvent{ID:\"3fd90197-32d4-11ea-9d2e-744aa4028226\", Type:\"ContainerDied\", "
+                     "Data:\"ae33cf5ab2d2\"}"],
+        "a/applog": ["2020-01-15T04:30:00Z [rank 0] ValueError: expected 80 mel bins, got 64"]},
+        context={"nodes": ["a", "b"], "start_time": "2020-01-15T02:00:00Z", "end_time": "2020-01-15T05:00:00Z"},
+        expect=Expect(fired=False, sub_domain="application", culprits=[])),
     # https://github.com/s3fs-fuse/s3fs-fuse/issues/366 (random s3fs crashes; the trainer's reads then fail)
     RuleCase(title="one node's s3fs crashes, its ranks lose the mount", evidence={
         "b/syslog": ["Jul 19 09:36:48 b kernel: [2838451.000000] traps: s3fs[2952] general protection ip:441e7a "
@@ -482,7 +503,8 @@ workload it is the root candidate (storage, rule SystemicGuard blames none), on 
         expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_DAEMON_CRASHED)),
 ])
 def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
-    crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node]
+    crashed = [s for s in ws.select(prefix=_DAEMON_CRASHED, status="interesting") if s.node and (
+        not _container_record(s) or _storage_failed_after(ws, s))]
     nodes = {s.node for s in crashed}
     if len(nodes) > 1 and nodes >= set(ws.context.nodes):
         for s in crashed:
@@ -504,6 +526,22 @@ def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     for lost in ws.active(prefix="Network block storage connection lost", node=node):
         if since is not None and lost.first_time is not None and lost.first_time >= since - skew:
             ws.demote(lost, "the daemon that served the node's volumes had died")
+
+
+def _container_record(crashed: WorkSymptom) -> bool:
+    """The daemon's end is known only from its container's (a CSI node plugin, a FUSE pod: rolled out or restarted on
+    purpose as well as crashed), not from the process's own crash."""
+    return bool(crashed.value_set("pod") or crashed.value_set("named")) and not any(
+        crashed.value_set(key) for key in ("daemon", "killed", "cored", "panicked", "unit", "gluster"))
+
+
+def _storage_failed_after(ws: Workspace, crashed: WorkSymptom) -> bool:
+    """The node's own I/O failed (storage) once its daemon's container had ended: its mounts were cut off."""
+    since = crashed.first_time
+    skew = timedelta(seconds=ws.params.clock_skew_s)
+    return since is not None and any(
+        s.sub_domain == SubDomain.STORAGE and s.first_time is not None and s.first_time >= since - skew
+        for s in ws.active(node=crashed.node) if s.name != _DAEMON_CRASHED)
 
 
 # The OOM killer's record of its victim, as the kernel and node-problem-detector's OOMKilling event print it
