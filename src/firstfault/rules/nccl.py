@@ -1290,8 +1290,8 @@ Open MPI's shared-memory transport reads a peer's buffer with one copy through c
 (`{_CMA_REFUSED}`: 'Read -1, expected N, errno = 1' in a container without ptrace), the read fails and the message
 goes by the transport's other protocol instead: slower, not lost. A workload that trained on (progress lines) or
 reported its own completion after the first refusal (lines without times: below the refusals in the same stream)
-ran through them, and the refusals are demoted; without either
-they stay the candidate (a run that failed in its collectives beside them).
+ran through them, and the refusals are demoted; without either they stay the candidate (a run that failed in its
+collectives beside them).
 """, cases=[
     # https://github.com/horovod/horovod/issues/300 (Horovod in Docker: the warnings, then the training finished)
     RuleCase(title="the refusals, then the run's own completion", evidence={"n1/applog": [
