@@ -477,6 +477,29 @@ rollout does on purpose too) counts only where the node's own I/O then failed (a
         context={"nodes": ["a", "b"], "start_time": "2025-07-06T23:00:00Z", "end_time": "2025-07-07T00:00:00Z"},
         expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED,
                       demoted=["Host OOM kill"])),
+    # https://github.com/seaweedfs/seaweedfs/issues/805 (weed mount's memory growing until the OOM killer took it; the
+    # older kernel names only the process that invoked it, systemd the unit it killed)
+    RuleCase(title="the mount daemon invokes the OOM killer and its unit is killed", evidence={
+        "b/syslog": ["Oct 14 07:47:49 b kernel: [1197949.482696] weed invoked oom-killer: gfp_mask=0x140cca"
+                     "(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+                     "Oct 14 07:47:50 b systemd[1]: weed-mount.service: Main process exited, code=killed, status=9/KILL"],
+        "b/applog": ["2025-10-14T07:47:55Z [rank17]: OSError: [Errno 107] Transport endpoint is not connected: "
+                     "'/mnt/weed/datasets/web-mix-v3/shard-01'"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-10-14T07:00:00Z", "end_time": "2025-10-14T08:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED,
+                      demoted=["Host OOM kill"])),
+    # https://github.com/juicedata/juicefs-csi-driver/issues/1648 (the mount pod's container status: OOMKilled at the
+    # second the kernel killed its juicefs)
+    RuleCase(title="a container status OOMKilled as the kernel killed the mount daemon", evidence={
+        "b/syslog": ["Aug 05 08:20:28 b kernel: Memory cgroup out of memory: Killed process 91544 (juicefs) "
+                     "total-vm:19877104kB, anon-rss:16612880kB, file-rss:30112kB, shmem-rss:0kB, UID:0"],
+        "b/scheduler": ["restarts=3 last={\"terminated\":{\"exitCode\":137,\"finishedAt\":\"2026-08-05T08:20:28Z\","
+                        "\"reason\":\"OOMKilled\"}}"],
+        "b/applog": ["2026-08-05T08:20:31Z [rank14]: OSError: [Errno 107] Transport endpoint is not connected: "
+                     "'/mnt/jfs/checkpoints/step-1200'"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "start_time": "2026-08-05T07:00:00Z",
+                 "end_time": "2026-08-05T09:00:00Z"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["b"], root_symptom=_DAEMON_CRASHED)),
     # https://github.com/longhorn/longhorn/issues/12643 (a leaking instance manager; its volumes' iSCSI sessions drop)
     RuleCase(title="the OOM killer takes one node's Longhorn instance manager", evidence={
         "b/syslog": ["Feb  7 21:14:37 b kernel: [566365.208000] Out of memory: Killed process 86927 (longhorn-instan) "
@@ -514,15 +537,28 @@ def filesystem_daemon_crashed_on_one_node(ws: Workspace) -> None:
     if len(nodes) != 1:
         return
     node, daemons = crashed[0].node, {d for s in crashed for d in s.value_set("daemon") | s.value_set("killed")}
-    daemons |= {d for s in crashed for d in s.value_set("cored") | s.value_set("panicked") | s.value_set("gluster")}
+    daemons |= {d for s in crashed for d in s.value_set("cored") | s.value_set("panicked") | s.value_set("gluster")
+                | s.value_set("unit")}
     for s in crashed:
         ws.promote(s, f"{s.node} alone lost its filesystem daemon: its mount answers nothing from then on")
+    kills: list[tuple[datetime, str]] = []  # the kernel's kills on the node: when, and which process
     for oom in [*ws.active(prefix="Host OOM kill", node=node), *ws.active(prefix="Kubernetes OOMKilled", node=node)]:
-        killed = oom.value_set("process") or {m.group(1) for e in oom.evidence for m in _KILLED_PROCESS.finditer(e.text)}
+        # the victim the record names; else the process that invoked the OOM killer - when that is the daemon whose
+        # end is on record, its own allocation ran out and it was the one killed
+        killed = (oom.value_set("process") or {m.group(1) for e in oom.evidence for m in _KILLED_PROCESS.finditer(e.text)}
+                  or oom.value_set("comm"))
+        kills += [(e.time, m.group(1)) for e in oom.evidence if e.time for m in _KILLED_PROCESS.finditer(e.text)]
         if killed and killed <= daemons:
             ws.demote(oom, "the OOM killer took the node's filesystem daemon, not the workload's processes")
-    since = min((s.first_time for s in crashed if s.first_time), default=None)
     skew = timedelta(seconds=ws.params.clock_skew_s)
+    for status in ws.active(prefix="Kubernetes OOMKilled", node=node):
+        # a container status naming no process: the kernel's kills at its end say whose it was
+        ended = _container_finished(ws, status)
+        near = {p for t, p in kills if ended and abs(t - ended) <= skew}
+        if near and near <= daemons:
+            ws.demote(status, f"the container was OOM-killed as the kernel killed {', '.join(sorted(near))}: the mount's "
+                              "daemon, not the workload")
+    since = min((s.first_time for s in crashed if s.first_time), default=None)
     for lost in ws.active(prefix="Network block storage connection lost", node=node):
         if since is not None and lost.first_time is not None and lost.first_time >= since - skew:
             ws.demote(lost, "the daemon that served the node's volumes had died")
@@ -542,6 +578,18 @@ def _storage_failed_after(ws: Workspace, crashed: WorkSymptom) -> bool:
     return since is not None and any(
         s.sub_domain == SubDomain.STORAGE and s.first_time is not None and s.first_time >= since - skew
         for s in ws.active(node=crashed.node) if s.name != _DAEMON_CRASHED)
+
+
+def _container_finished(ws: Workspace, status: WorkSymptom) -> datetime | None:
+    """When a container status says its container ended: its own finishedAt, else its line's own time."""
+    for e in status.evidence:
+        if match := _FINISHED_AT.search(e.text):
+            return datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
+    return None if ws.undated(status) else status.first_time
+
+
+# A container state's end as the API prints it (JSON or YAML: "finishedAt":"2026-08-05T08:20:28Z", finishedAt: ...)
+_FINISHED_AT = re.compile(r"\bfinishedAt\W{1,4}(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))")
 
 
 # The OOM killer's record of its victim, as the kernel and node-problem-detector's OOMKilling event print it
