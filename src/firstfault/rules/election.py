@@ -151,7 +151,7 @@ independent and none outranks another. If several sub_domains remain, the result
 as candidates and no node is blamed. Without any root candidate, the earliest remaining downstream
 symptom is cited with its own sub_domain and no node is blamed; with no failure evidence at all the result is
 none for a completed job - recorded COMPLETED by the scheduler or, when no scheduler state was recorded (a bare
-mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself - and unknown otherwise.
+mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself or exited 0 - and unknown otherwise.
 """, cases=[
     RuleCase(title="two unrelated roots at once", evidence={
         "a/applog": ["2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 MiB is free."],
@@ -175,6 +175,12 @@ mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself 
     RuleCase(title="no scheduler, the launcher reports success", evidence={"a/applog": [
         "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 seconds for other agents to finish."]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(sub_domain="none", culprits=[], terminal_state="COMPLETED")),
+    # https://github.com/sgl-project/sglang/issues/17402 (the server started on the host and answered its smoke test)
+    RuleCase(title="no scheduler, the launcher exited 0, nothing failed", evidence={"a/applog": [
+        "[2026-01-20 10:50:10] INFO:     Application startup complete.",
+        "[2026-01-20 10:52:04] INFO:     Finished server process [4096937]"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "0"},
         expect=Expect(sub_domain="none", culprits=[], terminal_state="COMPLETED")),
     RuleCase(title="no scheduler; a step reports success, then the program raises", evidence={"a/applog": [
         "2025-01-01T01:00:00Z   Exit Code: 0",
@@ -204,6 +210,9 @@ def elect_root_cause(ws: Workspace) -> None:
                 "after it: the workload did not complete, and nothing says why")
     elif recorded == TerminalState.COMPLETED or reported:
         _decide(ws, [], SubDomain.NONE, "the workload completed and no failure evidence remains")
+    elif recorded == TerminalState.UNKNOWN and exited_zero_unrecorded(ws):
+        _decide(ws, [], SubDomain.NONE, "no scheduler recorded a state, the workload's launcher exited 0 and no failure "
+                "evidence remains")
     else:
         _decide(ws, [], SubDomain.UNKNOWN, "no failure evidence in the available logs")
 

@@ -93,6 +93,10 @@ NOT_THE_PROGRAMS_FAULT = frozenset({
     # httpx's ConnectError): the server was down or not yet up
     "ClientPayloadError", "ServerDisconnectedError", "RemoteProtocolError", "ChunkedEncodingError", "IncompleteRead",
     "RemoteDisconnected", "ClientConnectorError", "ConnectError",
+    # UCX's bindings carry a UCX status as an exception (JUCX's UcxException in Spark's UCX shuffle, UCX-Py's UCXError:
+    # 'Out of memory', 'Destination is unreachable'): the transport's failure, which UCX's own log lines and the status
+    # say more of; not the program's bug
+    "UcxException", "UCXError",
     # Ray Tune's summary after its trials ended ('TuneError: ('Trials did not complete', [...])'): each trial's own
     # error, or the node it lost, is why
     "TuneError",

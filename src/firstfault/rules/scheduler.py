@@ -2282,6 +2282,8 @@ def terminal_state_from_evidence(ws: Workspace) -> None:
         state = TerminalState.OUT_OF_MEMORY if out_of_memory and scheduled else TerminalState.FAILED
     elif ws.select(prefix="Workload completed") and not raised_after_completion(ws):
         state = TerminalState.COMPLETED
+    elif ws.decision.sub_domain == SubDomain.NONE and exited_zero_unrecorded(ws):
+        state = TerminalState.COMPLETED  # a bare launcher's exit 0 with nothing failed
     elif ws.select(prefix="Interrupted by the user"):
         state = TerminalState.CANCELLED  # nothing failed that we can see: someone stopped it from its terminal
     elif ws.facts_of("program_raised"):
