@@ -18,10 +18,11 @@ from firstfault.rules.scheduler import WORKLOAD_ENDERS
 
 FILE_SERVER_RECOVERY_S = 300.0  # a file-server stall answered again within this many seconds recovered
 # (the stall, the server answering again) for each shared-filesystem client
-# (the SMB client logs no line when it reconnects at its default log level)
+# (the SMB client logs no line when it reconnects at its default log level, and neither does mfsmount)
 _STALLS: tuple[tuple[str, str | None], ...] = (("NFS server not responding", "NFS server OK"),
                                                ("Lustre server connection lost", "Lustre connection restored"),
-                                               ("SMB server not responding", None))
+                                               ("SMB server not responding", None),
+                                               ("MooseFS master not answering", None))
 
 
 def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime | None:
@@ -35,9 +36,9 @@ def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime 
 
 @refiner("FileServerStallOutcome", phase=Phase.CLEAN, doc=f"""
 A shared-filesystem client that lost its server - NFS 'server not responding, still trying', Lustre 'Connection to
-<target> was lost', the SMB client's 'has not responded in N seconds. Reconnecting...' - and got it back ('server
-OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes had a recovered stall, which stays
-context (the SMB client logs no line when it reconnects). A stall that lasts longer or never recovers is a storage root
+<target> was lost', the SMB client's 'has not responded in N seconds. Reconnecting...', MooseFS's mfsmount losing its
+master - and got it back ('server OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes had a
+recovered stall, which stays context (the SMB client and mfsmount log no line when they reconnect). A stall that lasts longer or never recovers is a storage root
 candidate; the soft lockups and hung tasks of that node while it lasts are its symptoms (the CPUs and tasks were
 stuck in the filesystem client).
 """, cases=[
@@ -658,6 +659,9 @@ def undated_disk_snapshot(ws: Workspace) -> None:
 
 
 _MOUNT_MISSING = "Shared filesystem missing on the node"
+_NOT_ATTACHED = "Volume could not be attached"
+# The kubelet's wait for a pod's volumes to be attached and mounted ('Unable to (attach or) mount volumes ...')
+_VOLUME_WAIT = re.compile(r"Unable to (?:attach or )?mount volumes\b")
 
 
 @refiner("DirectoryMissingOnSomeNodes", phase=Phase.REFINE, doc=f"""
@@ -669,8 +673,21 @@ a directory missing for all (a container's work directory that exists only insid
 not promoted. On a node whose mount failed while others have it, the filesystem client's errors logged up to the failure
 (LustreError, LNet) are why it failed there: they are demoted, and the missing mount blames the node; so is that node's
 program not finding a file under the directory the mount would have provided. A node where the volume's backend failed
-the mount (`{_BACKEND_FAILED}`) is not missing it by itself: the kubelet's wait there is that failure's echo.
+the mount (`{_BACKEND_FAILED}`) is not missing it by itself: the kubelet's wait there is that failure's echo; nor is a
+node whose kubelet waited for a pod's volumes while a volume could not be attached (`{_NOT_ATTACHED}`, wherever its
+record was logged): the attach, not the node, is why.
 """, cases=[
+    # https://github.com/kubernetes/kubernetes/issues/45726 (a rescheduled pod's EBS volume still attached elsewhere)
+    RuleCase(title="the kubelet waits for a volume the controller could not attach", evidence={
+        "a/scheduler": ['Jul 27 08:11:30 a kube-controller-manager[901]: W0727 08:11:30.000000     901 event.go:1] '
+                        'Failed to attach volume "pvc-1122" on node "b" with: Error attaching EBS volume "vol-1122" to '
+                        'instance "i-1122": VolumeInUse: vol-1122 is already attached to an instance'],
+        "b/syslog": ['Jul 27 08:12:08 b kubelet[1288]: E0727 08:12:08.551002    1288 kubelet.go:1556] Unable to mount '
+                     'volumes for pod "trainer-2_ml(7c1e)": timeout expired waiting for volumes to attach/mount for pod '
+                     '"ml"/"trainer-2". list of unattached/unmounted volumes=[shard-cache]']},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "start_time": "2017-07-27T08:00:00Z",
+                 "end_time": "2017-07-27T09:00:00Z"},
+        expect=Expect(fired=False, sub_domain="storage", culprits=[])),
     # https://github.com/marbits-icm/marbits-public/issues/209
     RuleCase(title="one node of three cannot enter the run directory", evidence={
         "c/applog": ["2025-01-01T00:00:05Z slurmstepd: error: couldn't chdir to `/mnt/smart/runs/a': No such file or "
@@ -728,8 +745,11 @@ the mount (`{_BACKEND_FAILED}`) is not missing it by itself: the kubelet's wait 
 def directory_missing_on_some_nodes(ws: Workspace) -> None:
     # a job directory of slurmd's spool exists on the batch node only: no mount is missing (SlurmstepdChdirToSpool)
     failed_by_backend = {s.node for s in ws.active(prefix=_BACKEND_FAILED)}
+    # a pod's volume that could not be attached is why the kubelet waited for it, whichever node's file holds the record
+    not_attached = bool(ws.active(prefix=_NOT_ATTACHED))
     missing = [s for s in ws.select(prefix=_MOUNT_MISSING, status="interesting")
-               if s.node not in failed_by_backend and not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)]
+               if s.node not in failed_by_backend and not all(_SPOOL_JOB_DIRECTORY.search(e.text) for e in s.evidence)
+               and not (not_attached and all(_VOLUME_WAIT.search(e.text) for e in s.evidence))]
     nodes = {s.node for s in missing if s.node}
     shared_mount = any(_SHARED_MOUNT_FAILED.search(e.text) for s in missing for e in s.evidence)
     if nodes and (nodes < set(ws.context.nodes) or shared_mount):
