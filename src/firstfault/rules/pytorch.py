@@ -1361,7 +1361,7 @@ _HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library v
 
 # What explains a pod that could not start or kept failing: the GPU container hook's report about its node, or the
 # kernel's or Kubernetes' record of its container killed for memory.
-_POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled")
+_POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled", "Library assertion failed")
 
 
 RAN_BEFORE_FAILING_S = 600.0  # a container that ran this long before it exited had started
@@ -1399,7 +1399,8 @@ Kubernetes' status of a pod whose container could not start or kept failing (Cra
 CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
 hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}), or a container
 was killed for memory (the kernel's memory-cgroup OOM kill, Kubernetes' OOMKilled; runc's 'container init was
-OOM-killed'), no later than that status, that report is the reason and the pod status is demoted. So is a
+OOM-killed'), or a native library aborted its program on a failed check (`Library assertion failed`: the abort is how
+the container exited), no later than that status, that report is the reason and the pod status is demoted. So is a
 CrashLoopBackOff on a node where a process of the workload ended in an uncaught exception (fact `program_raised`)
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
@@ -1459,6 +1460,13 @@ is why, however soon the container exited: its program met the node's GPU.
         "n2/scheduler": ["2022-07-29T01:24:41Z ray-worker-4n8kd   0/1     CrashLoopBackOff   9 (3m ago)    4h51m   n1"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
+    # https://github.com/ggml-org/llama.cpp/issues/24177 (ggml's argsort needing more shared memory than AMD GPUs have)
+    RuleCase(title="the program aborted on its library's check; the kubelet backs off", evidence={
+        "n1/applog": ["2025-01-01T00:29:57Z /app/ggml/src/ggml-cuda/argsort.cu:268: GGML_ASSERT(shared_mem <= smpb) "
+                      "failed"],
+        "n1/scheduler": ["qwen36-27b-mtp-server-0    0/1     CrashLoopBackOff   1 (68s ago)   11m"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1"]},
+        expect=Expect(fired=True, sub_domain="application", demoted=["Container image or start error"])),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
