@@ -30,6 +30,9 @@ def test_scheduler_state_words(raw: str, state: TerminalState) -> None:
     ("Complete", "", TerminalState.COMPLETED),      # a Kubernetes Job: no exit code of its own
     ("TIMEOUT", "0:15", TerminalState.TIMEOUT),     # only a completed state is read with its exit code
     ("", "1", TerminalState.UNKNOWN),
+    ("completed (failure: ExitCode 135)", "", TerminalState.FAILED),  # Azure Batch: the task's state and its result
+    ("completed (success)", "", TerminalState.COMPLETED),
+    ("COMPLETED exit code 0", "", TerminalState.COMPLETED),
 ])
 def test_recorded_state_reads_the_exit_code(state: str, exit_code: str, recorded: TerminalState) -> None:
     context = ExecutionContext(workload_id="w", scheduler_state=state, exit_code=exit_code)

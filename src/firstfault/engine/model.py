@@ -202,14 +202,20 @@ class ExecutionContext(Record, frozen=False):
 def recorded_state(ctx: ExecutionContext) -> TerminalState:
     """The end the scheduler recorded, its exit code read with its state: Torque's COMPLETE and PBS's finished state
     are set however the job ended (its Exit_status says how), so a completed state with a non-zero exit code (N, or
-    Slurm's N:M) is a failure. Slurm's and Kubernetes' completed states only ever come with a zero one."""
+    Slurm's N:M) is a failure, and so is one whose own text names a failure (Azure Batch's 'completed' task with its
+    result 'failure'). Slurm's and Kubernetes' completed states only ever come with a zero one."""
     state = normalise_state(ctx.scheduler_state)
-    if state == TerminalState.COMPLETED and _NONZERO_EXIT.match(ctx.exit_code.strip()):
+    qualifier = ctx.scheduler_state.strip().partition(" ")[2]
+    if state == TerminalState.COMPLETED and (_NONZERO_EXIT.match(ctx.exit_code.strip())
+                                             or _FAILED_QUALIFIER.search(qualifier)):
         return TerminalState.FAILED
     return state
 
 
 _NONZERO_EXIT = re.compile(r"^(?:0*[1-9]\d*(?::\d+)?|\d+:0*[1-9]\d*)$")
+# A completed state qualified by how it ended (Azure Batch's task state 'completed' with its result 'failure', a
+# platform's 'completed (exit code 135)'): the words after the state say it failed.
+_FAILED_QUALIFIER = re.compile(r"(?i)\b(?:fail(?:ure|ed)?|error)\b|\bexit ?code\W{0,3}0*[1-9]")
 
 
 class MetricSample(Record):
