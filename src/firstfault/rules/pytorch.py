@@ -416,9 +416,9 @@ for a failure or for a transport that gave up: ...FailedError, ...FailureError, 
 another rank's), a Go program's error name in its log line (kubelet's klog 'file.go:NN]'), a kernel log line (libata's
 'ata5: SError: { ... }' register decode), a status record's reason
 field ('Reason:   StartError' in kubectl describe, "reason": "CreateContainerError"), a message saying a peer could
-not be reached or reset the connection (gRPC's 'failed to connect to all addresses', a refused connection) or that a collective failed
-('Allreduce failed'), a check of a library call's return code ('register memory failed, error code: -1'), an HTTP
-client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
+not be reached or reset the connection (gRPC's 'failed to connect to all addresses', a refused connection, 'Connection
+reset by peer') or that a collective failed ('Allreduce failed'), a check of a library call's return code ('register
+memory failed, error code: -1'), an HTTP client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
 httpx's "Server error '503 Service Unavailable'"),
 an exception a warning-level line says is being retried
 ('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), an ImportError on a
@@ -505,12 +505,12 @@ program's.
     _reports_elsewhere("a call to a peer that is not listening",
         "2025-01-01T00:10:00Z ray.exceptions.RpcError: failed to connect to all addresses; last error: UNKNOWN: "
         "ipv4:10.64.3.17:8265: Failed to connect to remote host: Connection refused"),
-    # https://github.com/learning-at-home/hivemind/issues/628 (the libp2p daemon given a peer's loopback address)
     # Spark's network layer when the fetching side went away; Java's IOException carries ECONNRESET's strerror
     # (written for this case)
     _reports_elsewhere("Java's report of a connection its peer reset",
         "2025-05-08T14:31:40Z ERROR TransportRequestHandler: Error sending result to /10.70.0.12:51022; closing "
         "connection java.io.IOException: Connection reset by peer"),
+    # https://github.com/learning-at-home/hivemind/issues/628 (the libp2p daemon given a peer's loopback address)
     _reports_elsewhere("a daemon that reached none of its bootstrap peers",
         "2024-10-09T16:36:41Z hivemind.p2p.p2p_daemon_bindings.utils.P2PDaemonError: Daemon failed to start: 2024/10/09 "
         "16:36:41 failed to connect to bootstrap peers"),

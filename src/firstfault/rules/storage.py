@@ -38,9 +38,9 @@ def _answered_after(ws: Workspace, stall: WorkSymptom, answer: str) -> datetime 
 A shared-filesystem client that lost its server - NFS 'server not responding, still trying', Lustre 'Connection to
 <target> was lost', the SMB client's 'has not responded in N seconds. Reconnecting...', MooseFS's mfsmount losing its
 master - and got it back ('server OK', 'Connection restored') within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes had a
-recovered stall, which stays context (the SMB client and mfsmount log no line when they reconnect). A stall that lasts longer or never recovers is a storage root
-candidate; the soft lockups and hung tasks of that node while it lasts are its symptoms (the CPUs and tasks were
-stuck in the filesystem client).
+recovered stall, which stays context (the SMB client and mfsmount log no line when they reconnect). A stall that lasts
+longer or never recovers is a storage root candidate; the soft lockups and hung tasks of that node while it lasts are
+its symptoms (the CPUs and tasks were stuck in the filesystem client).
 """, cases=[
     RuleCase(title="recovered", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: nfs: server nfs01 not responding, still trying",
