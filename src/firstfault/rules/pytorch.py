@@ -1422,7 +1422,7 @@ def _longest_container_run(ws: Workspace, node: str | None) -> float:
     return longest
 
 
-@refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, doc=f"""
+@refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, after=("BeforeTheStart", "SurvivedByProgress"), doc=f"""
 Kubernetes' status of a pod whose container could not start or kept failing (CrashLoopBackOff, RunContainerError,
 CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
 hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}), or a container
