@@ -249,34 +249,6 @@ def _reports_elsewhere(title: str, line: str) -> RuleCase:
 EXIT_HANDLER_LINES = 30  # how far after the atexit banner its traceback's lines can reach
 
 
-# A log record's own level as the common formats print it: Python logging's ' - ERROR - ' / 'ERROR:', log4j's ' ERROR ',
-# logfmt's 'level=error', and FATAL/CRITICAL
-_ERROR_RECORD = re.compile(r"(?:^|[\s\]|-])(?:ERROR|FATAL|CRITICAL)(?:[\s:|-]|$)|\blevel=(?:error|fatal)\b")
-
-
-@filter_rule("CompletionLoggedAsError", phase=Phase.FILTER_EARLY, doc="""
-A line that reads as a completion report ('exited with code 0', 'training finished') but that the program logged at
-error level is not one: a supervisor reporting that a server it expected to keep running exited ('ERROR - Inference
-server exited with code 0.'), a framework reporting an unexpected end. The `Workload completed` reading of such a line
-is dropped.
-""", cases=[
-    # https://github.com/gpustack/gpustack/issues/808 (a model instance whose server kept exiting on a Windows worker)
-    RuleCase(title="a supervisor's error that its server exited 0", evidence={"n1/applog": [
-        "2024-12-19T11:33:40+08:00 - gpustack.worker.serve_manager - ERROR - Inference server exited with code 0."]},
-        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
-        expect=Expect(fired=True, sub_domain="unknown", absent=["Workload completed"])),
-    RuleCase(title="a launcher's own completion at info level", evidence={"n1/applog": [
-        "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully "
-        "finished. Waiting 300 seconds for other agents to finish."]},
-        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
-        expect=Expect(fired=False, sub_domain="none")),
-])
-def completion_logged_as_error(ws: Workspace) -> None:
-    for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == "Workload completed"]:
-        if _ERROR_RECORD.search(event.evidence.text):
-            ws.drop(event, "logged at error level: not a completion report")
-
-
 @filter_rule("ExitHandlerErrors", phase=Phase.FILTER_EARLY, doc=f"""
 CPython prints an exception an atexit handler raised under 'Error in atexit._run_exitfuncs:' and otherwise ignores it:
 the program had finished, and its exit status is unchanged. The failures read from the lines that follow the banner

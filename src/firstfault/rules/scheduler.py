@@ -225,27 +225,50 @@ def _slurm_duration(text: str) -> timedelta:
 
 # containerd's record of an exec it ran in a container - a kubelet exec probe's command, every few seconds.
 _EXEC_PROBE = re.compile(r"\bExecSync for \\?\"[0-9a-f]+\\?\" returns with exit code")
+# A log record's own level as the common formats print it: Python logging's ' - ERROR - ' / 'ERROR:', log4j's ' ERROR ',
+# logfmt's 'level=error', and FATAL/CRITICAL
+_ERROR_RECORD = re.compile(r"(?:^|[\s\]|-])(?:ERROR|FATAL|CRITICAL)(?:[\s:|-]|$)|\blevel=(?:error|fatal)\b")
+# Lines that read as a completion report but are none, each with why
+_NOT_COMPLETIONS = (
+    (_EXEC_PROBE, "containerd's record of a probe's exec, not the workload's end"),
+    (_ERROR_RECORD, "logged at error level: not a completion report"),
+)
 
 
-@filter_rule("ProbeExitIsNotCompletion", phase=Phase.FILTER_EARLY, doc="""
-containerd logs the result of every exec the kubelet runs in a container - liveness and readiness probes, every few
-seconds - as 'ExecSync for "<id>" returns with exit code 0'. That is a probe command that succeeded in a running
-container, not the workload ending: its reading as `Workload completed` is dropped.
+@filter_rule("NotACompletionReport", phase=Phase.FILTER_EARLY, doc="""
+Some lines read as a completion report ('exited with code 0', 'finished') and are none; their `Workload completed`
+reading is dropped:
+- containerd logs the result of every exec the kubelet runs in a container - liveness and readiness probes, every few
+  seconds - as 'ExecSync for "<id>" returns with exit code 0': a probe command that succeeded in a running container,
+  not the workload ending;
+- a line the program logged at error level: a supervisor reporting that a server it expected to keep running exited
+  ('ERROR - Inference server exited with code 0.'), a framework reporting an unexpected end.
 """, cases=[
     RuleCase(title="a readiness probe's exec in a serving pod", evidence={"n1/syslog": [
         'Aug 14 00:10:12 n1 containerd[1876]: time="2025-08-14T00:10:12.809364430Z" level=info msg="ExecSync for '
         '\\"19bd063e310682\\" returns with exit code 0"']},
         context={"scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="UNKNOWN")),
+    # https://github.com/gpustack/gpustack/issues/808 (a model instance whose server kept exiting on a Windows worker)
+    RuleCase(title="a supervisor's error that its server exited 0", evidence={"n1/applog": [
+        "2024-12-19T11:33:40+08:00 - gpustack.worker.serve_manager - ERROR - Inference server exited with code 0."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="unknown", absent=["Workload completed"])),
     RuleCase(title="a launcher's own exit report", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z I 02-11 20:07:46 log_lib.py:431] Job 1 of worker1 finished with exit code 0."]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
         expect=Expect(fired=False, sub_domain="none")),
+    RuleCase(title="a launcher's own completion at info level", evidence={"n1/applog": [
+        "2025-01-01T01:00:00Z INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully "
+        "finished. Waiting 300 seconds for other agents to finish."]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="none")),
 ])
-def probe_exit_is_not_completion(ws: Workspace) -> None:
+def not_a_completion_report(ws: Workspace) -> None:
     for event in [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == "Workload completed"]:
-        if _EXEC_PROBE.search(event.evidence.text):
-            ws.drop(event, "containerd's record of a probe's exec, not the workload's end")
+        reason = next((why for pattern, why in _NOT_COMPLETIONS if pattern.search(event.evidence.text)), None)
+        if reason is not None:
+            ws.drop(event, reason)
 
 
 MAX_ZONE_OFFSET_H = 14
