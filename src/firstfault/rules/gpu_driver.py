@@ -1096,3 +1096,58 @@ def lost_devices_explain_cuda_start(ws: Workspace) -> None:
             if start.first_time is not None and start.first_time >= lost.first_time - skew:
                 ws.demote(start, f"the container on {lost.node} had lost its GPU devices (NVML could not initialise): "
                           "CUDA could not open them either")
+
+
+_ON_AMD_GPUS = "NVIDIA software on a node with AMD GPUs"
+# NVIDIA's user-space failing for want of its driver or libraries: nvidia-smi without a driver to talk to, CUDA finding
+# no driver, and the dynamic loader missing a CUDA or NVIDIA library
+_NO_NVIDIA_DRIVER = re.compile(r"NVIDIA-SMI has failed because it couldn.t communicate with the NVIDIA driver|"
+                               r"Found no NVIDIA driver on your system")
+_NVIDIA_LIBRARY = re.compile(r"^lib(?:cuda|cudart|cublas|cublasLt|cudnn|nvidia-ml|nccl|nvrtc|cufft|curand|cusparse|"
+                             r"cusolver|nvJitLink)\.so\b")
+
+
+@filter_rule("NvidiaSoftwareOnAmdGpus", phase=Phase.FILTER, doc=f"""
+A node whose kernel brought AMD GPUs up (the amdgpu driver's lines: the fact amd_gpu) and shows no NVIDIA driver (no
+NVRM line, no NVIDIA driver version) has no NVIDIA GPU for CUDA to use. NVIDIA's software failing there - nvidia-smi
+'couldn't communicate with the NVIDIA driver', CUDA's 'Found no NVIDIA driver', the loader missing libcudart or another
+CUDA library - is a program built or chosen for the wrong vendor (a CUDA build picked because NVIDIA tools are
+installed), not a GPU that failed nor a node that differs from its peers: those reports are read as `{_ON_AMD_GPUS}`
+(configuration, no node blamed).
+""", cases=[
+    # https://github.com/gpustack/gpustack/issues/1238 (CUDA installed on AMD GPU hosts: GPUStack chose the CUDA llama-box)
+    RuleCase(title="a CUDA build on a node with AMD GPUs", evidence={
+        "n1/syslog": ["Feb 17 21:18:40 n1 kernel: [  902.118220] [drm] Initialized amdgpu 3.57.0 20150101 for "
+                      "0000:03:00.0 on minor 1"],
+        "n1/applog": [
+            "2025-02-17T21:29:41+00:00 - gpustack.worker.worker_manager - ERROR - Failed to get GPU devices while start "
+            "rpc servers: Failed to execute ['nvidia-smi', '--format=csv,noheader', '--query-gpu=index,name,memory.total,"
+            "memory.used,utilization.gpu,temperature.gpu']: Unexpected return code: 9, stdout: NVIDIA-SMI has failed "
+            "because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed "
+            "and running.",
+            "2025-02-17T21:29:42+00:00 /gpustack/lib/python3.12/site-packages/gpustack/third_party/bin/llama-box/"
+            "llama-box: error while loading shared libraries: libcudart.so.12: cannot open shared object file: No such "
+            "file or directory"],
+        "n2/applog": ["2025-02-17T21:29:40+00:00 - gpustack.worker.worker_manager - INFO - Started RPC server"]},
+        context={"nodes": ["n1", "n2"], "start_time": "2025-02-17T21:00:00Z", "end_time": "2025-02-17T22:00:00Z"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_ON_AMD_GPUS)),
+    RuleCase(title="near miss: nvidia-smi without its driver where the NVIDIA driver had loaded", evidence={
+        "n1/syslog": ["Feb 17 21:18:40 n1 kernel: [  902.118220] [drm] Initialized amdgpu 3.57.0 20150101 for "
+                      "0000:03:00.0 on minor 1",
+                      "Feb 17 21:18:41 n1 kernel: [  903.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  "
+                      "535.129.03  Thu Oct 19 18:56:32 UTC 2023"],
+        "n1/applog": ["2025-02-17T21:29:41Z NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                      "driver. Make sure that the latest NVIDIA driver is installed and running."]},
+        context={"nodes": ["n1", "n2"], "start_time": "2025-02-17T21:00:00Z", "end_time": "2025-02-17T22:00:00Z"},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def nvidia_software_on_amd_gpus(ws: Workspace) -> None:
+    amd = {ws.canonical_node(e.node) for e in ws.events_of(f"{EventType.CONTEXT}.amd_gpu") if e.node}
+    nvidia = {ws.canonical_node(e.node) for e in ws.events_of(f"{EventType.CONTEXT}.driver_version") if e.node}
+    nvidia |= {ws.canonical_node(e.node) for e in ws.events if e.node and "NVRM:" in e.evidence.text}
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        if not event.node or ws.canonical_node(event.node) not in amd - nvidia:
+            continue
+        if _NO_NVIDIA_DRIVER.search(event.evidence.text) or any(
+                _NVIDIA_LIBRARY.match(lib) for lib in event.value_set("loader_lib")):
+            ws.reread(event, _ON_AMD_GPUS, f"{event.node}'s GPUs are AMD's (amdgpu brought them up; no NVIDIA driver)")

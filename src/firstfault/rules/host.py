@@ -1580,7 +1580,7 @@ def _first_declared_lost(ws: Workspace) -> dict[str, datetime]:
 _ENV_DIFFERS = "Node's environment differs from its peers'"
 
 
-@filter_rule("EnvironmentDiffersOnSomeNodes", phase=Phase.FILTER, doc=f"""
+@filter_rule("EnvironmentDiffersOnSomeNodes", phase=Phase.FILTER, after=("NvidiaSoftwareOnAmdGpus",), doc=f"""
 A library the dynamic loader cannot find stops every process of a node at exec, whatever the program does. When it is
 reported on some nodes of a multi-node workload while other nodes ran the same program (their own output was read)
 without it, the difference is those nodes' installation, not the job's configuration: the reports become

@@ -1525,7 +1525,7 @@ _NO_START = "GPU could not be initialised"
 _NO_DRIVER = re.compile(r"NVIDIA-SMI has failed because it couldn.t communicate with the NVIDIA driver")
 
 
-@filter_rule("InitFailedOnEveryNode", phase=Phase.FILTER, doc="""
+@filter_rule("InitFailedOnEveryNode", phase=Phase.FILTER, after=("NvidiaSoftwareOnAmdGpus",), doc="""
 A CUDA that could not start or found no GPU on every node of the workload (two or more), before any node made
 training progress, is their shared setup, not a GPU of each: each node's reports become one `CUDA could not start on
 any node` event (same evidence, configuration, no node blamed), and nvidia-smi's 'couldn't communicate with the NVIDIA
