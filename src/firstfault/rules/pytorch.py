@@ -375,11 +375,27 @@ def thread_exception_in_a_completed_run(ws: Workspace) -> None:
             ws.drop(event, "it ended a thread ('Exception in thread ...'), not the process, of a run recorded COMPLETED")
 
 
+# A log4j record's header, as Spark and other JVM programs print it: '<LEVEL> [<thread>] <logger>: '
+_LOGGER_RECORD = re.compile(r"\b(?:ERROR|WARN|INFO)\s+(?:[\w.$-]+\s+)?[A-Za-z_$][\w.$]*:\s")
+
+
+def _logged_in_a_record(event: Event) -> bool:
+    """Whether the event's exception is named inside a logger's record, after its header."""
+    text = event.evidence.text
+    header = _LOGGER_RECORD.search(text)
+    exception = str(event.attributes.get("exception", ""))
+    return header is not None and bool(exception) and text.find(exception, header.end()) >= 0
+
+
 @filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
 Before the generic Python exceptions are sorted (PythonExceptionFamily keeps only those that say the program failed), keep
 the fact that a process of the workload ended in an uncaught exception: its node's first one becomes the context fact
 `program_raised`. Whatever the exception reports, a process that raised it exited with an error (TerminalStateFromEvidence
-reads the workload as FAILED from it when nothing else says how it ended).
+reads the workload as FAILED from it when nothing else says how it ended). An exception named inside a log4j record,
+after its '<LEVEL> [<thread>] <logger>: ' header (Spark's driver: 'WARN TaskSetManager: Lost task 6.0 in stage 6.0
+(...): java.lang.OutOfMemoryError: Java heap space'), is one the program caught and logged, and went on: no process
+ended in it. A process that dies of an exception prints it itself (the interpreter's traceback ending in its type, the
+JVM's 'Exception in thread "main" ...').
 """, cases=[
     RuleCase(title="a wrapper of a failure elsewhere, with no scheduler state", evidence={"n1/applog": [
         "2025-01-01T00:10:00Z [rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]},
@@ -389,6 +405,16 @@ reads the workload as FAILED from it when nothing else says how it ended).
         "2025-01-01T00:10:00Z n1:41:41 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>"]},
         context={"scheduler": "none", "scheduler_state": ""},
         expect=Expect(fired=False, sub_domain="unknown", terminal_state="UNKNOWN")),
+    # https://github.com/TileDB-Inc/TileDB-Spark/pull/81 (a Spark driver's record of a task lost to the executor's heap)
+    RuleCase(title="near miss: an exception a Spark driver logged in its own record", evidence={"n1/applog": [
+        "21/06/24 13:07:47 WARN TaskSetManager: Lost task 6.0 in stage 6.0 (TID 29, localhost, executor driver): "
+        "java.lang.OutOfMemoryError: Java heap space"]},
+        context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=False)),
+    # https://github.com/apache/celeborn/pull/3090 (the same record with the logging thread's name before the logger)
+    RuleCase(title="near miss: the record with its thread's name", evidence={"n1/applog": [
+        "25/04/29 21:42:07 WARN task-result-getter-3 TaskSetManager: Lost task 1434.0 in stage 23.0 (TID 26608, "
+        "zw06-data-hdp-dn29550.mt, executor 5432): java.lang.OutOfMemoryError: GC overhead limit exceeded"]},
+        context={"scheduler": "none", "scheduler_state": ""}, expect=Expect(fired=False)),
     # a Lustre client's error during a target's failover, in the kernel's own words
     RuleCase(title="the kernel's LustreError is no process's exception", evidence={"n1/syslog": [
         "Apr 25 01:06:52 n1 kernel: [698674.952247] LustreError: 11-0: hs1-OST0016-osc-ffff8817e1b3d000: operation "
@@ -399,7 +425,8 @@ def program_raised(ws: Workspace) -> None:
     first: dict[str | None, Event] = {}
     for event in ws.events_of(EventType.NODE_BAD):
         # the kernel names its own errors the same way ('LustreError: 11-0: ...'); no process raised those
-        if event.rule == GENERIC_EXCEPTION_RULE and not _KERNEL_MESSAGE.search(event.evidence.text):
+        if (event.rule == GENERIC_EXCEPTION_RULE and not _KERNEL_MESSAGE.search(event.evidence.text)
+                and not _logged_in_a_record(event)):
             first.setdefault(event.node, event)
     for node, event in first.items():
         exception = str(event.attributes.get("exception", "")) or "an exception"
