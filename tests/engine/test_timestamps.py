@@ -22,6 +22,9 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     ("[rank0]:[E1105 01:49:49.882303000 ProcessGroupNCCL.cpp:1589] x", "2024-11-05T01:49:49.882303"),
     ("[rank2]:[E313 10:09:51.640000120 ProcessGroupNCCL.cpp:1601] x", "2025-03-13T10:09:51.640000"),
     ("E0626 06:24:45.154486 160920 torch/distributed/x", "2025-06-26T06:24:45.154486"),
+    # https://github.com/pytorch/torchtitan/issues/1492 (TORCH_LOGS=+pp: a DEBUG record, behind torchrun's rank prefix)
+    ("[rank0]:[rank0]:V0731 00:56:29.062000 132351 */torch/distributed/pipelining/stage.py:1344] Shape inference: "
+     "stage 0 skipping recv, because shape info passed in via `args`", "2025-07-31T00:56:29.062000"),
     ("[2023-04-07 13:08:55,468] [INFO] x", "2023-04-07T13:08:55.468000"),
     ("[Sun Feb 23 16:24:18 2025] NVRM: Xid", "2025-02-23T16:24:18"),
     ("[Jul 23 2024 07:53:55] [ERROR] [tid 841] x", "2024-07-23T07:53:55"),

@@ -69,8 +69,9 @@ _KUBE_CONDITION = re.compile(
 # the level to its letter in brackets ('[I 03-15 16:42:58 controller.py:146] ...').
 _LEVEL_MM_DD = re.compile(r"^\s*\[?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL|[IWEDC]) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})"
                           r"(?:[.,](\d{1,6}))?\s")
-# glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded).
-_GLOG = re.compile(r"^\s*\[?[IWEF](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+# glog / c10 logging: `E0321 02:07:08.408` and newer PyTorch `[E313 10:09:51.640000120` (month not zero-padded), and
+# PyTorch's TORCH_LOGS records in the same form, where DEBUG is written `V` (`V0731 00:56:29.062000 132351 ...]`).
+_GLOG = re.compile(r"^\s*\[?[IWEFV](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
 
 # Seconds since the epoch (UTC) ahead of a line: NVIDIA dllogger's v0.2 records (':::NVLOGv0.2.2 <model>
 # 1568948094.923844576 (<file>:<line>) <key>: <value>'), MLPerf's first compliance log (':::MLL 1558643436.455

@@ -50,6 +50,10 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time limit means the job hung
+# A shorter stop counts too when it is most of the run: silent for this long, and for this share of the time from the
+# workload's start to the limit or cancel (a 30-minute job that stopped after its first minute).
+HUNG_MOST_OF_RUN_S = 600.0
+HUNG_RUN_SHARE = 0.8
 QUIET_MARGIN = 1.5  # a silence before a limit counts as a stop only past this multiple of the longest one before it
 # Undated progress is placed from iteration counts: the stall must then also be this share of the time since the start.
 UNDATED_PROGRESS_MARGIN = 0.25
@@ -318,7 +322,9 @@ A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel 
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes (and
 half again the longest silence the program kept between its last lines before: a run that logs every two hours)
 before
-it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), the
+it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), or
+more than {HUNG_MOST_OF_RUN_S / 60:.0f} minutes and {HUNG_RUN_SHARE:.0%} of the time from the workload's start (a short
+job that stopped in its first minutes; the limit's or cancel's own stamped line must say when it struck), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
 failure - explained by that report, or by nothing in the evidence - is what remains. A workload that reported its work
 done before the limit (a trainer's completion line), with no report of a failure after it, did not hang: processes
@@ -432,6 +438,22 @@ hours, and one that prints every hour may be cut as its next line is due).
     _ended_by_the_limit("unstamped output after the program's last stamped line: its time is not known", [
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - trainer - Worker 1: Validating",
         "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
+    # https://github.com/pytorch/torchtitan/issues/1492 (pipeline stages hung in shape inference across nodes; the
+    # issue's TORCH_LOGS line, its time moved into the case's window)
+    RuleCase(title="a 30-minute job silent after its first minute, then its limit", evidence={"n1/applog": [
+        "[rank0]:[rank0]:V0101 01:30:10.327000 132351 */torch/distributed/pipelining/stage.py:1419] Shape inference: "
+        "stage 0 sending to stage 1",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME "
+        "LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T01:29:00Z", "end_time": "2025-01-01T01:59:30Z"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    RuleCase(title="the same silence in a job that had run for an hour before it", evidence={"n1/applog": [
+        "[rank0]:[rank0]:V0101 01:30:10.327000 132351 */torch/distributed/pipelining/stage.py:1419] Shape inference: "
+        "stage 0 sending to stage 1",
+        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME "
+        "LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T00:29:00Z", "end_time": "2025-01-01T01:59:30Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
     # https://github.com/aws/sagemaker-training-toolkit/issues/240 (EFA left unset: ranks hung in ncclCommInitRankConfig
     # with no error until the job's limit)
     RuleCase(title="NCCL's init began on every rank and finished on none; mpirun's own limit", evidence={"n1/applog": [
@@ -493,7 +515,11 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         if until == progress_end and when not in rhythms:
             rhythms[when] = quiet_between_lines(ws, origins, when)
         rhythm = rhythms[when] if until == progress_end else 0.0
-        if idle > max(HUNG_BEFORE_LIMIT_S, rhythm, margin * ((when - started).total_seconds() if started else 0.0)):
+        run = (when - started).total_seconds() if started else 0.0
+        # the shorter stop needs the action's own time: one known only as the workload's end may have come earlier
+        dated = bool(_stamped(limit)) or limit.name in earliest
+        long_stop = idle > HUNG_BEFORE_LIMIT_S or (dated and HUNG_MOST_OF_RUN_S < idle > HUNG_RUN_SHARE * run)
+        if long_stop and idle > max(rhythm, margin * run):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
 
