@@ -69,6 +69,22 @@ def test_a_relayed_line_states_no_fact_about_the_node_that_relayed_it(engine: En
     assert collected and collected[0].startswith("1 node addresses"), collected
 
 
+def test_a_gathered_line_states_its_facts_about_the_host_it_names(engine: Engine) -> None:
+    """pdsh gathers every host's output into the launching node's file, each line behind 'host: ': the interface line
+    of b states b's address, so the RDMA error naming that address names b, whose rank crashed just before - the
+    error is what a saw of b's crash, not a network fault."""
+    case = RuleCase(title="gathered interface lines", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a: a:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                     "2025-01-01T00:00:02Z b: b:7:7 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.2<0>",
+                     "2025-01-01T00:10:01Z a: a:1:9 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+                     "from peer 10.0.0.2<45212> with error 12, opcode 32676, len 0, vendor err 129 (Recv)"],
+        "b/syslog": ["Jan  1 00:10:00 b kernel: [1015398.492000] python3.10[94985]: segfault at 10 ip 00007f6e5a93d2a8 "
+                     "sp 00007f6d0cffa8e0 error 4 in libtorch_cpu.so[7f6e56c00000+14a5f000]"]},
+        context={"nodes": ["a", "b"]}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    assert result.sub_domain != "network" and not result.culprit_nodes, (result.sub_domain, result.culprit_nodes)
+
+
 def test_slurmstepd_cancel_notice_is_dated_by_the_time_it_states(engine: Engine) -> None:
     """The job output's cancel notice has no stamp of its own; the time it states ('CANCELLED AT ...') is its time,
     not the earlier line's it would otherwise inherit as a lower bound."""

@@ -491,14 +491,17 @@ class LineReader:
             elif printed_by and not emit.event_type.startswith(EventType.CONTEXT):
                 attributes = {**attributes, "printed_by": printed_by}  # moved by RelayedOutput, like relayed_from
                 discriminator = (*discriminator, printed_by)
+            # a fact a line states about the host it was printed on (its address, its driver) is that host's, in
+            # whichever node's file it was gathered (pdsh's 'host: ', a forwarded syslog's host field)
+            owner = printed_by if printed_by and emit.event_type.startswith(EventType.CONTEXT) else node
             recorded = self._recorded_time(captures, time, utc_offset) if emit.records_time else None
             if recorded is not None:
                 provenance = Provenance(origin=origin, line=line_no, offset=offset, labels=labels or {})
-                acc.add(emit.event_type, node, symptom, emit.extractor.name, recorded,
+                acc.add(emit.event_type, owner, symptom, emit.extractor.name, recorded,
                         Evidence(source=source, node=node, time=recorded, text=shown, provenance=provenance),
                         attributes, discriminator)
                 continue
-            acc.add(emit.event_type, node, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
+            acc.add(emit.event_type, owner, symptom, emit.extractor.name, time, evidence, attributes, discriminator,
                     evidence_key)
         return rejected < len(ids)
 
