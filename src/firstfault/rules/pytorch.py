@@ -784,7 +784,8 @@ def _cuda_error_key(event: Event) -> str:
     for attribute in ("runtime", "driver", "code", "returned", "curesult", "hip", "relion", "geryon"):
         if value := event.attributes.get(attribute):
             return str(value)
-    return str(event.attributes.get("message") or event.attributes.get("thc") or "").lower()
+    return str(event.attributes.get("message") or event.attributes.get("thc") or event.attributes.get("ggml")
+               or "").lower()
 
 
 def _read_as(title: str, line: str, sub_domain: str, symptom: str) -> RuleCase:
