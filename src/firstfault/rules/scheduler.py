@@ -518,7 +518,7 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
         run = (when - started).total_seconds() if started else 0.0
         # the shorter stop needs the action's own time: one known only as the workload's end may have come earlier
         dated = bool(_stamped(limit)) or limit.name in earliest
-        long_stop = idle > HUNG_BEFORE_LIMIT_S or (dated and HUNG_MOST_OF_RUN_S < idle > HUNG_RUN_SHARE * run)
+        long_stop = idle > HUNG_BEFORE_LIMIT_S or (dated and idle > HUNG_MOST_OF_RUN_S and idle > HUNG_RUN_SHARE * run)
         if long_stop and idle > max(rhythm, margin * run):
             ws.demote(limit, f"{said} {idle / 60:.0f} min before '{limit.name}' ended the job: it had hung or "
                              "failed already")
