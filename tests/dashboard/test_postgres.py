@@ -6,6 +6,7 @@ errors."""
 from __future__ import annotations
 
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -166,5 +167,12 @@ def test_the_dashboard_outlives_its_connections(pg_copies: dict[Path, str], samp
         ended = query(writer, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
                               "current_database() AND usename = 'firstfault_reader'")
         assert ended
+        # pg_terminate_backend only signals the backends: wait until they have exited (and said goodbye), so that
+        # the pages below come after the server ended the connections, not while it is ending them
+        deadline = time.monotonic() + 10
+        while query(writer, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                            "usename = 'firstfault_reader'") != [(0,)]:
+            assert time.monotonic() < deadline, "the terminated backends did not exit"
+            time.sleep(0.05)
         for page in ("/workloads", "/", "/nodes", "/workload?id=nvlink-walkthrough"):
             assert client.get(page).status_code == 200, page
