@@ -92,14 +92,15 @@ def _iterations_reached(ws: Workspace) -> tuple[datetime, str] | None:
 
 
 def _ended_by_the_limit(title: str, lines: list[str], *, hung: bool, stamped: bool = True,
-                        after: tuple[str, ...] = ()) -> RuleCase:
+                        after: tuple[str, ...] = (), started: str | None = None) -> RuleCase:
     """A rule case: a workload on n1 whose `lines` its time limit ended at 01:59 (slurmstepd's notice, with a stamp of
     its own or only the time it states, then the lines `after` it), which had hung (the limit demoted: unknown) or not
-    (the limit stands)."""
+    (the limit stands). With `started`, the scheduler also gives the job's start (and its end at 01:59:30)."""
     notice = "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"
+    times = {"start_time": started, "end_time": "2025-01-01T01:59:30Z"} if started else {}
     return RuleCase(title=title, evidence={"n1/applog": [
         *lines, f"2025-01-01T01:59:00Z {notice}" if stamped else notice, *after]},
-                    context={"scheduler_state": "TIMEOUT"},
+                    context={"scheduler_state": "TIMEOUT", **times},
                     expect=Expect(fired=hung, sub_domain="unknown" if hung else "scheduler", terminal_state="TIMEOUT"))
 
 
@@ -317,6 +318,11 @@ def ender_stamp_in_local_time(ws: Workspace) -> None:
         ws.drop(event, f"stamped {hours:+d} h off the recorded end: the node's local time")
 
 
+# torchtitan's pipeline stages logging their shape inference (TORCH_LOGS, a V-level glog line; rule cases below)
+_SHAPE_INFERENCE = ("[rank0]:[rank0]:V0101 01:30:10.327000 132351 */torch/distributed/pipelining/stage.py:1419] Shape "
+                    "inference: stage 0 sending to stage 1")
+
+
 @refiner("HungBeforeLimitOrCancel", phase=Phase.REFINE_LATE, doc=f"""
 A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel is the cause only if the workload was
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes (and
@@ -440,20 +446,10 @@ hours, and one that prints every hour may be cut as its next line is due).
         "Epoch 3: accuracy 0.81"], hung=False, stamped=False),
     # https://github.com/pytorch/torchtitan/issues/1492 (pipeline stages hung in shape inference across nodes; the
     # issue's TORCH_LOGS line, its time moved into the case's window)
-    RuleCase(title="a 30-minute job silent after its first minute, then its limit", evidence={"n1/applog": [
-        "[rank0]:[rank0]:V0101 01:30:10.327000 132351 */torch/distributed/pipelining/stage.py:1419] Shape inference: "
-        "stage 0 sending to stage 1",
-        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME "
-        "LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T01:29:00Z", "end_time": "2025-01-01T01:59:30Z"},
-        expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
-    RuleCase(title="the same silence in a job that had run for an hour before it", evidence={"n1/applog": [
-        "[rank0]:[rank0]:V0101 01:30:10.327000 132351 */torch/distributed/pipelining/stage.py:1419] Shape inference: "
-        "stage 0 sending to stage 1",
-        "2025-01-01T01:59:00Z slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME "
-        "LIMIT ***"]},
-        context={"scheduler_state": "TIMEOUT", "start_time": "2025-01-01T00:29:00Z", "end_time": "2025-01-01T01:59:30Z"},
-        expect=Expect(fired=False, sub_domain="scheduler", terminal_state="TIMEOUT")),
+    _ended_by_the_limit("a 30-minute job silent after its first minute, then its limit", [_SHAPE_INFERENCE], hung=True,
+                        started="2025-01-01T01:29:00Z"),
+    _ended_by_the_limit("the same silence in a job that had run for an hour before it", [_SHAPE_INFERENCE], hung=False,
+                        started="2025-01-01T00:29:00Z"),
     # https://github.com/aws/sagemaker-training-toolkit/issues/240 (EFA left unset: ranks hung in ncclCommInitRankConfig
     # with no error until the job's limit)
     RuleCase(title="NCCL's init began on every rank and finished on none; mpirun's own limit", evidence={"n1/applog": [
