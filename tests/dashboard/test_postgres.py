@@ -18,7 +18,7 @@ import pytest
 
 from firstfault.cli import main
 from firstfault.dashboard.app import create_app
-from firstfault.dashboard.db import ResultsDB
+from firstfault.dashboard.db import ResultsDB, WorkloadFilters
 from firstfault.samples import sample_dirs
 from tests.dashboard.helpers import HOSTILE_ID, Dashboard
 from tests.support.postgres import copy_results, query, reader_dsn, scratch_database, writer_dsn
@@ -164,15 +164,32 @@ def test_the_dashboard_outlives_its_connections(pg_copies: dict[Path, str], samp
     writer = dsn.replace("firstfault_reader:firstfault_reader@", "firstfault:firstfault@")
     with TestClient(create_app(dsn, allowed_hosts=["testserver"])) as client:
         assert client.get("/workloads").status_code == 200
-        ended = query(writer, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-                              "current_database() AND usename = 'firstfault_reader'")
-        assert ended
-        # pg_terminate_backend only signals the backends: wait until they have exited (and said goodbye), so that
-        # the pages below come after the server ended the connections, not while it is ending them
-        deadline = time.monotonic() + 10
-        while query(writer, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND "
-                            "usename = 'firstfault_reader'") != [(0,)]:
-            assert time.monotonic() < deadline, "the terminated backends did not exit"
-            time.sleep(0.05)
+        _end_reader_connections(writer)
         for page in ("/workloads", "/", "/nodes", "/workload?id=nvlink-walkthrough"):
             assert client.get(page).status_code == 200, page
+
+
+def test_a_connection_ended_during_a_read_is_replaced(pg_copies: dict[Path, str], sample_db: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's goodbye arrives after the connection was checked and before the page's queries (here: the check
+    is made blind to it): the read fails once on the ended connection and is run again on a new one."""
+    dsn = pg_copies[sample_db]
+    db = ResultsDB(dsn)
+    first = db.workloads(WorkloadFilters())
+    old = db.connection
+    _end_reader_connections(dsn.replace("firstfault_reader:firstfault_reader@", "firstfault:firstfault@"))
+    monkeypatch.setattr("select.select", lambda *args: ([], [], []))  # Database.broken()'s look for the goodbye
+    assert db.workloads(WorkloadFilters()) == first
+    assert db.connection is not old and old.raw.closed
+
+
+def _end_reader_connections(writer: str) -> None:
+    """End every connection of the dashboard's reader role (as a restart or a failover would) and wait until their
+    backends have exited: pg_terminate_backend only signals them."""
+    assert query(writer, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                         "AND usename = 'firstfault_reader'")
+    deadline = time.monotonic() + 10
+    while query(writer, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                        "usename = 'firstfault_reader'") != [(0,)]:
+        assert time.monotonic() < deadline, "the terminated backends did not exit"
+        time.sleep(0.05)

@@ -10,16 +10,17 @@ text chosen by a request is a column or a direction picked from the whitelists b
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from firstfault.blueprint.result import SCHEMA_VERSION
@@ -412,6 +413,28 @@ def _where(f: WorkloadFilters, like_op: str = "LIKE") -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reconnecting(read: Callable[Concatenate[ResultsDB, _P], _R]) -> Callable[Concatenate[ResultsDB, _P], _R]:
+    """Run a read once more, on a new connection, when the server ended this thread's connection during it: the
+    goodbye of a restart or a failover can arrive after `connection` checked and before the page's queries. Only
+    reads are run again; a connection that is still sound re-raises the error."""
+    @functools.wraps(read)
+    def run(self: ResultsDB, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return read(self, *args, **kwargs)
+        except driver_errors():
+            db: Database | None = getattr(self._local, "db", None)
+            if db is None or not db.broken():
+                raise
+            self._local.db = None
+            db.close()
+        return read(self, *args, **kwargs)
+    return run
+
+
 class ResultsDB:
     """Typed read-only queries. One connection per thread (FastAPI runs sync routes in a thread pool)."""
 
@@ -446,6 +469,7 @@ class ResultsDB:
         with db.snapshot():
             yield db
 
+    @_reconnecting
     def version(self) -> int:
         """Changes whenever the Blueprint writes a run (runs are only ever appended)."""
         row = self.connection.execute("SELECT COALESCE(MAX(id), 0) FROM attribution_runs").fetchone()
@@ -465,6 +489,7 @@ class ResultsDB:
         return value
 
     # -- pages ------------------------------------------------------------------------------------------
+    @_reconnecting
     def info(self) -> DatabaseInfo:
         def compute() -> DatabaseInfo:
             with self._read() as db:
@@ -474,6 +499,7 @@ class ResultsDB:
 
         return self._cached("info", compute)  # type: ignore[no-any-return]
 
+    @_reconnecting
     def workloads(self, f: WorkloadFilters) -> Page:
         """One page of attempts. Pages past the middle are read from the other end (a small OFFSET on the
         reversed order), so the last page of 100k rows costs what the first one does."""
@@ -501,6 +527,7 @@ class ResultsDB:
             rows.reverse()
         return Page([_row(r) for r in rows], total, f.page, f.per_page)
 
+    @_reconnecting
     def attempt(self, workload_id: str, attempt: int | None = None, run_id: int | None = None) -> AttemptDetail | None:
         with self._read() as db:
             attempts = [r[0] for r in db.execute(
@@ -533,6 +560,7 @@ class ResultsDB:
         return AttemptDetail(_row(row), runs, result if isinstance(result, dict) else {}, result_json,
                              [a for a in attempts if a != attempt])
 
+    @_reconnecting
     def run_json(self, run_id: int) -> tuple[str, str, int] | None:
         """(result JSON, workload id, attempt) of one run."""
         row = self.connection.execute(
@@ -540,6 +568,7 @@ class ResultsDB:
             "JOIN workload_attempts a ON a.id = r.attempt_id WHERE r.id = ?", (run_id,)).fetchone()
         return (row[0], row[1], int(row[2])) if row else None
 
+    @_reconnecting
     def node(self, node: str, page: int = 1, per_page: int = 50) -> tuple[NodeStats, Page] | None:
         repeat = self.repeat_offence(node)
         with self._read() as db:
@@ -572,10 +601,12 @@ class ResultsDB:
         page_rows = [_row(r[:21], tuple(sorted(set(str(r[21]).split(","))))) for r in rows]
         return stats, Page(page_rows, total, page, per_page)
 
+    @_reconnecting
     def repeat_offenders(self) -> dict[str, RepeatOffence]:
         """The repeat offenders under this database's RepeatPolicy, by node."""
         return self._cached("repeat", self._offences)  # type: ignore[no-any-return]
 
+    @_reconnecting
     def repeat_offence(self, node: str) -> RepeatOffence | None:
         """One node's RepeatOffence when it is a repeat offender (through the node index: a node page stays cheap)."""
         return self._offences(node).get(node)
@@ -597,6 +628,7 @@ class ResultsDB:
         found = {n: densest_window(e, self.repeat.window) for n, e in events.items()}
         return {n: o for n, o in found.items() if o is not None and o.workloads >= self.repeat.workloads}
 
+    @_reconnecting
     def node_ranking(self, q: str | None = None, limit: int = 200) -> list[NodeRank]:
         """Nodes that were a culprit or showed symptoms in failed workloads, most often blamed first."""
         def compute() -> list[NodeRank]:
@@ -622,6 +654,7 @@ class ResultsDB:
             ranking = [r for r in ranking if q.lower() in r.node.lower()]
         return ranking[:limit]
 
+    @_reconnecting
     def overview(self, since: datetime | None, max_buckets: int = 40) -> Overview:
         return self._cached(f"overview:{since.isoformat() if since else ''}",  # type: ignore[no-any-return]
                             lambda: self._overview(since, max_buckets))
@@ -692,6 +725,7 @@ class ResultsDB:
             culprit_nodes=len(blamed), top_root_symptoms=top_roots, collectors=collectors, recent_failures=recent,
             first_time=first, last_time=last)
 
+    @_reconnecting
     def rule_counts(self, sample: int = 20_000) -> tuple[dict[str, int], int, int]:
         """How many of the latest attributions each rule took part in (extracted lines, produced or demoted a
         symptom, or left another trace entry), over the `sample` most recent ones: (counts, attributions counted,
@@ -718,6 +752,7 @@ class ResultsDB:
         return {name: int(count) for name, count in rows}, min(total, sample), total
 
 
+    @_reconnecting
     def root_symptoms(self) -> list[tuple[str, int]]:
         """How often each symptom was the root cause in the latest attributions."""
         def compute() -> list[tuple[str, int]]:
