@@ -1387,9 +1387,11 @@ def _gpu_failed_first(ws: Workspace, container: WorkSymptom) -> list[WorkSymptom
 _HOOK_FAILURES = (_CONTAINER_SETUP, _DRIVER_SILENT, "NVIDIA driver and library versions differ")
 
 
-# What explains a pod that could not start or kept failing: the GPU container hook's report about its node, or the
-# kernel's or Kubernetes' record of its container killed for memory.
-_POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled", "Library assertion failed")
+# What explains a pod that could not start or kept failing: the GPU container hook's report about its node, the
+# kernel's or Kubernetes' record of its container killed for memory, or its program's own refusal to go on (a failed
+# check; an object store's target refusing to start on disks that no longer match its metadata).
+_POD_STATUS_REASONS = _HOOK_FAILURES + ("Host OOM kill", "Kubernetes OOMKilled", "Library assertion failed",
+                                        "Object store target's disks changed")
 
 
 RAN_BEFORE_FAILING_S = 600.0  # a container that ran this long before it exited had started
@@ -1428,7 +1430,8 @@ CreateContainerError: `Container image or start error`) says that it did not sta
 hook reported on a node why it could not set up GPU containers there ({", ".join(_HOOK_FAILURES)}), or a container
 was killed for memory (the kernel's memory-cgroup OOM kill, Kubernetes' OOMKilled; runc's 'container init was
 OOM-killed'), or a native library aborted its program on a failed check (`Library assertion failed`: the abort is how
-the container exited), no later than that status, that report is the reason and the pod status is demoted. So is a
+the container exited), or an object store's target refused to start on its node's disks (`Object store target's disks
+changed`), no later than that status, that report is the reason and the pod status is demoted. So is a
 CrashLoopBackOff on a node where a process of the workload ended in an uncaught exception (fact `program_raised`)
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
@@ -1458,6 +1461,16 @@ is why, however soon the container exited: its program met the node's GPU.
                       'CrashLoopBackOff: \\"back-off 10s restarting failed container=gke-gcsfuse-sidecar"']},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="host_oom", demoted=["Container image or start error"])),
+    # https://github.com/NVIDIA/aistore/issues/110 (a target restarted on GKE found its disks under other device names)
+    RuleCase(title="an object store's target refused to start on its disks; the kubelet backs off", evidence={
+        "n1/applog": ['2025-01-01T00:09:50Z FATAL ERROR: t[rlNlzeeu]: [storage integrity error sie#50, for '
+                      'troubleshooting see https://github.com/NVIDIA/aistore/blob/master/docs/troubleshooting.md]: lost '
+                      'or missing mountpath "/ais1"'],
+        "n1/syslog": ['Jan  1 00:10:00 n1 kubelet[2231]: E0101 00:10:00.434718    2231 pod_workers.go:1298] "Error '
+                      'syncing pod, skipping" err="failed to \\"StartContainer\\" for \\"aisnode\\" with '
+                      'CrashLoopBackOff: \\"back-off 10s restarting failed container=aisnode"']},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=["n1"], demoted=["Container image or start error"])),
     # https://github.com/ai-dynamo/nixl/issues/149 (a decode engine that served for hours, then raised)
     _crash_loop("the program raised after hours of serving; the kubelet backs off its restarts", "03:14",
                 expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
