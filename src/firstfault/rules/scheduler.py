@@ -1732,6 +1732,54 @@ def _placed_later(ws: Workspace, unplaced: WorkSymptom) -> Evidence | None:
     return None
 
 
+# Records of an attempt the scheduler requeued: the job itself went on.
+_REQUEUES = ("Slurm requeue",)
+# The ends a job's later run records: the job ran again after its requeue, and the state is that run's.
+_RAN_AGAIN = (TerminalState.FAILED, TerminalState.TIMEOUT, TerminalState.NODE_FAIL, TerminalState.OUT_OF_MEMORY)
+_REQUEUED_ATTEMPT_ENDS = ("Slurm preemption", *_REQUEUES)
+
+
+def _preempted_then_failed(requeued: str, failed: str, state: str) -> RuleCase:
+    """A rule case: a job preempted at 00:12:08 on a and b, slurmctld's record of it at `requeued` (None: none), the
+    job's later run raising at `failed`, and the state recorded at its end."""
+    notice = "slurmstepd: error: *** STEP 7.0 ON {} CANCELLED AT 2025-01-01T00:12:08 DUE TO PREEMPTION ***"
+    ctld = [f"[{requeued}] preempted JobId=7 has been requeued to reclaim resources for JobId=9"] if requeued else []
+    return RuleCase(title=f"a preempted job, {'requeued' if requeued else 'no requeue recorded'}; {state}", evidence={
+        "a/applog": [f"2025-01-01T00:12:08Z {notice.format('a')}",
+                     f"{failed} RuntimeError: storage has wrong size: expected 4249925191133211469 got 65536"],
+        "b/applog": [f"2025-01-01T00:12:08Z {notice.format('b')}"], "a/scheduler": ctld},
+        context={"scheduler_state": state, "exit_code": "1:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:21:00Z"},
+        expect=Expect(fired=bool(requeued) and state == "FAILED", demoted=["Slurm preemption"] if requeued and
+                      state == "FAILED" else [], sub_domain="application" if requeued and state == "FAILED" else
+                      "scheduler"))
+
+
+@refiner("PreemptedRunWasRequeued", phase=Phase.REFINE_LATE, doc="""
+A Slurm job preempted under PreemptMode=REQUEUE goes back to the queue and runs again under the same id; slurmctld logs
+it ('preempted JobId=N has been requeued to reclaim resources for JobId=M', 'Requeuing JobId=N'). When the state
+recorded at the job's end is a later run's (FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY; not PREEMPTED, nor CANCELLED: a
+requeued job cancelled while it waited ended with the preemption), the preemption or requeue notices dated no later
+than the requeue record ended an earlier run of the job, not the job: they are demoted, and the later run's own
+failure is weighed.
+""", cases=[
+    # https://github.com/NVIDIA/apex/issues/886 (checkpoints written by one process per node, read back corrupt by the
+    # run after a preemption); the scavenger partition's requeue as slurmctld logs it
+    _preempted_then_failed("2025-01-01T00:12:08.001", "2025-01-01T00:20:50Z", "FAILED"),
+    _preempted_then_failed("", "2025-01-01T00:20:50Z", "FAILED"),
+    _preempted_then_failed("2025-01-01T00:12:08.001", "2025-01-01T00:20:50Z", "PREEMPTED"),
+])
+def preempted_run_was_requeued(ws: Workspace) -> None:
+    requeued = [e.time for e in ws.facts_of("slurm_requeued") if e.time is not None]
+    if not requeued or recorded_state(ws.context) not in _RAN_AGAIN:
+        return
+    last = max(requeued) + timedelta(seconds=ws.params.clock_skew_s)
+    for name in _REQUEUED_ATTEMPT_ENDS:
+        for end in ws.active(prefix=name):
+            if end.first_time is not None and not ws.undated(end) and end.first_time <= last:
+                ws.demote(end, "the job was requeued after it and ran again: it ended an earlier run, not the job")
+
+
 @refiner("SchedulerActionYields", phase=Phase.REFINE_LATE,
           after=("HungBeforeLimitOrCancel", "UnplacedPodFollowsAFailure", "LostNodeExplainsPeerErrors", "DeadNodeExplainsPeerErrors",
                  "PreemptionKilledTheRayNodes", "ResetExplainsItsNodeFailure", "PodDeletionTookTheRayNode"), doc="""
@@ -2136,8 +2184,6 @@ def completed_workload(ws: Workspace) -> None:
         ws.demote(s, "the workload completed: this was survived")
 
 
-# Records of an attempt the scheduler requeued: the job itself went on.
-_REQUEUES = ("Slurm requeue",)
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
 # the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others.
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
