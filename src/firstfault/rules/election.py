@@ -409,8 +409,9 @@ def after_the_end(ws: Workspace) -> None:
 
 
 NEVER_PLACED = "Pod could not be placed on any node"
-# What kept a workload from starting at all: no node for a pod, or a queue that can never admit it.
-NOT_STARTED = (NEVER_PLACED, "Workload larger than its queue's capacity")
+# What kept a workload from starting at all: no node for a pod, a node whose device plugin failed to admit the pod, or
+# a queue that can never admit it.
+NOT_STARTED = (NEVER_PLACED, "Device plugin failed to allocate", "Workload larger than its queue's capacity")
 
 
 @refiner("BeforeTheStart", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
@@ -418,7 +419,8 @@ A fault that a node's system log recorded before the workload started (earlier t
 clock_skew_s) happened under whatever ran then. It can explain this workload's failure through what it left broken
 on its node, so it stays a candidate while the run's own failures are on that node only, or are of its own kind (a
 fabric manager that failed at boot, then CUDA refusing to start on the fabric: what it left broken). When a root
-candidate of the run of another kind (not a scheduler action, which only ends a run) began on another node too (a
+candidate of the run of another kind (not a scheduler action, which only ends a run, nor a pod that never started: left
+without a node, or refused by its node's device plugin) began on another node too (a
 shared cause, or another node's fault; not a peer's network error naming this node, which is this node's loss as its
 peers saw it), the earlier fault is demoted and stays as evidence. The workload's own output
 is of the run even where its lines carry no time. A host OOM kill before the start killed a process of whatever ran
@@ -435,6 +437,15 @@ it (`Kubernetes node ready again`), was back when the workload came: that failur
                      "peer 10.50.1.12<52017> with error 12, opcode 0, len 0, vendor err 129"]},
         context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:05:00Z"},
         expect=Expect(fired=False, sub_domain="storage", culprits=["b"])),
+    # https://github.com/volcano-sh/volcano/issues/2473 (a dead GPU left on a node broke the GPU-share plugin's
+    # admission of pods bound there: 'failed to find gpu id'; the event printed where kubectl ran)
+    RuleCase(title="a GPU lost before the start; pods then refused by the device plugin", evidence={
+        "b/syslog": ["Dec 31 23:52:18 b kernel: [38190.552062] NVRM: Xid (PCI:0000:1a:00): 79, pid=28411, GPU has fallen "
+                     "off the bus."],
+        "a/scheduler": ["2025-01-01T00:00:05Z   Warning   UnexpectedAdmissionError   pod/job-worker-2   Allocate failed "
+                        "due to rpc error: code = Unknown desc = failed to find gpu id, which is unexpected"]},
+        context={"nodes": ["a", "b"], "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:05:00Z"},
+        expect=Expect(fired=False, sub_domain="gpu", culprits=["b"])),
     # https://github.com/docker/for-linux/issues/1062's setting (a node rebooted by kured, Ready again, then given a pod)
     RuleCase(title="a node rebooted and Ready again before the start; its runtime then fails the pod", evidence={
         "b/scheduler": ["2024-12-31T23:58:53Z   Warning  Rebooted   node/b   Node b has been rebooted, boot id: 6c1b4e0a",
