@@ -1740,19 +1740,20 @@ _REQUEUED_ATTEMPT_ENDS = ("Slurm preemption", *_REQUEUES)
 
 
 def _preempted_then_failed(requeued: str, failed: str, state: str) -> RuleCase:
-    """A rule case: a job preempted at 00:12:08 on a and b, slurmctld's record of it at `requeued` (None: none), the
-    job's later run raising at `failed`, and the state recorded at its end."""
+    """A rule case: a job preempted at 00:12:08 on a and b, slurmctld's record of it at `requeued` (empty: none), the
+    job's later run raising at `failed`, and the state recorded at its end. Only a requeue followed by a later run's
+    FAILED sets the preemption aside (the corrupt checkpoint is then the answer)."""
     notice = "slurmstepd: error: *** STEP 7.0 ON {} CANCELLED AT 2025-01-01T00:12:08 DUE TO PREEMPTION ***"
     ctld = [f"[{requeued}] preempted JobId=7 has been requeued to reclaim resources for JobId=9"] if requeued else []
+    earlier_run = bool(requeued) and state == "FAILED"
     return RuleCase(title=f"a preempted job, {'requeued' if requeued else 'no requeue recorded'}; {state}", evidence={
         "a/applog": [f"2025-01-01T00:12:08Z {notice.format('a')}",
                      f"{failed} RuntimeError: storage has wrong size: expected 4249925191133211469 got 65536"],
         "b/applog": [f"2025-01-01T00:12:08Z {notice.format('b')}"], "a/scheduler": ctld},
         context={"scheduler_state": state, "exit_code": "1:0", "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T00:21:00Z"},
-        expect=Expect(fired=bool(requeued) and state == "FAILED", demoted=["Slurm preemption"] if requeued and
-                      state == "FAILED" else [], sub_domain="application" if requeued and state == "FAILED" else
-                      "scheduler"))
+        expect=Expect(fired=earlier_run, demoted=["Slurm preemption"] if earlier_run else [],
+                      sub_domain="application" if earlier_run else "scheduler"))
 
 
 @refiner("PreemptedRunWasRequeued", phase=Phase.REFINE_LATE, doc="""
