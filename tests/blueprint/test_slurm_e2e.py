@@ -82,6 +82,16 @@ def _submit(out: Path, name: str, *args: str, script: str | None = None, wrap: s
     return slurm(*argv).split(";")[0]
 
 
+def _explain(result: dict) -> str:
+    """What a wrong answer was built from, for the failure message: the root, the symptoms with their evidence, the
+    evidence each source gave."""
+    diagnosis = result["diagnosis"]
+    symptoms = [(s["symptom"], s["node"], s["status"], s["reason"], [e["text"][:160] for e in s["evidence"]])
+                for s in diagnosis["symptoms"]]
+    return json.dumps({"root_cause": diagnosis["root_cause"], "symptoms": symptoms, "trace": diagnosis["trace"],
+                       "context": result["context"]}, indent=1)
+
+
 def _state(job: str) -> str:
     return slurm("squeue", "-h", "-j", job, "-o", "%T") if job else ""
 
@@ -227,7 +237,7 @@ def test_slurm_jobs_are_discovered_collected_and_stored(slurm_jobs: dict[str, st
     assert node_fail["context"]["metadata"]["stdout"].endswith(f"/ff-node-fail-{j['node_fail']}.out")
     # slurmctld's log names the node it killed this job on (other jobs' lines in the same log are dropped)
     assert node_fail["diagnosis"]["terminal_state"] == "NODE_FAIL"
-    assert [c["node"] for c in node_fail["diagnosis"]["culprit_nodes"]] == ["node2"]
+    assert [c["node"] for c in node_fail["diagnosis"]["culprit_nodes"]] == ["node2"], _explain(node_fail)
     cited = [e["text"] for s in node_fail["diagnosis"]["symptoms"] for e in s["evidence"]]
     assert any(f"Killing JobId={j['node_fail']} on failed node node2" in text for text in cited)
     assert not any("Killing JobId=" in text and f"JobId={j['node_fail']} " not in text for text in cited)
