@@ -574,6 +574,70 @@ def _other_root_found(ws: Workspace) -> bool:
                for definition in (ws.catalog.symptom(e.symptom or "") for e in ws.events_of(EventType.NODE_BAD)))
 
 
+_RAN_ALONE = "Processes ran as separate single-rank jobs"
+
+
+def _nccl_tests_rank_line(pid: int, node: str = "n1", rank: int = 0) -> str:
+    """nccl-tests' per-rank line, as the process of rank 0 prints it at start."""
+    return (f"#  Rank {rank:2d} Group  0 Pid {pid} on {node:>10} device  0 [0000:03:00] NVIDIA RTX PRO 6000 Blackwell "
+            "Server Edition")
+
+
+@filter_rule("EveryProcessRanAlone", phase=Phase.FILTER, doc=f"""
+nccl-tests' process of rank 0 lists every rank of its run ('#  Rank  N ... Pid P on <host>'). When two or more
+processes on one node each list themselves as rank 0 and no line shows a rank above 0, each was a run of one sharing
+that node's device 0: the launch started independent copies (nccl-tests built without MPI, or a launcher it could not
+join). One copy per node is a per-node sweep, a way to test nodes one by one: not this. `{_RAN_ALONE}`
+(configuration) is placed at the first such line, and the copies' closing results ('Avg bus bandwidth') are dropped as
+success reports: each is one copy's, not the workload's.
+""", cases=[
+    # https://github.com/mghpcc/aicr-benchmarks (Dell/GPU1/badruns: srun started eight copies; six ran out of memory on
+    # device 0 and srun reported them, two finished alone; the batch script's echo made the job COMPLETED)
+    RuleCase(title="eight copies on one node, six out of memory on device 0", evidence={"n1/applog": [
+        *(f"2025-01-01T00:00:0{i}Z {_nccl_tests_rank_line(184460 + i)}" for i in range(8)),
+        "2025-01-01T00:00:09Z [2025-01-01 00:00:09] n1:184461:184461 [0] allocator.cc:62 NCCL WARN Cuda failure 2 "
+        "'out of memory'",
+        "2025-01-01T00:00:10Z srun: error: n1: tasks 0-5: Exited with exit code 3",
+        "2025-01-01T00:00:30Z # Avg bus bandwidth    : 0 "]},
+        context={"nodes": ["n1"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], terminal_state="FAILED",
+                      root_symptom=_RAN_ALONE)),
+    # https://github.com/sparticlesteve/podman-nccl-testing/blob/main/logs/podman-nccl-tests-30606107.out (podman-hpc
+    # single-rank runs, one per node, each completed)
+    RuleCase(title="one copy on each node: a per-node sweep", evidence={
+        "n1/applog": [f"2025-01-01T00:00:01Z {_nccl_tests_rank_line(184460)}",
+                      "2025-01-01T00:00:30Z # Avg bus bandwidth    : 0 "],
+        "n2/applog": [f"2025-01-01T00:00:01Z {_nccl_tests_rank_line(99120, 'n2')}",
+                      "2025-01-01T00:00:30Z # Avg bus bandwidth    : 0 "]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False, sub_domain="none")),
+    RuleCase(title="one run of two ranks on two nodes", evidence={"n1/applog": [
+        f"2025-01-01T00:00:01Z {_nccl_tests_rank_line(184460)}",
+        f"2025-01-01T00:00:01Z {_nccl_tests_rank_line(99120, 'n2', 1)}",
+        "2025-01-01T00:00:30Z # Avg bus bandwidth    : 180.5 "]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=False, sub_domain="none")),
+])
+def every_process_ran_alone(ws: Workspace) -> None:
+    lines = ws.events_of(f"{EventType.CONTEXT}.nccl_tests_rank")  # one per node and stream: its values collected
+    if not lines or any(e.value_set("rank") - {"0"} for e in lines):
+        return
+    pids: dict[str, set[str]] = {}  # host -> the processes that announced themselves rank 0 there
+    for event in lines:
+        for host in event.value_set("host"):
+            pids.setdefault(host, set()).update(event.value_set("pid"))
+    if len(pids) != len(lines) or all(len(p) < 2 for p in pids.values()):
+        return  # a stream naming several hosts cannot be split by host; one copy per node is a per-node sweep
+    copies = set().union(*pids.values())
+    first = min(lines, key=time_order)
+    # job-wide: the launch's, on every node it started copies
+    ws.emit(EmitSpec(type=EventType.NODE_BAD, node=None, symptom=_RAN_ALONE, evidence=first.evidence,
+                     time=first.time, attributes={"copies": str(len(copies))}))
+    for event in ws.events_of(EventType.NODE_INTERESTING):
+        if event.symptom == "Workload completed" and "Avg bus bandwidth" in event.evidence.text:
+            ws.drop(event, f"one of {len(copies)} single-rank copies finished, not the workload")
+
+
 _ODD_NETWORK_SYMPTOM = "NCCL network differs between nodes"
 
 
@@ -1074,13 +1138,20 @@ def _outside_the_workload(ws: Workspace, endpoint: str, reporters: set[str]) -> 
 NCCL needs every rank of a communicator on the same network transport. A node whose NCCL found no RDMA device
 ('NET/IB : No device found') while another node of the workload uses NET/IB has lost its HCA or its RDMA driver
 stack: its `No RDMA device where the peers have one` becomes a root candidate that blames it. When no node uses
-RDMA, the message is just an Ethernet-only job's.
+RDMA, the message is just an Ethernet-only job's; nor when that node's NCCL read NCCL_IB_DISABLE=1 from its environment:
+the transport is off there by setting, not a lost device.
 """, cases=[
     RuleCase(title="one node fell back to sockets", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found.",
                      "2025-01-01T00:00:09Z a:1:1 [0] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3"],
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.2<0>"]},
         expect=Expect(fired=True, sub_domain="network", culprits=["a"])),
+    # https://github.com/NVIDIA-NeMo/Speech/issues/4035 (one node's environment disabled IB; NCCL 2.12.9)
+    RuleCase(title="one node disabled IB by its environment", evidence={
+        "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found.",
+                     "2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1."],
+        "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.2<0>"]},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="an Ethernet-only job", evidence={
         "a/applog": ["2025-01-01T00:00:01Z a:1:1 [0] NCCL INFO NET/IB : No device found."],
         "b/applog": ["2025-01-01T00:00:01Z b:1:1 [0] NCCL INFO NET/IB : No device found."]},
@@ -1088,11 +1159,12 @@ RDMA, the message is just an Ethernet-only job's.
 ])
 def rdma_device_missing_on_some_nodes(ws: Workspace) -> None:
     using = {event.node for event in ws.facts_of("rdma_in_use") if event.node}
+    disabled = {event.node for event in ws.facts_of("nccl_ib_disabled") if event.node}
     missing = ws.select(prefix="No RDMA device where the peers have one", status="interesting")
     if not using:
         return
     for s in missing:
-        if s.node not in using:
+        if s.node not in using and s.node not in disabled:
             ws.promote(s, f"NCCL found no RDMA device here while {', '.join(sorted(using))} use NET/IB")
 
 

@@ -923,6 +923,39 @@ def cuda_absent_explains_ucx(ws: Workspace) -> None:
             ws.demote(ucx, f"CUDA could not be initialised on {ucx.node}: UCX had no CUDA to load")
 
 
+# A program's own check that it has CUDA: Megatron's 'AssertionError: Megatron requires CUDA.', 'CUDA is not available'
+_NEEDS_CUDA = re.compile(r"\brequires? (?:a )?CUDA\b|\bCUDA is not available\b")
+
+
+@refiner("CudaAbsentExplainsTheRequirement", phase=Phase.REFINE_EARLY, doc="""
+A program that checks for CUDA before it starts ('AssertionError: Megatron requires CUDA.', 'CUDA is not available')
+raises on a node where CUDA could not be initialised because of that: its exception is demoted on that node and the
+CUDA failure stays the candidate.
+""", cases=[
+    # https://github.com/mghpcc/aicr-benchmarks/blob/main/Benchmark_WG/megatron-lm/output-2/out.a0006-16200 (CUDA unknown
+    # error as every rank counted the GPUs, then Megatron's assertion)
+    RuleCase(title="CUDA failed to start on both nodes, then Megatron asserted it", evidence={
+        f"{n}/applog": [f"2025-01-01T00:10:0{i}Z /usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:180: "
+                        "UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up "
+                        "environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the "
+                        "available devices to be zero.",
+                        f"2025-01-01T00:10:0{i + 5}Z AssertionError: Megatron requires CUDA."]
+        for i, n in enumerate(("n1", "n2"))},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], demoted=["Python exception"])),
+    RuleCase(title="the assertion where CUDA started", evidence={
+        "n1/applog": ["2025-01-01T00:10:05Z AssertionError: Megatron requires CUDA."]},
+        expect=Expect(fired=False, sub_domain="application")),
+])
+def cuda_absent_explains_the_requirement(ws: Workspace) -> None:
+    for raised in ws.active(prefix="Python exception"):
+        if not any(_NEEDS_CUDA.search(e.text) for e in raised.evidence):
+            continue
+        if ws.select(node=raised.node, prefix=_NO_START) or ws.select(node=raised.node,
+                                                                       prefix="CUDA could not start on any node"):
+            ws.demote(raised, f"CUDA could not be initialised on {raised.node}: the program's check for it failed")
+
+
 @refiner("ComputeModeRefusedTheProcess", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 CUDA's 'busy or unavailable' on a node whose GPUs were set to an exclusive or prohibited compute mode is that mode
 refusing a second process, not a GPU fault: the GPU error is demoted and the compute-mode setting becomes the root
