@@ -2186,9 +2186,12 @@ def completed_workload(ws: Workspace) -> None:
 
 
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
-# the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others.
+# the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others. slurmstepd's
+# record of the step itself killed for its tasks' failure ('DUE TO TASK FAILURE', 'DUE to SIGNAL Killed') says the same.
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
-                             r"Floating point exception|Illegal instruction")
+                             r"Floating point exception|Illegal instruction|"
+                             r"CANCELLED AT \S+ DUE (?:TO TASK FAILURE|to SIGNAL Killed)|FAILED \(non-zero exit code or "
+                             r"other failure mode\)")
 
 
 def _job_retried_to_success(ws: Workspace) -> bool:
