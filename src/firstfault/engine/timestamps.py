@@ -78,6 +78,9 @@ _GLOG = re.compile(r"^\s*\[?[IWEFV](\d{1,2}?)(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\
 # run_start: ...'), and a program's own print of time.time() ('1530079544.343966 rank: 0, batch:0'). A bare number is
 # read only with a fraction and near the window, so that a count or an id is not taken for a time.
 _EPOCH = re.compile(r"^\s*(?P<tag>:::NVLOGv[\d.]+ \S+ |:::MLL )?(?P<s>1\d{9})(?:\.(?P<frac>\d{1,9}))?\s")
+# UCX's own log prefix (ucs/debug/log.c): '[<seconds>.<microseconds>] [<host>:<pid>:<thread>] <file>:<line> UCX ERROR',
+# seconds since the epoch (UTC); the host bracket that follows makes the form unambiguous.
+_UCX_EPOCH = re.compile(r"^\s*\[(?P<s>1\d{9})\.(?P<frac>\d{6})\] (?=\[[\w.-]+:\s*\d+)")
 # MLPerf's compliance log since mlperf_logging 1.0: ':::MLLOG {"namespace": "", "time_ms": 1634705315213, ...}', the
 # record's time in milliseconds since the epoch (UTC).
 _MLLOG = re.compile(r'^\s*:::MLLOG \{"namespace": "[^"\n]{0,64}", "time_ms": (?P<ms>1\d{12})\b')
@@ -213,6 +216,9 @@ class TimestampParser:
             if m := _MLLOG.match(text):
                 ms = int(m.group("ms"))
                 return datetime.fromtimestamp(ms // 1000, timezone.utc).replace(microsecond=ms % 1000 * 1000), True, m.group()
+            if m := _UCX_EPOCH.match(text):
+                when = datetime.fromtimestamp(int(m.group("s")), timezone.utc)
+                return when.replace(microsecond=_micro(m.group("frac"))), True, m.group()
             if (m := _EPOCH.match(text)) and (m.group("tag") or m.group("frac")):
                 when = datetime.fromtimestamp(int(m.group("s")), timezone.utc).replace(microsecond=_micro(m.group("frac")))
                 tagged = m.group("tag") is not None
