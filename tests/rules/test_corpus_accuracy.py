@@ -95,6 +95,7 @@ DISPUTED_BLAME = {
 DISPUTED_SUB_DOMAIN = {
     "blind-60": 1,  # b60-007: torchrun's SIGHUP from a closed terminal is how the run was launched; the label: scheduler
     "blind-117": 1,  # b117-012: a 'local protection error' completion is the stack's registration; the label: unknown
+    "blind-324": 1,  # b324-005: its window sits an hour before its own UCX epoch stamps (UTC): the errors are after the end
 }
 
 
