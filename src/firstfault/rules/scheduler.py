@@ -2542,6 +2542,30 @@ def launch_on_unreachable_node(ws: Workspace) -> None:
                       {"blamed_node": str(node)})
 
 
+@filter_rule("LaunchAfterTheJobWasKilled", phase=Phase.FILTER, doc="""
+A step launch refused because the job's credential was revoked ('Task launch for StepId=... failed on node <n>: Job
+credential revoked', ESLURMD_CREDENTIAL_REVOKED): a node's slurmd revokes a job's credential when slurmctld tells it to
+end the job, so the launch came after the job was already being killed. slurmctld itself treats this error as the race
+of a job's termination, not a real error (src/slurmctld/proc_req.c). The line is dropped: what ended the job is the
+answer, not the step that arrived late. An expired or invalid credential (clocks, keys) is read as before.
+""", cases=[
+    RuleCase(title="a node failure, then the step's launch on the surviving node", evidence={
+        "a/applog": ["2025-01-01T00:06:34Z srun: error: Task launch for StepId=314.0 failed on node a: Job credential "
+                     "revoked"],
+        "a/scheduler": ["[2025-01-01T00:06:34.016] Killing JobId=314 on failed node b"]},
+        context={"nodes": ["a", "b"], "job_id": "314", "scheduler_state": "NODE_FAIL", "exit_code": "0:0"},
+        expect=Expect(fired=True, culprits=["b"], absent=["Task launch failure"])),
+    # https://github.com/c3nl-neuraldynamics/c3nl_cluster/issues/61 (a head node's clock ahead of its compute nodes)
+    RuleCase(title="a credential expired by the clocks", evidence={"a/applog": [
+        "2025-01-01T00:01:00Z srun: error: Task launch for 1443722.0 failed on node a: Job credential expired"]},
+        context={"nodes": ["a"]}, expect=Expect(fired=False, root_symptom="Step launch refused: credential expired (node clock)")),
+])
+def launch_after_the_job_was_killed(ws: Workspace) -> None:
+    for event in list(ws.events_of(EventType.NODE_BAD)):
+        if event.symptom == "Task launch failure" and event.attributes.get("launch_error") == "Job credential revoked":
+            ws.drop(event, "the job's credential was revoked: Slurm was already ending the job when this step arrived")
+
+
 # What a recorded scheduler state says by itself (Slurm job states; Kubernetes mapped to the same vocabulary).
 STATE_SYMPTOMS = {
     TerminalState.TIMEOUT: "Slurm time limit",
