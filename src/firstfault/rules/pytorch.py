@@ -919,8 +919,12 @@ is demoted on that node and the CUDA failure stays the candidate.
 ])
 def cuda_absent_explains_ucx(ws: Workspace) -> None:
     for ucx in ws.active(prefix="UCX without CUDA support"):
-        if ws.select(node=ucx.node, prefix=_NO_START) or ws.select(node=ucx.node, prefix="CUDA could not start on any node"):
+        if _cuda_did_not_start(ws, ucx.node):
             ws.demote(ucx, f"CUDA could not be initialised on {ucx.node}: UCX had no CUDA to load")
+
+
+def _cuda_did_not_start(ws: Workspace, node: str | None) -> bool:
+    return bool(ws.select(node=node, prefix=_NO_START) or ws.select(node=node, prefix="CUDA could not start on any node"))
 
 
 # A program's own check that it has CUDA: Megatron's 'AssertionError: Megatron requires CUDA.', 'CUDA is not available'
@@ -951,8 +955,7 @@ def cuda_absent_explains_the_requirement(ws: Workspace) -> None:
     for raised in ws.active(prefix="Python exception"):
         if not any(_NEEDS_CUDA.search(e.text) for e in raised.evidence):
             continue
-        if ws.select(node=raised.node, prefix=_NO_START) or ws.select(node=raised.node,
-                                                                       prefix="CUDA could not start on any node"):
+        if _cuda_did_not_start(ws, raised.node):
             ws.demote(raised, f"CUDA could not be initialised on {raised.node}: the program's check for it failed")
 
 
