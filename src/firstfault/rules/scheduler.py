@@ -2296,13 +2296,19 @@ is the platform's own limit (SageMaker records a job its MaxRuntimeInSeconds sto
         "^Cmpirun: abort is already in progress...hit ctrl-c again to forcibly terminate"]},
         context={"scheduler": "none", "scheduler_state": ""},
         expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
-    # https://github.com/horovod/horovod/issues/893 (NCCL 2.4's shared-memory set-up refused on one rank; Horovod hung)
     RuleCase(title="no scheduler; a failure with no known cause, then the hung run interrupted", evidence={
+        "n1/applog": ["2025-01-01T00:00:05Z RuntimeError: Engine core initialization failed. See root cause above. "
+                      "Failed core proc(s): {}",
+                      "^Cmpirun: abort is already in progress...hit ctrl-c again to forcibly terminate"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
+    # https://github.com/horovod/horovod/issues/893 (NCCL 2.4's shared-memory set-up refused on one rank; Horovod hung)
+    RuleCase(title="no scheduler; NCCL's set-up failed, then the hung run interrupted", evidence={
         "n1/applog": ["2025-01-01T00:00:05Z n1:151780:151928 [2] include/shm.h:42 NCCL WARN Cuda failure 'invalid "
                       "argument'",
                       "^Cmpirun: abort is already in progress...hit ctrl-c again to forcibly terminate"]},
         context={"scheduler": "none", "scheduler_state": ""},
-        expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
+        expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
     RuleCase(title="accounting says completed, the OOM killer killed a rank", evidence={"n1/syslog": [
         "Jan  1 00:10:00 n1 kernel: [1000.1] Out of memory: Killed process 4242 (python) total-vm:900000000kB, anon-rss:500000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:990000kB oom_score_adj:0"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
