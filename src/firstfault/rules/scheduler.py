@@ -2016,6 +2016,12 @@ def spark_tasks_retried_to_success(ws: Workspace) -> None:
             ws.demote(s, f"Spark retried the task and its job finished ({last:%H:%M:%S}); no job failed")
 
 
+# NCCL asked for CollNet algorithms only, with no CollNet set up (nccl-tests on two B200 nodes, SHARP unavailable)
+_NO_COLLNET_ALGORITHM = ("n1:39559:39559 [7] enqueue.cc:1966 NCCL WARN Error : no algorithm/protocol available for "
+                         "function AllReduce with datatype ncclFloat32. NCCL_ALGO was set to CollNetChain,CollNetDirect. "
+                         "NCCL_PROTO was set to Simple.")
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED, or no scheduler recorded a state and the workload exited 0
 (a bare mpirun or torchrun, whose exit code is the launcher's): if the workload also reports success (torchelastic
@@ -2032,6 +2038,8 @@ five minutes after such a root, with no training progress between, is a wrapper'
 (an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
 between (its BackOff record): the restarted run's success is its own; and a Kubernetes Job whose pod tally counts
 failed pods beside the one that succeeded retried to success (backoffLimit): the failures were earlier attempts'. A
+success report followed, in the same stream, by NCCL setting a communicator up again and then by a root is an earlier
+step's (a benchmark script's first mode): the later step's failure is how the workload ended. A
 requeue ended an earlier attempt of the same job, not the
 job that then completed (a script that requeues itself before its time limit, a preempted job that ran again). A step
 ended by its own time limit (`srun --time`) in the workload's last five minutes ended the workload, whatever the batch
@@ -2141,6 +2149,19 @@ nothing demoted.
                       "2025-01-01T00:10:49Z # Avg bus bandwidth    : 11.9617 "]},
         context={"scheduler": "kubernetes", "scheduler_state": "Succeeded", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
+    # https://github.com/mit-orcd/orcd-benchmarks/blob/main/b200-nodes/out-nccl-2node-sharp/nccl-sharp-5501-5502-19794679.out
+    # (a script running nccl-tests in ring mode, then with CollNet forced where no SHARP manager ran)
+    RuleCase(title="accounting says completed; the first mode passed, the second set NCCL up again and failed", evidence={
+        "n1/applog": ["# Avg bus bandwidth    : 101.286",
+                      "n1:39559:39575 [0] NCCL INFO ncclCommInitRank comm 0x3e5a7120 rank 0 nranks 16 cudaDev 0 nvmlDev "
+                      "0 busId 1b000 commId 0x41f353c93ab8c2f9 - Init COMPLETE",
+                      _NO_COLLNET_ALGORITHM]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
+    RuleCase(title="accounting says completed; the same error right after the report, nothing set up again", evidence={
+        "n1/applog": ["# Avg bus bandwidth    : 101.286", _NO_COLLNET_ALGORITHM]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
     RuleCase(title="accounting says completed; an early step's limit, then the run went on and finished", evidence={
         "n1/applog": ["2025-01-01T00:05:00Z slurmstepd: error: *** STEP 364.1 ON n1 CANCELLED AT 2025-01-01T00:05:00 "
                       "DUE TO TIME LIMIT ***",
@@ -2176,13 +2197,25 @@ def completed_workload(ws: Workspace) -> None:
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
               and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
     working = _working_marks(ws) if roots else []
-    succeeded = any(not _follows_a_kill(ws, report, roots, working) for report in ws.select(prefix="Workload completed"))
+    succeeded = any(not _follows_a_kill(ws, report, roots, working) and not _a_later_step_failed(ws, report, roots)
+                    for report in ws.select(prefix="Workload completed"))
     if roots and not succeeded:
         ws.decision.terminal_state = TerminalState.FAILED
         ws.note("state", f"accounting says COMPLETED but {roots[0].name} failed the workload: FAILED")
         return
     for s in ws.active():
         ws.demote(s, "the workload completed: this was survived")
+
+
+def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
+    """After the success report, in the same stream, NCCL set a communicator up again and then one of `roots` failed:
+    the report was an earlier step's (a benchmark script's first mode), and a later step is how the workload ended.
+    Errors right after a report with no new set-up between are its teardown."""
+    origins = {e.provenance.origin: e.provenance.line or 0 for e in report.evidence}
+    inits = [(e.evidence.provenance.origin, e.evidence.provenance.line or 0) for e in ws.facts_of("nccl_init")]
+    return any(origin in origins and origins[origin] < init_line < (e.provenance.line or 0)
+               for r in roots for e in r.evidence if e.provenance.origin in origins
+               for origin, init_line in inits if origin == e.provenance.origin)
 
 
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
