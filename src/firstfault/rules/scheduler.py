@@ -2211,11 +2211,16 @@ def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSym
     """After the success report, in the same stream, NCCL set a communicator up again and then one of `roots` failed:
     the report was an earlier step's (a benchmark script's first mode), and a later step is how the workload ended.
     Errors right after a report with no new set-up between are its teardown."""
-    origins = {e.provenance.origin: e.provenance.line or 0 for e in report.evidence}
-    inits = [(e.evidence.provenance.origin, e.evidence.provenance.line or 0) for e in ws.facts_of("nccl_init")]
-    return any(origin in origins and origins[origin] < init_line < (e.provenance.line or 0)
-               for r in roots for e in r.evidence if e.provenance.origin in origins
-               for origin, init_line in inits if origin == e.provenance.origin)
+    reported = {e.provenance.origin: e.provenance.line or 0 for e in report.evidence}
+    setups: dict[str, list[int]] = {}
+    for fact in ws.facts_of("nccl_init"):
+        setups.setdefault(fact.evidence.provenance.origin, []).append(fact.evidence.provenance.line or 0)
+
+    def set_up_again_before(origin: str, line: int) -> bool:
+        return any(reported[origin] < setup < line for setup in setups.get(origin, []))
+
+    return any(e.provenance.origin in reported and set_up_again_before(e.provenance.origin, e.provenance.line or 0)
+               for r in roots for e in r.evidence)
 
 
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
