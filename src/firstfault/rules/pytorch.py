@@ -1699,6 +1699,47 @@ def no_device_where_nvidia_smi_lists_gpus(ws: Workspace) -> None:
                       "was not given any")
 
 
+@filter_rule("NoDeviceOnSeveralNodes", phase=Phase.FILTER, after=("NoDeviceWhereNvidiaSmiListsGpus",), doc=f"""
+A process whose CUDA found no GPU at all (cudaErrorNoDevice, 'no CUDA-capable device is detected'; PyTorch's 'No CUDA
+GPUs are available') on two or more nodes of the workload at its start, before any training progress, was placed or
+launched where it was given none: a partition of nodes without GPUs, a launch without a GPU request, a container
+without the devices. A GPU that fails does not leave its node without any device, and several nodes do not lose all
+theirs at once; an initialization error, by contrast, is the driver's or the device's failure. The reports are read as
+`{_HIDDEN_GPUS}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/pmodels/mpich/issues/5423 (a CUDA-aware MPICH 3.4.2 build failing to start on CPU-only nodes)
+    RuleCase(title="no device on the two nodes without GPUs", evidence={
+        "n1/applog": ["2025-01-01T00:00:10Z CUDA Error (yaksuri_cuda_init_hook:../../../modules/yaksa/src/backend/cuda/"
+                      "hooks/yaksuri_cuda_init_hooks.c,114): no CUDA-capable device is detected"],
+        "n2/applog": ["2025-01-01T00:00:10Z CUDA Error (yaksuri_cuda_init_hook:../../../modules/yaksa/src/backend/cuda/"
+                      "hooks/yaksuri_cuda_init_hooks.c,114): no CUDA-capable device is detected"],
+        "n3/applog": ["2025-01-01T00:00:09Z NCCL INFO Bootstrap : Using ib0:10.0.0.3<0>"]},
+        context={"nodes": ["n1", "n2", "n3", "n4"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_HIDDEN_GPUS)),
+    RuleCase(title="an initialization error on two nodes", evidence={
+        "n1/applog": ["2025-01-01T00:00:10Z   what():  CUDA error: initialization error"],
+        "n2/applog": ["2025-01-01T00:00:10Z   what():  CUDA error: initialization error"]},
+        context={"nodes": ["n1", "n2", "n3"]}, expect=Expect(fired=False, sub_domain="unknown", culprits=[])),
+    RuleCase(title="no device on one node of three", evidence={
+        "n1/applog": ["2025-01-01T00:00:10Z [rank0]: RuntimeError: CUDA error: no CUDA-capable device is detected"],
+        "n2/applog": ["2025-01-01T00:00:10Z NCCL INFO Bootstrap : Using ib0:10.0.0.2<0>"]},
+        context={"nodes": ["n1", "n2", "n3"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def no_device_on_several_nodes(ws: Workspace) -> None:
+    reports = {node: [e for e in events if _NO_DEVICE.search(e.evidence.text)]
+               for node, events in _bad_events_by_node(ws, _NO_START).items()}
+    reports = {node: events for node, events in reports.items() if events}
+    if len(reports) < 2:
+        return
+    began = min((e.time for events in reports.values() for e in events if e.time is not None), default=None)
+    progress = [e.time for e in ws.events if e.symptom == "Training progress" and e.time is not None]
+    if began is not None and progress and min(progress) < began:
+        return
+    for event in [e for node in sorted(reports) for e in reports[node]]:
+        ws.reread(event, _HIDDEN_GPUS, f"no GPU at all on {len(reports)} nodes at the start: the launch or placement gave "
+                  "them none")
+
+
 @refiner("NoDeviceOnTheOnlyNode", phase=Phase.REFINE_EARLY, after=(ONE_NODE_FAULT_RULE,), doc="""
 A process that found no GPU at all (cudaErrorNoDevice, PyTorch's 'No CUDA GPUs are available') may run on a node whose
 GPUs are gone or be one its launch, environment or container hid them from. Against peers the node shows itself (rule
