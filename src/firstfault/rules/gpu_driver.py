@@ -266,10 +266,13 @@ _WALKTHROUGH_CASE = RuleCase(
 
 _NO_FABRIC = "NVLink fabric not initialised on the node"
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+# the all-zero UUID as nvidia-smi prints it and as NCCL's MNNVL line does (two 64-bit halves in hex)
+_ZERO_UUIDS = {_ZERO_UUID, "0.0"}
 
 
 @filter_rule("FabricMissingOnSomeNodes", phase=Phase.FILTER, doc=f"""
-On multi-node NVLink systems nvidia-smi -q shows each GPU's fabric ClusterUUID. When some nodes of the workload show
+On multi-node NVLink systems nvidia-smi -q shows each GPU's fabric ClusterUUID, and NCCL's set-up prints it ('MNNVL busId
+... fabric UUID <hi>.<lo>'). When some nodes of the workload show
 a rack's ClusterUUID and others only the all-zero one, the fabric was not initialised on the latter: `{_NO_FABRIC}`
 (nvlink) names each of them at its first such line. All-zero everywhere (a system without a multi-node fabric, or one
 whose fabric is down everywhere) names no node, and neither does a run that completed (it did not need the fabric).
@@ -278,6 +281,14 @@ whose fabric is down everywhere) names no node, and neither does a run that comp
         f"{n}/applog": [f"2025-01-01T00:35:01Z ClusterUUID: {u}"]
         for n, u in (("a", "5d2b8f04-91ce-4c77-a3e1-0b6f2c9d7e18"), ("b", _ZERO_UUID),
                      ("c", "5d2b8f04-91ce-4c77-a3e1-0b6f2c9d7e18"))},
+        context={"nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"], root_symptom=_NO_FABRIC)),
+    # https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/837 (a tray left out of its NVLink domain)
+    RuleCase(title="NCCL's set-up shows one tray outside the rack's fabric", evidence={
+        f"{n}/applog": [f"2025-01-01T00:35:01Z {n}:317:717 [0] NCCL INFO MNNVL busId 0x8000 fabric UUID {u} cliqueId "
+                        f"0x{c} state 3 healthMask 0x0"]
+        for n, u, c in (("a", "7a4af5e106e46349.c4fe63d71b7d9aa1", "7ffe"), ("b", "0.0", "0"),
+                        ("c", "7a4af5e106e46349.c4fe63d71b7d9aa1", "7ffe"))},
         context={"nodes": ["a", "b", "c"]},
         expect=Expect(fired=True, sub_domain="nvlink", culprits=["b"], root_symptom=_NO_FABRIC)),
     RuleCase(title="no node in a fabric", evidence={
@@ -291,12 +302,12 @@ whose fabric is down everywhere) names no node, and neither does a run that comp
 ])
 def fabric_missing_on_some_nodes(ws: Workspace) -> None:
     reports = [e for e in ws.events_of(f"{EventType.CONTEXT}.cluster_uuid") if e.node]
-    in_fabric = {e.node for e in reports if e.value_set("uuid") - {_ZERO_UUID}}
+    in_fabric = {e.node for e in reports if e.value_set("uuid") - _ZERO_UUIDS}
     if not in_fabric or workload_completed(ws):
         return
     outside: dict[str, Event] = {}
     for event in sorted(reports, key=time_order):
-        if event.node not in in_fabric and _ZERO_UUID in event.value_set("uuid"):
+        if event.node not in in_fabric and event.value_set("uuid") & _ZERO_UUIDS:
             outside.setdefault(str(event.node), event)
     for node, event in sorted(outside.items()):
         ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_NO_FABRIC, evidence=event.evidence,
