@@ -64,6 +64,8 @@ REF = datetime(2025, 3, 1, tzinfo=timezone.utc)
     # kubectl describe node's condition row: dated at its transition time (the second stamp), its offset applied
     ("  Ready            False   Fri, 10 Jul 2026 20:31:27 +0000   Fri, 10 Jul 2026 20:30:02 +0200   KubeletNotReady   "
      "container runtime is down", "2026-07-10T18:30:02"),
+    # SeisSol's logger: a weekday and a year-less stamp, then a comma and the level
+    ("Sun Jan 15 22:37:43, Warn:  Ghost: No update since  900 [s] for global cluster  6", "2025-01-15T22:37:43"),
 ])
 def test_formats(line: str, expected: str) -> None:
     parsed = TimestampParser(REF).parse(line)
@@ -79,7 +81,10 @@ def test_formats(line: str, expected: str) -> None:
                                   "19/04/2016 02:55:25;0008; a day-first date is not PBS's",
                                   "error: I0301 is not a component's glog line without its time",
                                   "INFO 2025-03 summary: a level and a year-month are no stamp",
-                                  "gw-r3n01: step 20 | loss 1.4005 (a host prefix and no stamp after it)"])
+                                  "gw-r3n01: step 20 | loss 1.4005 (a host prefix and no stamp after it)",
+                                  # `date` and nvidia-smi's banner: the printing host's local time, with a year
+                                  "Sat Jan  6 22:24:32 2024       ",
+                                  "Mon Dec  7 04:00:16 CET 2026"])
 def test_no_timestamp(line: str) -> None:
     assert TimestampParser(REF).parse(line) is None
 

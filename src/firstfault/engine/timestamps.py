@@ -44,6 +44,10 @@ _ISO = re.compile(
 _ISO_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?Z")
 _fromisoformat = datetime.fromisoformat
 _SYSLOG = re.compile(r"^\s*([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s")
+# A weekday ahead of a year-less month, day and time, then a comma: SeisSol's logger ('Sun Jan 15 22:37:43, Warn: ...'),
+# placed like syslog's. The same stamp with a year (`date`, nvidia-smi's banner, horovodrun --timestamp-output) is the
+# printing host's local time and is not read.
+_WEEKDAY_COMMA = re.compile(r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}),\s")
 _DMESG_T = re.compile(r"^\s*\[[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
 _BRACKET_MDY = re.compile(r"^\s*\[([A-Z][a-z]{2}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\]")
 # log4j's default pattern as Spark and Hadoop log (yy/MM/dd HH:mm:ss): a two-digit year, read only near the window.
@@ -179,6 +183,10 @@ class TimestampParser:
                 mon, d, h, mi, s, frac = m.groups()
                 if mon in _MONTHS:
                     return self._placed(self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), _micro(frac)), m)
+            if m := _WEEKDAY_COMMA.match(text):
+                mon, d, h, mi, s = m.groups()
+                if mon in _MONTHS:
+                    return self._placed(self._with_year(_MONTHS[mon], int(d), int(h), int(mi), int(s), 0), m)
             if m := _DMESG_T.match(text):
                 mon, d, h, mi, s, y = m.groups()
                 if mon in _MONTHS:

@@ -406,6 +406,10 @@ hours, and one that prints every hour may be cut as its next line is due).
         "accuracy: 0.8042, batch_loss: 0.6886, loss: 0.5200 ||: 100%|##########| 1563/1563 [21:05<00:00,  1.24it/s]",
         "2025-01-01T00:10:05Z 2025-01-01 00:10:05,100 - INFO - allennlp.training.trainer - Worker 1: Validating"],
         hung=True),
+    # https://github.com/SeisSol/SeisSol/issues/774 (its time clusters waiting on each other from the first step)
+    _ended_by_the_limit("the program's own watchdog reported no progress an hour before the limit", [
+        "Sun Jan  1 00:40:00, Warn:  Ghost: No update since  900 [s] for global cluster  6  with other cluster id  5"],
+        hung=True),
     _ended_by_the_limit("dllogger records (epoch stamps) stop hours before the limit", [
         ":::NVLOGv0.2.2 Tacotron2_PyT 1735690200.047455311 (/workspace/dllogger/logger.py:251) train_iter_stop: 32"],
         hung=True, stamped=False),
