@@ -174,6 +174,10 @@ def lustre_connect_already_in_progress(ws: Workspace) -> None:
 _CONNECT_REFUSED = re.compile(r"LustreError: 11-0: (?P<import>\S+?): (?:operation \w+_connect to node \S+ failed: rc = -\d+|"
                               r"Communicating with \S+, operation \w+_connect failed with -\d+)")
 _IMPORT_OF = re.compile(r"(?:Lustre|LustreError): (?:\d+-\d+: )?(?P<import>[\w.-]+-(?:OST|MDT)[0-9a-fA-F]{4}-(?:osc|mdc)-\w+):")
+# LNet's o2ib driver giving up on a transmission to a peer ('Timed out tx for <nid>', 'Timed out RDMA with <nid>'), and
+# the server NID a restored Lustre connection names ('Connection restored to <target> (at <nid>)')
+_LNET_TIMEOUT = re.compile(r"Timed out (?:tx for|RDMA with) (?P<nid>[\w.:-]+@\w+)")
+_RESTORED_AT = re.compile(r"Connection restored to \S+ \(at (?P<nid>[\w.:-]+@\w+)\)")
 
 
 @filter_rule("LustreReconnectCompleted", phase=Phase.FILTER, after=("LustreConnectAlreadyInProgress",), doc=f"""
@@ -181,8 +185,24 @@ A Lustre client's connect to a target refused for the moment ('operation ost_con
 busy with the import's previous connection) is a step of the import's reconnection: when the same import's 'Connection
 restored' follows within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes on that node and it was that node's only Lustre
 client error (an eviction or a failed operation is another, and keeps the report), the reconnection completed and the
-refused connect does not make or date a `{_FS_CLIENT_ERROR}`.
+refused connect does not make or date a `{_FS_CLIENT_ERROR}`. So is an LNet transmission to a server that timed out
+('Timed out tx for <nid>', 'Timed out RDMA with <nid>') when a Lustre connection to that server's NID is restored on the
+node within the same time: the client reconnected and its operations went on.
 """, cases=[
+    # the formats of LNet's o2iblnd (lnet/klnds/o2iblnd/o2iblnd_cb.c, kiblnd_check_conns) and of the Lustre import's
+    # reconnect (lustre/ptlrpc/import.c) in the Lustre source tree: a transmission timed out, the import came back
+    RuleCase(title="an LNet timeout to a server, its connection restored 40 s later", evidence={"n1/syslog": [
+        "Apr 13 18:21:42 n1 kernel: [3545687.000000] LNetError: 2611:0:(o2iblnd_cb.c:3373:kiblnd_check_conns()) Timed "
+        "out tx for 10.180.0.12@o2ib: 2 seconds",
+        "Apr 13 18:22:22 n1 kernel: [3545727.000000] Lustre: lfs1-OST0013-osc-ffff9c2f3a2e1000: Connection restored to "
+        "10.180.0.12@o2ib (at 10.180.0.12@o2ib)"]},
+        expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    RuleCase(title="an LNet timeout to a server, another server's connection restored", evidence={"n1/syslog": [
+        "Apr 13 18:21:42 n1 kernel: LNetError: 2611:0:(o2iblnd_cb.c:3373:kiblnd_check_conns()) Timed out tx for "
+        "10.180.0.12@o2ib: 2 seconds",
+        "Apr 13 18:22:22 n1 kernel: Lustre: lfs1-OST0014-osc-ffff9c2f3a2e1000: Connection restored to 10.180.0.13@o2ib "
+        "(at 10.180.0.13@o2ib)"]},
+        expect=Expect(fired=False)),
     # https://www.nics.tennessee.edu/computing-resources/file-systems/scratch (a Cray client's reconnect, the older
     # wording of the refused connect)
     RuleCase(title="a refused connect, restored five seconds later", evidence={"n1/syslog": [
@@ -206,18 +226,23 @@ refused connect does not make or date a `{_FS_CLIENT_ERROR}`.
 ])
 def lustre_reconnect_completed(ws: Workspace) -> None:
     within = timedelta(seconds=FILE_SERVER_RECOVERY_S)
-    restored: dict[tuple[str | None, str], list[datetime]] = {}
+    restored: dict[tuple[str | None, str], list[datetime]] = {}  # by node and import, and by node and server NID
     for event in ws.events:
-        found = _IMPORT_OF.search(event.evidence.text)
-        if found and event.time is not None and "Connection restored" in event.evidence.text:
-            restored.setdefault((event.node, found.group("import")), []).append(event.last_time or event.time)
-    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.count == 1]:
-        refused, at = _CONNECT_REFUSED.search(event.evidence.text), event.time
-        if refused is None or at is None:
+        if event.time is None or "Connection restored" not in event.evidence.text:
             continue
-        back = [t for t in restored.get((event.node, refused.group("import")), []) if at <= t <= at + within]
+        for found, key in ((_IMPORT_OF.search(event.evidence.text), "import"),
+                           (_RESTORED_AT.search(event.evidence.text), "nid")):
+            if found:
+                restored.setdefault((event.node, found.group(key)), []).append(event.last_time or event.time)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.count == 1]:
+        text, at = event.evidence.text, event.time
+        step = (m.group("import") if (m := _CONNECT_REFUSED.search(text)) else
+                m.group("nid") if (m := _LNET_TIMEOUT.search(text)) else None)
+        if step is None or at is None:
+            continue
+        back = [t for t in restored.get((event.node, step), []) if at <= t <= at + within]
         if back:
-            ws.drop(event, f"the import's connection was restored {(min(back) - at).total_seconds():.0f} s later: a "
+            ws.drop(event, f"the connection to {step} was restored {(min(back) - at).total_seconds():.0f} s later: a "
                            "reconnect that completed")
 
 
