@@ -1632,7 +1632,35 @@ _SHARED_RUNTIME = re.compile(
     r"nvshmem|mpi|mpich|mca|open|ucs|ucp|uct|ucm|fabric|ibverbs|rdmacm|mlx5|psm2|hcoll|sharp|grpc|flux)(?=[-_.\d]|$)")
 
 
-@filter_rule("CrashInTheProgramsOwnCode", phase=Phase.FILTER, doc=f"""
+_SHARING_LAYER_FAILED = "GPU-sharing layer (HAMi-core) failed"
+# HAMi-core's interposer library, which the vGPU device plugin injects into each pod (LD_PRELOAD of libvgpu.so)
+_SHARING_LAYER = re.compile(r"^libvgpu\.so(?:\.\d+)*$")
+
+
+@filter_rule("CrashInTheGpuSharingLayer", phase=Phase.FILTER, doc=f"""
+HAMi's device plugin injects HAMi-core (libvgpu.so) into each pod that asks for a vGPU, and it intercepts every CUDA
+driver call to enforce the slice. A process whose crash the kernel places in that file ('segfault at ... error 4 in
+libvgpu.so[base+size]') crashed inside the GPU-sharing layer, not in the program or the GPU: it is read as
+`{_SHARING_LAYER_FAILED}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/Project-HAMi/HAMi/issues/1055 (NCCL's first CUDA calls under HAMi-core on two H100 vGPUs)
+    RuleCase(title="a crash inside HAMi-core's interposer", evidence={"n1/syslog": [
+        "Jan  1 00:13:22 n1 kernel: [1835488.737042] python[3864703]: segfault at 0 ip 00007efeb76ad8a2 sp "
+        "00007ffd19dc5450 error 4 in libvgpu.so[7efeb767e000+38000]"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHARING_LAYER_FAILED)),
+    RuleCase(title="a crash inside NVIDIA's vGPU guest library is not HAMi-core's", evidence={"n1/syslog": [
+        "Jan  1 00:13:22 n1 kernel: python[3864703]: segfault at 0 ip 00007efeb76ad8a2 sp 00007ffd19dc5450 error 4 in "
+        "libnvidia-vgpu.so.535.104.05[7efeb767e000+38000]"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
+])
+def crash_in_the_gpu_sharing_layer(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SEGFAULT and e.rule == "UserProcessCrash"]:
+        if any(_SHARING_LAYER.match(f) for f in event.value_set("object") | event.value_set("trap_object")):
+            ws.reread(event, _SHARING_LAYER_FAILED, "the crash was inside libvgpu.so, HAMi-core's CUDA interposer")
+
+
+@filter_rule("CrashInTheProgramsOwnCode", phase=Phase.FILTER, after=("CrashInTheGpuSharingLayer",), doc=f"""
 The kernel's report of a user process's crash names the file mapped at the faulting instruction ('segfault at ... in
 libX.so[base+size]', 'traps: ... general protection fault ... in libX.so['). When every crash the kernel reported in
 the workload names one and the same file, and that file is the program's own (its executable or a library of its
