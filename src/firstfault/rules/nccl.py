@@ -1189,8 +1189,26 @@ are on other nodes and began with it or after (or carry no time), that node expl
 network fault would not explain the other node's hardware record. On the node that failed itself, RDMA errors that
 began with its own failure or after (a process that aborted on an assertion, a crashed rank, a GPU fault) are its work
 ending with it, and are demoted the same way; ones that began before it may be its cause, and stay (in the same
-second, printed before it in the same log).
+second, printed before it in the same log). Errors that all name one peer address that no address line of the
+workload resolves, when exactly one other node failed on its own and they began with that failure or after, are taken
+as what its peers saw of it the same way (the workload's address lines did not include that node's).
 """, cases=[
+    # https://forums.developer.nvidia.com/t/containers-losing-access-to-gpus-failed-to-initialize-nvml/242308 (one
+    # worker's container lost its GPUs; the other workers' NCCL lost that worker)
+    RuleCase(title="one unresolved peer address, and the one node that failed on its own", evidence={
+        "b/applog": ["2025-01-01T00:10:08Z Failed to initialize NVML: Unknown Error"],
+        "a/applog": ["2025-01-01T00:10:12Z a:814:911 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+                     "from peer 10.52.1.12<46537> with error 12, opcode 0, len 0, vendor err 129 (Recv)"],
+        "c/applog": ["2025-01-01T00:10:13Z c:814:911 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+                     "from peer 10.52.1.12<46538> with error 12, opcode 0, len 0, vendor err 129 (Recv)"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", demoted=["IB Error-12"])),
+    RuleCase(title="one unresolved peer address, and two nodes that failed on their own", evidence={
+        "b/applog": ["2025-01-01T00:10:08Z Failed to initialize NVML: Unknown Error"],
+        "c/applog": ["2025-01-01T00:10:09Z Failed to initialize NVML: Unknown Error"],
+        "a/applog": ["2025-01-01T00:10:12Z a:814:911 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+                     "from peer 10.52.1.12<46537> with error 12, opcode 0, len 0, vendor err 129 (Recv)"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b", "c"]}, expect=Expect(fired=False)),
     # https://github.com/om-ai-lab/VLM-R1/issues/71 (UCX's handler on the rank that died in cuBLASLt; its peer's NCCL
     # lost it)
     RuleCase(title="an unstamped crash banner, then a peer's unstamped error naming that node", evidence={
@@ -1296,6 +1314,9 @@ def failed_node_explains_peer_errors(ws: Workspace) -> None:
             own = failed.get(min(named)) if len(named) == 1 else None
         elif s.definition.blame == "peer" and len(broken) == 1:
             own = next(iter(broken.values()))
+        elif len(s.value_set("peer") | s.value_set("peer_rdma")) == 1 and \
+                len(lost := [f for node, f in failed.items() if node != s.node]) == 1:
+            own = lost[0]  # one peer address no address line resolves, and one other node that failed on its own
         else:
             continue
         if own is None or own.node == s.node or own.first_time is None:
