@@ -112,6 +112,42 @@ def _stuck_while(ws: Workspace, stall: WorkSymptom, began: datetime, answered: d
             ws.demote(stuck, f"stuck while the file server was not answering (since {began:%H:%M:%S})")
 
 
+_BEEGFS_RETRY = "BeeGFS server not answering"
+BEEGFS_HELD_S = 900.0  # a task reported hung this soon after its BeeGFS request was retried waited on that server
+
+
+@refiner("BeeGfsServerHeldATask", phase=Phase.CLEAN, doc=f"""
+BeeGFS's client logs its first retry of a request to a server that does not answer, naming the task and pid that sent
+it, and nothing when a retry succeeds. When the kernel reports that same task hung ('INFO: task <task>:<pid> blocked
+for more than N seconds') within {BEEGFS_HELD_S / 60:.0f} minutes after, the request never got its answer and the
+task waited on the server: `{_BEEGFS_RETRY}` becomes a storage root candidate (no node blamed) and the hung-task
+reports are its symptoms. A retry with no task held stays context.
+""", cases=[
+    RuleCase(title="the task that retried its server is reported hung two minutes later", evidence={"n1/syslog": [
+        "Jan  1 00:12:44 n1 kernel: [1889711.9] beegfs: slurm_script(212337): Messaging (RPC): Retrying communication "
+        "with node: node_storage_3 [ID: 3]",
+        "Jan  1 00:14:47 n1 kernel: [1889834.9] INFO: task slurm_script:212337 blocked for more than 122 seconds."]},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[], root_symptom=_BEEGFS_RETRY)),
+    RuleCase(title="a retry, and another task hung", evidence={"n1/syslog": [
+        "Jan  1 00:12:44 n1 kernel: [1889711.9] beegfs: beegfs_flush(1583): Messaging (RPC): Retrying communication "
+        "with node: node_storage_3 [ID: 3]",
+        "Jan  1 00:14:47 n1 kernel: [1889834.9] INFO: task python:4100 blocked for more than 122 seconds."]},
+        expect=Expect(fired=False)),
+])
+def beegfs_server_held_a_task(ws: Workspace) -> None:
+    held = timedelta(seconds=BEEGFS_HELD_S)
+    for retry in ws.select(prefix=_BEEGFS_RETRY, status="interesting"):
+        tasks = retry.value_set("task")
+        hung = [h for h in ws.select(node=retry.node, prefix="Hung task") if h.value_set("task") & tasks
+                and retry.first_time is not None and h.first_time is not None
+                and retry.first_time <= h.first_time <= (retry.last_time or retry.first_time) + held]
+        if hung:
+            ws.promote(retry, f"{sorted(hung[0].value_set('task') & tasks)[0]} retried its BeeGFS server and was then "
+                              "reported hung")
+            for h in hung:
+                ws.demote(h, "blocked on the BeeGFS server it was retrying")
+
+
 _FS_CLIENT_ERROR = "Parallel filesystem client error"
 
 
