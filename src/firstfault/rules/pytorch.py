@@ -830,6 +830,10 @@ the process's CUDA is running): it is `CUDA call refused inside a library`, a fa
     _read_as("a line read by its message",
              "RuntimeError: CUDA error: an illegal memory access was encountered (cudaErrorIllegalAddress)",
              "application", "CUDA illegal memory access"),
+    # https://github.com/deepseek-ai/DeepGEMM/issues/301 (a JIT cache entry another process had not finished writing)
+    _read_as("a module file the driver could not find",
+             "RuntimeError: CUDA driver error: 301 (CUDA_ERROR_FILE_NOT_FOUND, file not found)", "application",
+             "CUDA call rejected by its arguments"),
     # https://github.com/horovod/horovod/issues/3831 (libcuda resolved to the toolkit's stub in a Spack build)
     _read_as("NCCL's error string without its number",
              "chifflot-7:11200:11262 [0] init.cc:255 NCCL WARN Cuda failure 'CUDA driver is a stub library'",
