@@ -1632,7 +1632,7 @@ _SHARED_RUNTIME = re.compile(
     r"nvshmem|mpi|mpich|mca|open|ucs|ucp|uct|ucm|fabric|ibverbs|rdmacm|mlx5|psm2|hcoll|sharp|grpc|flux)(?=[-_.\d]|$)")
 
 
-_SHARING_LAYER_FAILED = "GPU-sharing layer (HAMi-core) failed"
+_SHARING_LAYER_FAILED = "GPU-sharing layer (HAMi) failed"
 # HAMi-core's interposer library, which the vGPU device plugin injects into each pod (LD_PRELOAD of libvgpu.so)
 _SHARING_LAYER = re.compile(r"^libvgpu\.so(?:\.\d+)*$")
 
@@ -1658,6 +1658,41 @@ def crash_in_the_gpu_sharing_layer(ws: Workspace) -> None:
     for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _SEGFAULT and e.rule == "UserProcessCrash"]:
         if any(_SHARING_LAYER.match(f) for f in event.value_set("object") | event.value_set("trap_object")):
             ws.reread(event, _SHARING_LAYER_FAILED, "the crash was inside libvgpu.so, HAMi-core's CUDA interposer")
+
+
+_NO_DEVICES_TO_ALLOCATE = "Node's kubelet had no devices to allocate"
+
+
+@filter_rule("AdmissionUnderHami", phase=Phase.FILTER, doc=f"""
+A kubelet that rejects a pod with UnexpectedAdmissionError ('Allocate failed due to requested number of devices
+unavailable') could not allocate devices its device plugin had advertised. Under HAMi (its scheduler bound the pod, or
+the pod carries its hami.io annotations) the devices are HAMi's vGPU slices, and the count the scheduler and the device
+plugin keep disagreeing with the kubelet's is the sharing layer's bookkeeping - HAMi's maintainers answer it with an
+upgrade - not the node's GPUs: `{_NO_DEVICES_TO_ALLOCATE}` is read as `{_SHARING_LAYER_FAILED}` (configuration, no
+node blamed).
+""", cases=[
+    # https://github.com/Project-HAMi/HAMi/issues/596 (a PyTorchJob's worker rejected; fixed by upgrading HAMi)
+    RuleCase(title="a pod HAMi's scheduler bound is rejected at admission", evidence={"n2/syslog": [
+        "  Normal   Scheduled                 54s   hami-scheduler  Successfully assigned nlp/bert-ft-worker-1 to n2",
+        'Jan  1 00:13:55 n2 kubelet[2245]: I0101 00:13:55.610000    2245 kubelet.go:2335] "Pod admission denied" '
+        'podUID="4c3e9a0f" pod="nlp/bert-ft-worker-1" reason="UnexpectedAdmissionError" message="Allocate failed due '
+        'to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is '
+        'unexpected"']},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHARING_LAYER_FAILED)),
+    RuleCase(title="the same rejection without HAMi", evidence={"n2/syslog": [
+        'Jan  1 00:13:55 n2 kubelet[2245]: I0101 00:13:55.610000    2245 kubelet.go:2335] "Pod admission denied" '
+        'podUID="4c3e9a0f" pod="nlp/bert-ft-worker-1" reason="UnexpectedAdmissionError" message="Allocate failed due '
+        'to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is '
+        'unexpected"']},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
+])
+def admission_under_hami(ws: Workspace) -> None:
+    if not ws.events_of(f"{EventType.CONTEXT}.gpu_sharing"):
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _NO_DEVICES_TO_ALLOCATE]:
+        ws.reread(event, _SHARING_LAYER_FAILED, "HAMi shares these GPUs: the vGPUs its scheduler bound were not there "
+                                                "to allocate")
 
 
 @filter_rule("CrashInTheProgramsOwnCode", phase=Phase.FILTER, after=("CrashInTheGpuSharingLayer",), doc=f"""
