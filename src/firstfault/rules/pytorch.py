@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
 
-from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
+from firstfault.engine.model import Event, EventType, Evidence, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
@@ -2834,3 +2834,51 @@ def kernel_fault_follows_one_gpu(ws: Workspace) -> None:
                          **{k: v for k, v in first.attributes.items() if k == "pci"},
                          "meaning": f"kernel faults on {node} before the first of {len(restarts)} worker restarts and "
                                     "after the last, on no other node: the fault follows the GPU, not the code"}))
+
+
+@refiner("ExceptionTheProgramWentOnFrom", phase=Phase.REFINE, doc=f"""
+A Python exception that ends a process ends its training: when the same node reports training progress more than
+{WENT_ON_S:.0f} s after the exception's last report, the program went on - a tool or a setup script printed it (conda's
+'CommandNotFoundError' from a shell not set up for it), a framework caught and logged it, or a restarted worker ran
+again - and it is demoted. A failure after the progress is read on its own.
+""", cases=[
+    # https://github.com/argonne-lcf/Megatron-DeepSpeed (ALCF's AuroraGPT notes: a conda message at the top of a run that
+    # then trained)
+    RuleCase(title="a shell's conda error, then the run trains", evidence={"n1/applog": [
+        "2025-01-01T00:01:00Z CommandNotFoundError: Your shell has not been properly configured to use 'conda "
+        "deactivate'.",
+        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
+        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |",
+        "2025-01-01T00:05:10Z  iteration        2/  317892 | consumed samples:         1536 | elapsed time per iteration "
+        "(ms): 10201.8 | learning rate: 2.000E-06 | lm loss: 1.1E+01 |"]},
+        expect=Expect(fired=True, demoted=["Python exception"])),
+    RuleCase(title="the exception after the last progress", evidence={"n1/applog": [
+        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
+        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |",
+        "2025-01-01T00:06:00Z KeyError: 'input_ids'"]},
+        expect=Expect(fired=False, sub_domain="application")),
+    RuleCase(title="an exception with no time of its own, then the run trains", evidence={"n1/applog": [
+        "CommandNotFoundError: Your shell has not been properly configured to use 'conda deactivate'.",
+        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
+        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |"]},
+        expect=Expect(fired=True, demoted=["Python exception"])),
+])
+def exception_the_program_went_on_from(ws: Workspace) -> None:
+    went_on = timedelta(seconds=WENT_ON_S)
+    for s in ws.active(prefix="Python exception"):
+        progress = ws.select(node=s.node, prefix="Training progress")
+        last = s.last_time or s.first_time
+        if ws.undated(s) or last is None:
+            # no time of its own: the order of its stream says whether training was reported after it
+            went = any(_printed_later(e, s.evidence) for p in progress for e in p.evidence)
+        else:
+            went = any(p.last_time is not None and not ws.undated(p) and p.last_time > last + went_on for p in progress)
+        if went:
+            ws.demote(s, f"training went on on {s.node or '-'} after it: the program did not end there")
+
+
+def _printed_later(line: Evidence, before: list[Evidence]) -> bool:
+    """`line` was printed after every one of `before` in the same stream."""
+    return line.provenance.line is not None and all(
+        b.provenance.origin == line.provenance.origin and b.provenance.line is not None
+        and b.provenance.line < line.provenance.line for b in before)
