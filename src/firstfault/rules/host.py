@@ -1661,6 +1661,11 @@ def crash_in_the_gpu_sharing_layer(ws: Workspace) -> None:
 
 
 _NO_DEVICES_TO_ALLOCATE = "Node's kubelet had no devices to allocate"
+# A rule-case line: the kubelet's rejection of a pod whose devices it could not allocate
+_ADMISSION_DENIED = ('Jan  1 00:13:55 n2 kubelet[2245]: I0101 00:13:55.610000    2245 kubelet.go:2335] "Pod admission '
+                     'denied" podUID="4c3e9a0f" pod="nlp/bert-ft-worker-1" reason="UnexpectedAdmissionError" '
+                     'message="Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. '
+                     'Requested: 1, Available: 0, which is unexpected"')
 
 
 @filter_rule("AdmissionUnderHami", phase=Phase.FILTER, doc=f"""
@@ -1674,17 +1679,11 @@ node blamed).
     # https://github.com/Project-HAMi/HAMi/issues/596 (a PyTorchJob's worker rejected; fixed by upgrading HAMi)
     RuleCase(title="a pod HAMi's scheduler bound is rejected at admission", evidence={"n2/syslog": [
         "  Normal   Scheduled                 54s   hami-scheduler  Successfully assigned nlp/bert-ft-worker-1 to n2",
-        'Jan  1 00:13:55 n2 kubelet[2245]: I0101 00:13:55.610000    2245 kubelet.go:2335] "Pod admission denied" '
-        'podUID="4c3e9a0f" pod="nlp/bert-ft-worker-1" reason="UnexpectedAdmissionError" message="Allocate failed due '
-        'to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is '
-        'unexpected"']},
+        _ADMISSION_DENIED]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_SHARING_LAYER_FAILED)),
     RuleCase(title="the same rejection without HAMi", evidence={"n2/syslog": [
-        'Jan  1 00:13:55 n2 kubelet[2245]: I0101 00:13:55.610000    2245 kubelet.go:2335] "Pod admission denied" '
-        'podUID="4c3e9a0f" pod="nlp/bert-ft-worker-1" reason="UnexpectedAdmissionError" message="Allocate failed due '
-        'to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is '
-        'unexpected"']},
+        _ADMISSION_DENIED]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]}, expect=Expect(fired=False)),
 ])
 def admission_under_hami(ws: Workspace) -> None:

@@ -2836,6 +2836,12 @@ def kernel_fault_follows_one_gpu(ws: Workspace) -> None:
                                     "after the last, on no other node: the fault follows the GPU, not the code"}))
 
 
+# Rule-case lines: Megatron's first two iteration reports of a run
+_ITERATION_1, _ITERATION_2 = (
+    f"2025-01-01T00:05:{second:02d}Z  iteration        {n}/  317892 | consumed samples: {768 * n:12d} | elapsed time per "
+    f"iteration (ms): 10213.2 | learning rate: {n}.000E-06 | lm loss: 1.1E+01 |" for n, second in ((1, 0), (2, 10)))
+
+
 @refiner("ExceptionTheProgramWentOnFrom", phase=Phase.REFINE, doc=f"""
 A Python exception that ends a process ends its training: when the same node reports training progress more than
 {WENT_ON_S:.0f} s after the exception's last report, the program went on - a tool or a setup script printed it (conda's
@@ -2847,14 +2853,11 @@ again - and it is demoted. A failure after the progress is read on its own.
     RuleCase(title="a shell's conda error, then the run trains", evidence={"n1/applog": [
         "2025-01-01T00:01:00Z CommandNotFoundError: Your shell has not been properly configured to use 'conda "
         "deactivate'.",
-        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
-        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |",
-        "2025-01-01T00:05:10Z  iteration        2/  317892 | consumed samples:         1536 | elapsed time per iteration "
-        "(ms): 10201.8 | learning rate: 2.000E-06 | lm loss: 1.1E+01 |"]},
+        _ITERATION_1,
+        _ITERATION_2]},
         expect=Expect(fired=True, demoted=["Python exception"])),
     RuleCase(title="the exception after the last progress", evidence={"n1/applog": [
-        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
-        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |",
+        _ITERATION_1,
         "2025-01-01T00:06:00Z KeyError: 'input_ids'"]},
         expect=Expect(fired=False, sub_domain="application")),
     RuleCase(title="an exception with no time of its own, then the run trains", evidence={"n1/applog": [

@@ -216,6 +216,16 @@ _LNET_TIMEOUT = re.compile(r"Timed out (?:tx for|RDMA with) (?P<nid>[\w.:-]+@\w+
 _RESTORED_AT = re.compile(r"Connection restored to \S+ \(at (?P<nid>[\w.:-]+@\w+)\)")
 
 
+def _lnet_timeout_then_restored(title: str, restored: str, expect: Expect) -> RuleCase:
+    """A rule case: LNet's transmission timeout to 10.180.0.12@o2ib, then a Lustre import's connection restored to
+    `restored` 40 s later."""
+    return RuleCase(title=title, evidence={"n1/syslog": [
+        "Apr 13 18:21:42 n1 kernel: [3545687.000000] LNetError: 2611:0:(o2iblnd_cb.c:3373:kiblnd_check_conns()) Timed "
+        "out tx for 10.180.0.12@o2ib: 2 seconds",
+        f"Apr 13 18:22:22 n1 kernel: [3545727.000000] Lustre: lfs1-OST0013-osc-ffff9c2f3a2e1000: Connection restored to "
+        f"{restored} (at {restored})"]}, expect=expect)
+
+
 @filter_rule("LustreReconnectCompleted", phase=Phase.FILTER, after=("LustreConnectAlreadyInProgress",), doc=f"""
 A Lustre client's connect to a target refused for the moment ('operation ost_connect ... failed: rc = -16', the target
 busy with the import's previous connection) is a step of the import's reconnection: when the same import's 'Connection
@@ -227,18 +237,10 @@ node within the same time: the client reconnected and its operations went on.
 """, cases=[
     # the formats of LNet's o2iblnd (lnet/klnds/o2iblnd/o2iblnd_cb.c, kiblnd_check_conns) and of the Lustre import's
     # reconnect (lustre/ptlrpc/import.c) in the Lustre source tree: a transmission timed out, the import came back
-    RuleCase(title="an LNet timeout to a server, its connection restored 40 s later", evidence={"n1/syslog": [
-        "Apr 13 18:21:42 n1 kernel: [3545687.000000] LNetError: 2611:0:(o2iblnd_cb.c:3373:kiblnd_check_conns()) Timed "
-        "out tx for 10.180.0.12@o2ib: 2 seconds",
-        "Apr 13 18:22:22 n1 kernel: [3545727.000000] Lustre: lfs1-OST0013-osc-ffff9c2f3a2e1000: Connection restored to "
-        "10.180.0.12@o2ib (at 10.180.0.12@o2ib)"]},
-        expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
-    RuleCase(title="an LNet timeout to a server, another server's connection restored", evidence={"n1/syslog": [
-        "Apr 13 18:21:42 n1 kernel: LNetError: 2611:0:(o2iblnd_cb.c:3373:kiblnd_check_conns()) Timed out tx for "
-        "10.180.0.12@o2ib: 2 seconds",
-        "Apr 13 18:22:22 n1 kernel: Lustre: lfs1-OST0014-osc-ffff9c2f3a2e1000: Connection restored to 10.180.0.13@o2ib "
-        "(at 10.180.0.13@o2ib)"]},
-        expect=Expect(fired=False)),
+    _lnet_timeout_then_restored("an LNet timeout to a server, its connection restored 40 s later", "10.180.0.12@o2ib",
+                                expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    _lnet_timeout_then_restored("an LNet timeout to a server, another server's connection restored", "10.180.0.13@o2ib",
+                                expect=Expect(fired=False)),
     # https://www.nics.tennessee.edu/computing-resources/file-systems/scratch (a Cray client's reconnect, the older
     # wording of the refused connect)
     RuleCase(title="a refused connect, restored five seconds later", evidence={"n1/syslog": [
