@@ -1606,6 +1606,13 @@ _NO_START = "GPU could not be initialised"
 _NO_DRIVER = re.compile(r"NVIDIA-SMI has failed because it couldn.t communicate with the NVIDIA driver")
 
 
+def _progress_before(ws: Workspace, events: list[Event]) -> bool:
+    """Whether any node made training progress before the first of these (dated) reports."""
+    began = min((e.time for e in events if e.time is not None), default=None)
+    progress = [e.time for e in ws.events if e.symptom == "Training progress" and e.time is not None]
+    return began is not None and bool(progress) and min(progress) < began
+
+
 @filter_rule("InitFailedOnEveryNode", phase=Phase.FILTER, after=("NvidiaSoftwareOnAmdGpus",), doc="""
 A CUDA that could not start or found no GPU on every node of the workload (two or more), before any node made
 training progress, is their shared setup, not a GPU of each: each node's reports become one `CUDA could not start on
@@ -1642,9 +1649,7 @@ def init_failed_on_every_node(ws: Workspace) -> None:
     nodes = set(ws.context.nodes)
     if len(nodes) < 2 or set(reports) != nodes:
         return
-    began = min((e.time for events in reports.values() for e in events if e.time is not None), default=None)
-    progress = [e.time for e in ws.events if e.symptom == "Training progress" and e.time is not None]
-    if began is not None and progress and min(progress) < began:
+    if _progress_before(ws, [e for events in reports.values() for e in events]):
         return
     for node, events in sorted(reports.items()):
         first = min(events, key=lambda e: (e.time is None, e.time or datetime.min))
@@ -1735,9 +1740,7 @@ def no_device_on_several_nodes(ws: Workspace) -> None:
     reports = {node: events for node, events in reports.items() if events}
     if len(reports) < 2:
         return
-    began = min((e.time for events in reports.values() for e in events if e.time is not None), default=None)
-    progress = [e.time for e in ws.events if e.symptom == "Training progress" and e.time is not None]
-    if began is not None and progress and min(progress) < began:
+    if _progress_before(ws, [e for events in reports.values() for e in events]):
         return
     for event in [e for node in sorted(reports) for e in reports[node]]:
         ws.reread(event, _HIDDEN_GPUS, f"no GPU at all on {len(reports)} nodes at the start: the launch or placement gave "
@@ -2862,8 +2865,7 @@ again - and it is demoted. A failure after the progress is read on its own.
         expect=Expect(fired=False, sub_domain="application")),
     RuleCase(title="an exception with no time of its own, then the run trains", evidence={"n1/applog": [
         "CommandNotFoundError: Your shell has not been properly configured to use 'conda deactivate'.",
-        "2025-01-01T00:05:00Z  iteration        1/  317892 | consumed samples:          768 | elapsed time per iteration "
-        "(ms): 10213.2 | learning rate: 1.000E-06 | lm loss: 1.1E+01 |"]},
+        _ITERATION_1]},
         expect=Expect(fired=True, demoted=["Python exception"])),
 ])
 def exception_the_program_went_on_from(ws: Workspace) -> None:
