@@ -209,11 +209,25 @@ def lustre_connect_already_in_progress(ws: Workspace) -> None:
 # and 'Connection restored' on the same import says a later attempt succeeded. An eviction is read apart.
 _CONNECT_REFUSED = re.compile(r"LustreError: 11-0: (?P<import>\S+?): (?:operation \w+_connect to node \S+ failed: rc = -\d+|"
                               r"Communicating with \S+, operation \w+_connect failed with -\d+)")
+# An operation the server answered with ENOTCONN (rc = -107): it no longer knew the client's connection, so the client
+# reconnects; whether the operation's resend then succeeded the client does not log
+_NOT_CONNECTED = re.compile(r"LustreError: 11-0: (?P<import>\S+?): operation \w+ to node \S+ failed: rc = -107\b")
 _IMPORT_OF = re.compile(r"(?:Lustre|LustreError): (?:\d+-\d+: )?(?P<import>[\w.-]+-(?:OST|MDT)[0-9a-fA-F]{4}-(?:osc|mdc)-\w+):")
 # LNet's o2ib driver giving up on a transmission to a peer ('Timed out tx for <nid>', 'Timed out RDMA with <nid>'), and
 # the server NID a restored Lustre connection names ('Connection restored to <target> (at <nid>)')
 _LNET_TIMEOUT = re.compile(r"Timed out (?:tx for|RDMA with) (?P<nid>[\w.:-]+@\w+)")
 _RESTORED_AT = re.compile(r"Connection restored to \S+ \(at (?P<nid>[\w.:-]+@\w+)\)")
+
+
+def _not_connected_then_restored(title: str, start: str, expect: Expect) -> RuleCase:
+    """A rule case in the formats of ptlrpc's reply check (lustre/ptlrpc/client.c) and the import's reconnect
+    (lustre/ptlrpc/import.c): a metadata request the server no longer had a connection for, the import back 6 s later."""
+    return RuleCase(title=title, evidence={"n1/syslog": [
+        "Jan  1 00:57:52 n1 kernel: LustreError: 11-0: lustre-MDT0001-mdc-ffff9d4b2c1e8000: operation mds_getattr to "
+        "node 172.21.0.12@o2ib failed: rc = -107",
+        "Jan  1 00:57:58 n1 kernel: Lustre: lustre-MDT0001-mdc-ffff9d4b2c1e8000: Connection restored to 172.21.0.12@o2ib "
+        "(at 172.21.0.12@o2ib)"]},
+        context={"start_time": start, "end_time": "2025-01-01T01:30:00Z"}, expect=expect)
 
 
 def _lnet_timeout_then_restored(title: str, restored: str, expect: Expect) -> RuleCase:
@@ -233,7 +247,10 @@ restored' follows within {FILE_SERVER_RECOVERY_S / 60:.0f} minutes on that node 
 client error (an eviction or a failed operation is another, and keeps the report), the reconnection completed and the
 refused connect does not make or date a `{_FS_CLIENT_ERROR}`. So is an LNet transmission to a server that timed out
 ('Timed out tx for <nid>', 'Timed out RDMA with <nid>') when a Lustre connection to that server's NID is restored on the
-node within the same time: the client reconnected and its operations went on.
+node within the same time: the client reconnected and its operations went on. An operation the server answered with
+ENOTCONN ('operation mds_getattr ... failed: rc = -107': it no longer knew the client's connection) whose import was
+restored before the workload began is dropped the same way: the workload's I/O never met the disconnection. During the
+workload it stays, since the client does not log whether the operation's resend succeeded.
 """, cases=[
     # the formats of LNet's o2iblnd (lnet/klnds/o2iblnd/o2iblnd_cb.c, kiblnd_check_conns) and of the Lustre import's
     # reconnect (lustre/ptlrpc/import.c) in the Lustre source tree: a transmission timed out, the import came back
@@ -249,6 +266,21 @@ node within the same time: the client reconnected and its operations went on.
         "May 12 14:02:03 n1 kernel: Lustre: medusa-OST0012-osc-ffff8804253f4c00: Connection restored to medusa-OST0012 "
         "(at 10.36.200.12@o2ib)"]},
         expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    _not_connected_then_restored("an operation answered with ENOTCONN, restored before the workload began",
+                                 "2025-01-01T01:00:00Z", expect=Expect(fired=True, absent=[_FS_CLIENT_ERROR])),
+    _not_connected_then_restored("the same, the workload already running", "2025-01-01T00:50:00Z",
+                                 expect=Expect(fired=False)),
+    # https://github.com/kubernetes-sigs/aws-fsx-csi-driver/issues/169 (an FSx client's read answered with ENOTCONN, then
+    # the client evicted: its open files are lost; the eviction in the console format of lustre/ptlrpc/import.c)
+    RuleCase(title="an operation answered with ENOTCONN, then the client evicted", evidence={"n1/syslog": [
+        "Jan  1 00:10:00 n1 kernel: LustreError: 11-0: fs-abcd12345-OST0000-osc-ffff9a1c: operation ost_read to node "
+        "10.0.1.5@tcp failed: rc = -107",
+        "Jan  1 00:10:00 n1 kernel: LustreError: 167-0: fs-abcd12345-OST0000-osc-ffff9a1c: This client was evicted by "
+        "fs-abcd12345-OST0000; in progress operations using this service will fail.",
+        "Jan  1 00:11:00 n1 kernel: Lustre: fs-abcd12345-OST0000-osc-ffff9a1c: Connection restored to 10.0.1.5@tcp (at "
+        "10.0.1.5@tcp)"]},
+        context={"start_time": "2025-01-01T00:30:00Z", "end_time": "2025-01-01T01:30:00Z"},
+        expect=Expect(fired=False)),
     RuleCase(title="a refused connect, then the client evicted, then restored", evidence={"n1/syslog": [
         "Sep 30 23:02:53 n1 kernel: LustreError: 11-0: scratch-OST0007-osc-ffff9a1c4e2b3800: operation ost_connect to "
         "node 10.31.2.17@o2ib failed: rc = -16",
@@ -272,13 +304,17 @@ def lustre_reconnect_completed(ws: Workspace) -> None:
                            (_RESTORED_AT.search(event.evidence.text), "nid")):
             if found:
                 restored.setdefault((event.node, found.group(key)), []).append(event.last_time or event.time)
+    began = ws.context.start_time
     for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _FS_CLIENT_ERROR and e.count == 1]:
         text, at = event.evidence.text, event.time
         step = (m.group("import") if (m := _CONNECT_REFUSED.search(text)) else
                 m.group("nid") if (m := _LNET_TIMEOUT.search(text)) else None)
-        if step is None or at is None:
+        until = at + within if at is not None else None
+        if step is None and (m := _NOT_CONNECTED.search(text)) and began is not None:
+            step, until = m.group("import"), began  # back before the workload's I/O could meet the disconnection
+        if step is None or at is None or until is None:
             continue
-        back = [t for t in restored.get((event.node, step), []) if at <= t <= at + within]
+        back = [t for t in restored.get((event.node, step), []) if at <= t <= until]
         if back:
             ws.drop(event, f"the connection to {step} was restored {(min(back) - at).total_seconds():.0f} s later: a "
                            "reconnect that completed")
