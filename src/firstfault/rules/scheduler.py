@@ -2035,7 +2035,8 @@ demoted, giving `none`. If root candidates from the run itself remain without a 
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
 completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
-task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...) in the workload's last five minutes
+task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
+(ezpz's 'Execution finished with 143.'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
 not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
@@ -2056,6 +2057,12 @@ nothing demoted.
         "2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group finished (WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED")),
+    # https://github.com/saforem2/ezpz/blob/main/docs/cli/launch/index.md (the launcher's status line; PBS recorded the
+    # batch script's exit 0 after it)
+    RuleCase(title="a completed state over a launcher's non-zero status at the end", evidence={"n1/applog": [
+        "[2025-01-01 01:58:20,402115][I][ezpz/launch:971:launch] Execution finished with 143."]},
+        context={"scheduler": "none", "scheduler_state": "COMPLETED", "exit_code": ""},
+        expect=Expect(fired=True, terminal_state="FAILED", sub_domain="unknown")),
     RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start",
              **_unscheduled_success_after_link_down("0"),
              expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
@@ -2229,11 +2236,12 @@ def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSym
 
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
 # the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others. slurmstepd's
-# record of the step itself killed for its tasks' failure ('DUE TO TASK FAILURE', 'DUE to SIGNAL Killed') says the same.
+# record of the step itself killed for its tasks' failure ('DUE TO TASK FAILURE', 'DUE to SIGNAL Killed') says the same,
+# and so does a launcher wrapping mpiexec that logs its non-zero status (ezpz's 'Execution finished with 143.').
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
                              r"Floating point exception|Illegal instruction|"
                              r"CANCELLED AT \S+ DUE (?:TO TASK FAILURE|to SIGNAL Killed)|FAILED \(non-zero exit code or "
-                             r"other failure mode\)")
+                             r"other failure mode\)|Execution finished with (?:\x1b\[[0-9;]*m)?[1-9]\d*")
 
 
 def _job_retried_to_success(ws: Workspace) -> bool:
