@@ -2237,11 +2237,13 @@ def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSym
 # srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
 # the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others. slurmstepd's
 # record of the step itself killed for its tasks' failure ('DUE TO TASK FAILURE', 'DUE to SIGNAL Killed') says the same,
-# and so does a launcher wrapping mpiexec that logs its non-zero status (ezpz's 'Execution finished with 143.').
+# and so does a launcher that logs its child's non-zero status (ezpz's 'Execution finished with 143.', DeepSpeed's
+# '... exits with return code = 1').
 _TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
                              r"Floating point exception|Illegal instruction|"
                              r"CANCELLED AT \S+ DUE (?:TO TASK FAILURE|to SIGNAL Killed)|FAILED \(non-zero exit code or "
-                             r"other failure mode\)|Execution finished with (?:\x1b\[[0-9;]*m)?[1-9]\d*")
+                             r"other failure mode\)|Execution finished with (?:\x1b\[[0-9;]*m)?[1-9]\d*|"
+                             r"exits with return code = (?:[1-9]\d*|-(?:4|6|7|8|11))")
 
 
 def _job_retried_to_success(ws: Workspace) -> bool:
