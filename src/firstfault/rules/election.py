@@ -187,6 +187,15 @@ mpirun, torchrun or DeepSpeed launch), reported complete by the workload itself 
         "2025-01-01T01:00:14Z RuntimeError: [enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598"]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
         expect=Expect(sub_domain="storage", culprits=[], terminal_state="FAILED")),
+    # https://github.com/saforem2/ezpz/blob/main/docs/cli/test.md (the test's closing line); the first launch's import
+    # error, printed without a stamp, before the rerun that trained
+    RuleCase(title="no scheduler, exit 0; an unstamped exception printed before the completion", evidence={"a/applog": [
+        "ImportError: libtorch-xpu-ops-sycl-ZetaKernel.so: undefined symbol: _ZN4sycl3_V17handler",
+        "[2025-01-01 00:57:37,049349][I][examples.test_dist/ezpz:218:test_dist.__main__] iter=900 loss=10944.000000",
+        "[2025-01-01 00:58:20,767159][I][examples.test_dist/ezpz:311:test_dist.__main__] Took: 26.77 seconds to finish "
+        "training"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": "0"},
+        expect=Expect(sub_domain="none", culprits=[], terminal_state="COMPLETED")),
     RuleCase(title="no scheduler and no success report", evidence={"a/applog": [
         "2025-01-01T01:00:00Z [rank0]: step 100 loss 2.31"]},
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
@@ -219,10 +228,22 @@ def elect_root_cause(ws: Workspace) -> None:
 
 def raised_after_completion(ws: Workspace) -> bool:
     """A process ended in an uncaught exception (fact program_raised) after the last completion report: what completed
-    was a step of the workload, not the workload."""
-    reports = [t for s in ws.select(prefix="Workload completed") for t in (s.last_time or s.first_time,) if t]
-    raised = [e.time for e in ws.facts_of("program_raised") if e.time is not None]
-    return bool(reports) and any(t > max(reports) for t in raised)
+    was a step of the workload, not the workload. An exception line without a stamp of its own, in a stream that also
+    holds a report, is placed by its order there, not by the time it inherited."""
+    reports = ws.select(prefix="Workload completed")
+    last = max((t for s in reports for t in (s.last_time or s.first_time,) if t), default=None)
+    if last is None:
+        return False
+    for fact in ws.facts_of("program_raised"):
+        line = fact.evidence
+        beside = [e for s in reports for e in s.evidence if e.provenance.origin == line.provenance.origin]
+        if line.time_inferred and beside:
+            if line.provenance.line is not None and all(
+                    e.provenance.line is not None and e.provenance.line < line.provenance.line for e in beside):
+                return True
+        elif fact.time is not None and fact.time > last:
+            return True
+    return False
 
 
 @refiner("SystemicGuard", phase=Phase.FINAL, after=("ElectRootCause",), doc="""
