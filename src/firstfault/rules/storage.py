@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
@@ -230,6 +231,19 @@ def _not_connected_then_restored(title: str, start: str, expect: Expect) -> Rule
         context={"start_time": start, "end_time": "2025-01-01T01:30:00Z"}, expect=expect)
 
 
+def _step_then_evicted(title: str, operation: str, rc: str, target: str, nid: str,
+                       context: dict[str, Any] | None = None) -> RuleCase:
+    """A near-miss rule case: an import's failed operation, then the client evicted by the target (the console format
+    of lustre/ptlrpc/import.c), then its connection restored: the eviction keeps the report."""
+    client = f"{target}-osc-ffff9a1c4e2b3800"
+    return RuleCase(title=title, evidence={"n1/syslog": [
+        f"Jan  1 00:10:00 n1 kernel: LustreError: 11-0: {client}: operation {operation} to node {nid} failed: {rc}",
+        f"Jan  1 00:10:55 n1 kernel: LustreError: 167-0: {client}: This client was evicted by {target}; in progress "
+        "operations using this service will fail.",
+        f"Jan  1 00:11:00 n1 kernel: Lustre: {client}: Connection restored to {nid} (at {nid})"]},
+        context=context or {}, expect=Expect(fired=False))
+
+
 def _lnet_timeout_then_restored(title: str, restored: str, expect: Expect) -> RuleCase:
     """A rule case: LNet's transmission timeout to 10.180.0.12@o2ib, then a Lustre import's connection restored to
     `restored` 40 s later."""
@@ -272,23 +286,11 @@ workload it stays, since the client does not log whether the operation's resend 
                                  expect=Expect(fired=False)),
     # https://github.com/kubernetes-sigs/aws-fsx-csi-driver/issues/169 (an FSx client's read answered with ENOTCONN, then
     # the client evicted: its open files are lost; the eviction in the console format of lustre/ptlrpc/import.c)
-    RuleCase(title="an operation answered with ENOTCONN, then the client evicted", evidence={"n1/syslog": [
-        "Jan  1 00:10:00 n1 kernel: LustreError: 11-0: fs-abcd12345-OST0000-osc-ffff9a1c: operation ost_read to node "
-        "10.0.1.5@tcp failed: rc = -107",
-        "Jan  1 00:10:00 n1 kernel: LustreError: 167-0: fs-abcd12345-OST0000-osc-ffff9a1c: This client was evicted by "
-        "fs-abcd12345-OST0000; in progress operations using this service will fail.",
-        "Jan  1 00:11:00 n1 kernel: Lustre: fs-abcd12345-OST0000-osc-ffff9a1c: Connection restored to 10.0.1.5@tcp (at "
-        "10.0.1.5@tcp)"]},
-        context={"start_time": "2025-01-01T00:30:00Z", "end_time": "2025-01-01T01:30:00Z"},
-        expect=Expect(fired=False)),
-    RuleCase(title="a refused connect, then the client evicted, then restored", evidence={"n1/syslog": [
-        "Sep 30 23:02:53 n1 kernel: LustreError: 11-0: scratch-OST0007-osc-ffff9a1c4e2b3800: operation ost_connect to "
-        "node 10.31.2.17@o2ib failed: rc = -16",
-        "Sep 30 23:03:48 n1 kernel: LustreError: 167-0: scratch-OST0007-osc-ffff9a1c4e2b3800: This client was evicted "
-        "by scratch-OST0007; in progress operations using this service will fail.",
-        "Sep 30 23:03:48 n1 kernel: Lustre: scratch-OST0007-osc-ffff9a1c4e2b3800: Connection restored to "
-        "10.31.2.17@o2ib (at 10.31.2.17@o2ib)"]},
-        expect=Expect(fired=False)),
+    _step_then_evicted("an operation answered with ENOTCONN, then the client evicted", "ost_read", "rc = -107",
+                       "fs-abcd12345-OST0000", "10.0.1.5@tcp",
+                       context={"start_time": "2025-01-01T00:30:00Z", "end_time": "2025-01-01T01:30:00Z"}),
+    _step_then_evicted("a refused connect, then the client evicted, then restored", "ost_connect", "rc = -16",
+                       "scratch-OST0007", "10.31.2.17@o2ib"),
     RuleCase(title="a refused connect never restored", evidence={"n1/syslog": [
         "May 12 14:01:58 n1 kernel: LustreError: 11-0: medusa-OST0012-osc-ffff8804253f4c00: Communicating with "
         "10.36.200.12@o2ib, operation ost_connect failed with -16."]},
