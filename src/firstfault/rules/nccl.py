@@ -191,6 +191,37 @@ def relayed_output(ws: Workspace) -> None:
         if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
 
+_INVALID_ARGUMENT = "NCCL call with an invalid argument"
+
+
+@filter_rule("ArgumentCheckAfterAbort", phase=Phase.FILTER, doc=f"""
+NCCL's argument check fails a collective on a communicator it has already aborted on that node ('... - Abort COMPLETE'
+before it, then 'AllGather : invalid root 0 (root should be in the 0..-1 range)': the aborted communicator has no
+ranks left): the check met what the abort left, not the program's arguments. `{_INVALID_ARGUMENT}` on a node whose
+abort came first (or in the same second) is dropped; whatever made NCCL abort is read on its own.
+""", cases=[
+    # https://github.com/NVIDIA/nccl/issues/1039 (a TensorFlow job's communicator aborted, then its AllGather refused)
+    RuleCase(title="the check after the node's abort", evidence={"n1/applog": [
+        "2025-01-01T00:12:05Z n1:292:698 [0] NCCL INFO comm 0x7f0e1b123750 rank 2 nranks 4 cudaDev 0 busId 3b000 - "
+        "Abort COMPLETE",
+        "2025-01-01T00:12:05Z n1:292:696 [0] misc/argcheck.cc:39 NCCL WARN AllGather : invalid root 0 (root should be "
+        "in the 0..-1 range)"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=True, absent=[_INVALID_ARGUMENT])),
+    RuleCase(title="the check with no abort before it", evidence={"n1/applog": [
+        "2025-01-01T00:12:05Z n1:48113:48113 [0] NCCL WARN AllReduce : invalid root 0 (root should be in the 0..0 range)"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="application")),
+])
+def argument_check_after_abort(ws: Workspace) -> None:
+    aborted: dict[str | None, datetime] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.nccl_abort"):  # facts: events until materialised
+        if fact.time is not None:
+            aborted[fact.node] = min(fact.time, aborted.get(fact.node, fact.time))
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _INVALID_ARGUMENT]:
+        at = aborted.get(event.node)
+        if at is not None and event.time is not None and at <= event.time:
+            ws.drop(event, f"NCCL had aborted the communicator on {event.node} before: the check met what the abort left")
+
+
 _TOPOLOGY_INVALID = "NCCL topology file invalid"
 _TOPOLOGY_FILE_MISSING = re.compile(r"Could not open XML topology file")
 
