@@ -173,7 +173,7 @@ failure is the cause: the symptom is demoted.
 ])
 def first_task_failed_first(ws: Workspace) -> None:
     for ended in ws.active(prefix=_FIRST_TASK_EXITED):
-        failed = [s for s in ws.select(prefix="Step task failed") if any(_TASK_EXIT_CODE.search(e.text) for e in s.evidence)
+        failed = [s for s in ws.select(prefix="Step task failed") if _a_task_failed(s)
                   and (s.first_time is None or ended.first_time is None or s.first_time <= ended.first_time)]
         if failed:
             ws.demote(ended, f"a task exited with an error first ({failed[0].node or '-'}): its failure ended the step")
@@ -2036,7 +2036,7 @@ a process - the workload's own output or the scheduler's records show them, or t
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
 completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
 task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
-(ezpz's 'Execution finished with 143.'), in the workload's last five minutes
+(ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
 not how it ended). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
@@ -2205,8 +2205,7 @@ def completed_workload(ws: Workspace) -> None:
         return
     roots = [s for s in ws.active(role="root")
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
-    roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s)
-              and any(_TASK_EXIT_CODE.fullmatch(how) for how in s.value_set("how"))]
+    roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s) and _a_task_failed(s)]
     working = _working_marks(ws) if roots else []
     succeeded = any(not _follows_a_kill(ws, report, roots, working) and not _a_later_step_failed(ws, report, roots)
                     for report in ws.select(prefix="Workload completed"))
@@ -2234,16 +2233,17 @@ def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSym
                for r in roots for e in r.evidence)
 
 
-# srun's record of a task that exited with a non-zero code or crashed (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL): a step of
-# the job failed, whatever the batch script returned. Killed and Terminated are how srun ends the others. slurmstepd's
-# record of the step itself killed for its tasks' failure ('DUE TO TASK FAILURE', 'DUE to SIGNAL Killed') says the same,
-# and so does a launcher that logs its child's non-zero status (ezpz's 'Execution finished with 143.', DeepSpeed's
-# '... exits with return code = 1').
-_TASK_EXIT_CODE = re.compile(r"Exited with exit code [1-9]\d*|Aborted|Segmentation fault|Bus error|"
-                             r"Floating point exception|Illegal instruction|"
-                             r"CANCELLED AT \S+ DUE (?:TO TASK FAILURE|to SIGNAL Killed)|FAILED \(non-zero exit code or "
-                             r"other failure mode\)|Execution finished with (?:\x1b\[[0-9;]*m)?[1-9]\d*|"
-                             r"exits with return code = (?:[1-9]\d*|-(?:4|6|7|8|11))")
+# What the extractors of 'Step task failed' capture in `how`: srun's status of each task (its exit code or the signal
+# that ended it), slurmstepd's record of the step ended for its tasks' failure ('DUE TO TASK FAILURE'), and a launcher's
+# non-zero status for its child (ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1').
+# All of these say a task failed of itself, except srun's own ending of the others once one had failed (Killed,
+# Terminated) and a task's clean exit.
+_NOT_A_TASK_FAILURE = frozenset({"Killed", "Terminated", "Exited with exit code 0"})
+
+
+def _a_task_failed(s: WorkSymptom) -> bool:
+    """A 'Step task failed' symptom with a status that is a task's own failure (a non-zero code or a crash)."""
+    return any(how not in _NOT_A_TASK_FAILURE for how in s.value_set("how"))
 
 
 def _job_retried_to_success(ws: Workspace) -> bool:
