@@ -331,6 +331,44 @@ def ignored_exceptions(ws: Workspace) -> None:
                            "not raise it, and the program went on")
 
 
+# How far above the harness's exit-code message its assertion's first line can be: torch's assertEqual prints the
+# exception line, a blank, and its expected/got and difference lines before the message.
+_HARNESS_MESSAGE_LINES = 10
+
+
+@filter_rule("HarnessReportsAChildsSignal", phase=Phase.FILTER_EARLY, doc=f"""
+PyTorch's distributed test harness (MultiProcessTestCase) runs each rank in a child process and, when one exits
+non-zero, fails the test with an assertion on its exit code: 'AssertionError: Scalars are not equal!' followed by
+'Expected zero exit code but got -9 for pid: P'. A negative exit code of a multiprocessing child is the signal that
+ended it, read as 'Worker killed by signal'. The assertion (the Python exception within {_HARNESS_MESSAGE_LINES} lines
+above that message, in the same stream) is the harness reporting the child's death, not a failure of the test's own
+code, and its exception reading is dropped.
+""", cases=[
+    # https://github.com/intel/torch-xpu-ops/issues/1663 (title: 'Expected zero exit code but got -9'); the lines are
+    # common_utils.assertEqual's report of _check_return_codes in torch/testing/_internal/common_distributed.py
+    RuleCase(title="the harness's assertion on a child killed by SIGKILL", evidence={"n1/applog": [
+        "AssertionError: Scalars are not equal!", "", "Expected 0 but got -9.", "Absolute difference: 9",
+        "Relative difference: inf", "Expected zero exit code but got -9 for pid: 328475"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=True, absent=["Python exception"], root_symptom="Worker killed by signal")),
+    RuleCase(title="a test's own assertion on a value", evidence={"n1/applog": [
+        "AssertionError: Scalars are not equal!", "", "Expected 0 but got 3.", "Absolute difference: 3",
+        "Relative difference: inf"]},
+        context={"scheduler": "none", "scheduler_state": ""},
+        expect=Expect(fired=False, root_symptom="Python exception", sub_domain="application")),
+])
+def harness_reports_a_childs_signal(ws: Workspace) -> None:
+    messages = [(e.evidence.provenance.origin, e.evidence.provenance.line) for e in ws.events_of(EventType.NODE_BAD)
+                if e.symptom == "Worker killed by signal" and e.attributes.get("test_signal")
+                and e.evidence.provenance.line is not None]
+    for event in ws.events_of(EventType.NODE_BAD):
+        origin, line = event.evidence.provenance.origin, event.evidence.provenance.line
+        if event.rule == GENERIC_EXCEPTION_RULE and line is not None and any(
+                o == origin and m - _HARNESS_MESSAGE_LINES <= line < m for o, m in messages):
+            ws.drop(event, "the test harness's assertion on a child's exit code: it reports the signal that ended the "
+                           "child")
+
+
 # How far below its 'Exception in thread ...' header a thread's traceback can end: its frames, two lines each.
 _THREAD_TRACEBACK_LINES = 80
 _THREAD_ENDED = "Thread ended by an exception"
