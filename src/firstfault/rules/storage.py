@@ -731,6 +731,46 @@ def workload_filled_the_disk(ws: Workspace) -> None:
                                                   "writes filled it")
 
 
+# A node's own reports of a full local disk: df's row at 100%, systemd-journald refused space.
+_LOCAL_DISK_FULL = (_DISK_FULL, "Node's journal out of space")
+
+
+@filter_rule("SpillFilledTheDisk", phase=Phase.FILTER, after=("WorkloadFilledTheDisk",), doc=f"""
+Ray spills objects that do not fit in its object store to the node's local disk and reports each batch ('Spilled 8192
+MiB, 64 objects, ...'). A node's local disk found full (df at 100%, journald without space) after the workload had
+spilled to it, in the same run, was filled by the workload's spilling: the reading becomes `{_FILLED_BY_WORKLOAD}`
+(storage, no node blamed: the job needs more disk for its spills, or less data in flight). A full disk with no spill
+before it stays the node's.
+""", cases=[
+    # https://github.com/osudrl/apex/issues/31 (PPO on Ray: spills, then the IO worker's ENOSPC and a full root disk)
+    RuleCase(title="the head node spilled, then its disk was full", evidence={
+        "n1/applog": ["2025-01-01T00:10:00Z INFO worker.py:1404 -- (raylet) Spilled 16384 MiB, 128 objects, write "
+                      "throughput 398 MiB/s.",
+                      "2025-01-01T00:20:00Z An unexpected internal error occurred while the IO worker was spilling "
+                      "objects: [Errno 28] No space left on device"],
+        "n1/syslog": ["Jan  1 00:20:05 n1 systemd-journald[412]: Failed to write entry (21 items, 611 bytes), ignoring: "
+                      "No space left on device"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=True, sub_domain="storage", culprits=[])),
+    RuleCase(title="a full disk on a node that spilled nothing", evidence={
+        "n1/applog": ["2025-01-01T00:20:00Z OSError: [Errno 28] No space left on device"],
+        "n1/syslog": ["Jan  1 00:20:05 n1 systemd-journald[412]: Failed to write entry (21 items, 611 bytes), ignoring: "
+                      "No space left on device"]},
+        context={"nodes": ["n1", "n2"], "scheduler_state": "FAILED"},
+        expect=Expect(fired=False, sub_domain="storage", culprits=["n1"])),
+])
+def spill_filled_the_disk(ws: Workspace) -> None:
+    spilled: dict[str, list[datetime]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.ray_spill"):
+        if fact.node and fact.time is not None:
+            spilled.setdefault(fact.node, []).append(fact.time)
+    reports = [*ws.events_of(EventType.NODE_BAD), *ws.events_of(EventType.NODE_INTERESTING)]
+    for event in [e for e in reports if e.symptom in _LOCAL_DISK_FULL and e.node in spilled]:
+        if event.time is not None and min(spilled[event.node or ""]) <= event.time:
+            ws.reread(event, _FILLED_BY_WORKLOAD, "the workload's Ray objects were spilled to this node's disk before "
+                                                  "it was full")
+
+
 @refiner("UndatedDiskSnapshot", phase=Phase.REFINE_EARLY, doc=f"""
 `{_DISK_FULL}` read from df's table or a program's warning without a time of its own (a snapshot printed by a
 script or pasted after the job) says what the disk held when it was printed, not when the failure began: while
