@@ -1515,9 +1515,10 @@ before it: the container started and its program failed, and the kubelet backs o
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
 exited soon after it started may have been given a setting it cannot start with. A container whose program gave up
-waiting for its peers (`Rendezvous or store timeout` on its node, or a Ray process's abort on a GCS that stopped
-answering, no later than the status) failed for the peers that never came or went away, however soon: that is why it
-backs off, and the status is demoted. A GPU fault reported on the pod's
+waiting for its peers (`Rendezvous or store timeout` on its node, a Ray process's abort on a GCS that stopped
+answering, or PyTorch's NCCL watchdog ending the process on a collective that did not complete - `NCCL watchdog
+timeout`, the SIGABRT that exits the container with 134 - no later than the status) failed for the peers that never
+came, went away or stopped, however soon: that is why it backs off, and the status is demoted. A GPU fault reported on the pod's
 own node no later than its status (a gpu root candidate: CUDA's unknown error from the container's program, an Xid)
 is why, however soon the container exited: its program met the node's GPU.
 """, cases=[
@@ -1569,6 +1570,19 @@ is why, however soon the container exited: its program met the node's GPU.
         "n1/scheduler": ["trainer-0   0/1     CrashLoopBackOff    22         12h   10.244.1.17    n1"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
         expect=Expect(fired=True, demoted=["Container image or start error"])),
+    # https://github.com/sgl-project/sglang/issues/10124 (prefill pods whose reduce-scatter never completed; the
+    # watchdog aborted them and the kubelet backs off)
+    RuleCase(title="NCCL's watchdog ended the container's program; the kubelet backs off", evidence={
+        "n1/applog": ["2025-01-01T00:39:25Z [rank3]:[E101 00:39:25.432755661 ProcessGroupNCCL.cpp:2068] [PG ID 2 PG GUID "
+                      "3 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught "
+                      "collective operation timeout: WorkNCCL(SeqNum=432927, OpType=_REDUCE_SCATTER_BASE, "
+                      "NumelIn=88080384, NumelOut=5505024, Timeout(ms)=600000) ran for 600000 milliseconds before "
+                      "timing out."],
+        "n1/scheduler": ["2025-01-01T00:39:31Z   Warning   BackOff   pod/deepseek-v3-prefill-0   Back-off restarting "
+                         "failed container sglang in pod deepseek-v3-prefill-0_sglang-pd(4f1c9d2e)",
+                         "      Reason:       CrashLoopBackOff"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="unknown", demoted=["Container image or start error"])),
     # https://github.com/ray-project/ray/issues/27414 (a RayCluster's head went down; the worker raylets exited on
     # the GCS check and their containers crash-looped)
     RuleCase(title="a pod listing on another node names the node whose raylet aborted on the GCS", evidence={
@@ -1634,9 +1648,10 @@ def _pod_nodes(ws: Workspace, status: WorkSymptom) -> list[str | None]:
 
 
 def _peer_waits(ws: Workspace, node: str | None) -> list[WorkSymptom]:
-    """The node's reports that its program gave up on a peer it needs: a rendezvous or store wait timed out, or a
-    Ray process aborted because the GCS stopped answering."""
-    gave_up = ws.select(node=node, prefix=_RENDEZVOUS_TIMEOUT)
+    """The node's reports that its program gave up on a peer it needs: a rendezvous or store wait timed out, NCCL's
+    watchdog ended the process on a collective its peers did not complete, or a Ray process aborted because the GCS
+    stopped answering."""
+    gave_up = ws.select(node=node, prefix=_RENDEZVOUS_TIMEOUT) + ws.select(node=node, prefix="NCCL watchdog timeout")
     return gave_up + [s for s in ws.select(node=node, prefix=RAY_CHECK) if aborted_for_the_gcs(s)]
 
 
