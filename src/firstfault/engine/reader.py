@@ -529,12 +529,18 @@ class LineReader:
 
     def _printed_by(self, text: str, node: str | None) -> str | None:
         """The allocated node other than `node` whose host name the line's prefix gives (`_HOST_PREFIX`), if any."""
-        found = _HOST_PREFIX.match(text, 0, 256) if len(self.context.nodes) > 1 else None
-        if found is None:
+        name = line_host_prefix(text) if len(self.context.nodes) > 1 else None
+        if name is None:
             return None
-        name = found.group(1)
         host = self._hosts.get(name) or self._hosts.get(name.split(".")[0])
         return host if host != node else None
+
+
+def line_host_prefix(text: str) -> str | None:
+    """The name a line gives ahead of its message as where it was printed (`_HOST_PREFIX`: a host, or the pod a
+    launcher gathered it from), if any."""
+    found = _HOST_PREFIX.match(text, 0, 256)
+    return found.group(1) if found else None
 
 
 def _spaced(later: Evidence, time: datetime | None) -> bool:

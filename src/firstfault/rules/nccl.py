@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from firstfault.engine.model import Event, EventType, SubDomain
+from firstfault.engine.reader import line_host_prefix
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
@@ -125,7 +126,21 @@ line is the same error and goes with it.
 A line that names its own host ahead of its message (a syslog record's host field, NCCL's 'host:pid:tid [dev]',
 nccl-tests' and pdsh's 'host: '), when that host is another allocated node, was printed there and gathered into this
 node's file (mpirun collecting every rank's output, syslog forwarded to one server): its event is moved to that node.
+So is a line that names a pod there ('nccl-test-worker-2: ...', mpirun in an MPIJob's launcher pod gathering its
+workers' output under their pod names), when the evidence places that pod on one allocated node: a `kubectl get pods -o
+wide` row's NODE column, or the scheduler's 'Successfully assigned <namespace>/<pod> to <node>'.
 """, cases=[
+    # https://github.com/google/dranet (its GKE RDMA guide: the launcher pod's mpirun gathering two workers' failures)
+    RuleCase(title="a worker pod's failure gathered into the launcher's output", evidence={
+        "a/scheduler": ["nccl-test-4w-0   1/1     Running   0          3m11s   10.68.5.7   a   <none>           <none>",
+                        "nccl-test-4w-2   1/1     Running   0          3m11s   10.68.3.7   b   <none>           <none>"],
+        "a/applog": ["2025-01-01T00:10:00Z nccl-test-4w-2: Test CUDA failure common.cu:1030 'uncorrectable ECC error "
+                     "encountered'"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"]}, expect=Expect(fired=True, culprits=["b"])),
+    RuleCase(title="a pod the evidence does not place", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z nccl-test-4w-2: Test CUDA failure common.cu:1030 'uncorrectable ECC error "
+                     "encountered'"]},
+        context={"scheduler": "kubernetes", "nodes": ["a", "b"]}, expect=Expect(fired=False, culprits=["a"])),
     RuleCase(title="another node's kernel record in this node's syslog (forwarded syslog)", evidence={
         "a/syslog": ["Jan  1 00:10:00 b kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=123, name=python, GPU has fallen "
                      "off the bus."],
@@ -170,6 +185,7 @@ def relayed_output(ws: Workspace) -> None:
     for event in [e for e in ws.events if e.attributes.get("printed_by")]:
         host = str(event.attributes["printed_by"])
         ws.move(event, host, f"the line names {host} as the host it was printed on ({event.node}'s file holds it)")
+    _move_to_the_pods_node(ws)
     relayed = [e for e in ws.events if e.attributes.get("relayed_from") and not e.type.startswith(EventType.CONTEXT)]
     if not relayed:
         return
@@ -190,6 +206,33 @@ def relayed_output(ws: Workspace) -> None:
         found = moved.get((event.evidence.provenance.origin, event.symptom))
         if found and not event.attributes.get("relayed_from") and event.evidence.text.endswith(found[0]):
             ws.move(event, found[1], f"the driver re-raised the error {found[1]} printed")
+
+def _pods_placed(ws: Workspace) -> dict[str, str]:
+    """Pod name -> the allocated node the evidence binds it to (kubectl's wide listing, the Scheduled event); a pod
+    placed on two nodes (deleted and recreated elsewhere) is left out."""
+    placed: dict[str, set[str]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.pod_listed"):  # facts: events until materialised
+        node = ws.canonical_node(str(fact.attributes.get("listed_node") or ""))
+        if node:
+            placed.setdefault(str(fact.attributes["listed_pod"]), set()).add(node)
+    for fact in ws.events_of(f"{EventType.CONTEXT}.pod_scheduled"):
+        node = ws.canonical_node(str(fact.attributes.get("assigned_to") or ""))
+        if node:
+            placed.setdefault(str(fact.attributes.get("pod") or "").rpartition("/")[2], set()).add(node)
+    return {pod: min(nodes) for pod, nodes in placed.items() if len(nodes) == 1}
+
+
+def _move_to_the_pods_node(ws: Workspace) -> None:
+    """Move each event whose line names, ahead of its message, a pod the evidence places on another node."""
+    placed = _pods_placed(ws)
+    if not placed:
+        return
+    for event in [e for e in ws.events if not e.type.startswith(EventType.CONTEXT)]:
+        pod = line_host_prefix(event.evidence.text)
+        node = placed.get(pod) if pod else None
+        if node and node != event.node:
+            ws.move(event, node, f"the line names pod {pod}, which ran on {node} ({event.node}'s file holds it)")
+
 
 _INVALID_ARGUMENT = "NCCL call with an invalid argument"
 
