@@ -413,16 +413,27 @@ def thread_exception_in_a_completed_run(ws: Workspace) -> None:
             ws.drop(event, "it ended a thread ('Exception in thread ...'), not the process, of a run recorded COMPLETED")
 
 
+# A logging record's level ahead of its message, at WARNING: loguru's '| WARNING  |', the standard library's
+# 'WARNING:<logger>:' and '<time> - <name> - WARNING - ', vLLM's 'WARNING 12-07 20:30:45 [file.py:12]', '[WARNING]'.
+_WARNING_RECORD = re.compile(r"\|\s*WARNING\s*\||\bWARNING:[\w.]*:|\s-\s+WARNING\s+-\s|\bWARNING \d\d-\d\d \d\d:\d\d:\d\d|"
+                             r"\[WARNING\]")
+
+
 # A log4j record's header, as Spark and other JVM programs print it: '<LEVEL> [<thread>] <logger>: '
 _LOGGER_RECORD = re.compile(r"\b(?:ERROR|WARN|INFO)\s+(?:[\w.$-]+\s+)?[A-Za-z_$][\w.$]*:\s")
 
 
+def _named_after(event: Event, header: re.Pattern[str]) -> bool:
+    """Whether the event's exception is named inside a record whose header `header` reads, after that header."""
+    text = event.evidence.text
+    found = header.search(text)
+    exception = str(event.attributes.get("exception", ""))
+    return found is not None and bool(exception) and text.find(exception, found.end()) >= 0
+
+
 def _logged_in_a_record(event: Event) -> bool:
     """Whether the event's exception is named inside a logger's record, after its header."""
-    text = event.evidence.text
-    header = _LOGGER_RECORD.search(text)
-    exception = str(event.attributes.get("exception", ""))
-    return header is not None and bool(exception) and text.find(exception, header.end()) >= 0
+    return _named_after(event, _LOGGER_RECORD) or _named_after(event, _WARNING_RECORD)
 
 
 @filter_rule("ProgramRaised", phase=Phase.FILTER, doc="""
@@ -431,8 +442,8 @@ the fact that a process of the workload ended in an uncaught exception: its node
 `program_raised`. Whatever the exception reports, a process that raised it exited with an error (TerminalStateFromEvidence
 reads the workload as FAILED from it when nothing else says how it ended). An exception named inside a log4j record,
 after its '<LEVEL> [<thread>] <logger>: ' header (Spark's driver: 'WARN TaskSetManager: Lost task 6.0 in stage 6.0
-(...): java.lang.OutOfMemoryError: Java heap space'), is one the program caught and logged, and went on: no process
-ended in it. A process that dies of an exception prints it itself (the interpreter's traceback ending in its type, the
+(...): java.lang.OutOfMemoryError: Java heap space'), or inside a Python logging record at WARNING level, is one the
+program caught and logged, and went on: no process ended in it. A process that dies of an exception prints it itself (the interpreter's traceback ending in its type, the
 JVM's 'Exception in thread "main" ...').
 """, cases=[
     RuleCase(title="a wrapper of a failure elsewhere, with no scheduler state", evidence={"n1/applog": [
@@ -486,7 +497,10 @@ reset by peer') or that a collective failed ('Allreduce failed'), a check of a l
 memory failed, error code: -1'), an HTTP client's exception for a server's 5xx reply ('Error code: 500', '500 Server Error', 'Error: Internal Server Error',
 httpx's "Server error '503 Service Unavailable'"),
 an exception a warning-level line says is being retried
-('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again), an ImportError on a
+('[WARNING] put_object retry 1: S3Exception: ...': the code caught it and tries again) or that a record logged at
+WARNING names after its level (loguru's '| WARNING  | ... - trial 7 exception TimeoutError: ...', the standard
+library's 'WARNING:root:...', vLLM's 'WARNING 12-07 20:30:45 [file.py:1] ...': caught, logged, and gone on from), an
+ImportError on a
 warning-level record (an optional import the program went on without), CPython's ImportError at interpreter shutdown
 ('sys.meta_path is None'), and an exception whose
 line another extractor already explains (a CUDA error, an errno, a missing
@@ -514,6 +528,16 @@ program's.
             "2025-01-01T00:10:02Z PlatformError: Training failed with error: XGBoostError: NCCL failure :remote "
             "process exited or there was a network error"]},
         expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
+    # https://github.com/lukedhlee/OpenThoughts-Agent (a SkyRL generator logging each trial's harness timeout at WARNING
+    # and going on to the next trial)
+    _reports_elsewhere("an exception a loguru record names at WARNING",
+        "2025-01-01T00:10:00Z 2026-08-03 11:00:35.091 | WARNING  | skyrl_train.generators.terminal_bench_generator:"
+        "_run_trial:1231 - trial r2egym-v1-02231__g06s0 exception NonZeroAgentExitCodeError: Command timed out after "
+        "600s (treatment=passthrough, reward=0)"),
+    RuleCase(title="the same record at ERROR level", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z 2026-08-03 11:00:35.091 | ERROR    | skyrl_train.trainer:train:201 - step 7 "
+        "exception KeyError: 'advantages'"]},
+        expect=Expect(sub_domain="application", root_symptom="Python exception")),
     _reports_elsewhere("an exception logged as a warning while the operation is retried",
         "2025-01-01T00:10:00Z [WARNING] 2025-01-01T00:10:00.000000 put_object retry 1: S3Exception: Client error: "
         "Failed to construct request: Invalid configuration: endpoint resolution failed"),
@@ -661,6 +685,8 @@ def python_exception_family(ws: Workspace) -> None:
                            "that left")
         elif _RETRIED.search(event.evidence.text):
             ws.drop(event, f"{name}: logged as a warning while the operation is retried: the code caught it")
+        elif _named_after(event, _WARNING_RECORD):
+            ws.drop(event, f"{name}: named in a record logged at WARNING: the program caught it and went on")
         elif _SERVER_FAILED.search(event.evidence.text):
             ws.drop(event, f"{name}: a server's failure reply (HTTP 5xx), which the server's log explains")
         elif _GO_SOURCE.search(event.evidence.text):
