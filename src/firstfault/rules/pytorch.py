@@ -140,9 +140,11 @@ _RETURN_CODE_CHECK = re.compile(r"(?i)\bfailed(?:,| with)? (?:error |return |exi
 _RETRIED = re.compile(r"\bWARN(?:ING)?\b[^\n]{0,200}?\b(?:[Rr]etry|[Rr]etrying|[Rr]etried)\b")
 
 # An HTTP client's exception for a server's 5xx reply (the OpenAI client's 'Error code: 500 - {...}', requests'
-# '500 Server Error: Internal Server Error for url', httpx's "Server error '503 Service Unavailable' for url"): the
-# server failed, which its own log says why.
-_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|\bError: (?:Internal Server Error|Bad Gateway|Service Unavailable)\b"
+# '500 Server Error: Internal Server Error for url', httpx's "Server error '503 Service Unavailable' for url", a
+# benchmark client's message ending in the reply's reason phrase, RFC 9110's for 500, 502, 503 and 504): the server
+# failed, which its own log says why.
+_SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|"
+                            r": (?:Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)\b"
                             r"|\bServer error \x275\d\d ")
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
@@ -652,6 +654,9 @@ program's.
     _reports_elsewhere("a program's assertion on a library call's return code",
         "2025-01-01T00:10:00Z [rank0]: AssertionError: register memory failed, error code: -1"),
     # https://github.com/kvcache-ai/Mooncake/issues/383 (SGLang's bench_serving whose first request the server failed)
+    # a load generator's summary whose message ends in the reason phrase of the server's replies (written for this case)
+    _reports_elsewhere("a benchmark client's count of requests the server failed",
+        "2025-01-01T00:10:00Z ValueError: Unable to complete 189 requests: Internal Server Error"),
     _reports_elsewhere("a benchmark client's report of the server's 500 by its reason phrase",
         "2025-01-01T00:10:00Z ValueError: Initial test run failed - Please make sure benchmark arguments are correctly "
         "specified. Error: Internal Server Error"),

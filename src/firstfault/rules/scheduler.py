@@ -1640,7 +1640,9 @@ than the time limit or cancel that ended the job) stands, or the workload had tr
 the placement failure is demoted, and so it is when the cloud had no capacity for the nodes the pod waited for (`Cloud
 capacity unavailable`: a scale-up refused for quota or resources). So is a queue's refusal to admit a workload larger than its capacity (Kueue's
 'request > maximum capacity'): a workload that trained was admitted before, and its requeued copy is what is refused.
-A pod whose own kubectl describe shows its Scheduled event beside the FailedScheduling ('Successfully assigned ... to
+A pod deleted by hand (kubectl delete's 'pod "<name>" deleted') is how the user ended the wait, not a failure the
+placement follows from (a drain's eviction is). A pod whose own kubectl describe shows its Scheduled event beside the
+FailedScheduling ('Successfully assigned ... to
 <node>') was placed after a wait (an autoscaler adding nodes): that placement failure is demoted too.
 """, cases=[
     RuleCase(title="no node offers the pod what it asks; nothing else failed", evidence={"a/scheduler": [
@@ -1680,6 +1682,14 @@ A pod whose own kubectl describe shows its Scheduled event beside the FailedSche
             "  Normal   Scheduled         58s   default-scheduler   Successfully assigned default/lws-sample-0 to b"]},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "", "nodes": ["a", "b"]},
         expect=Expect(fired=False, sub_domain="configuration", root_symptom=NEVER_PLACED)),
+    # https://github.com/kai-scheduler/KAI-Scheduler/issues/706 (pods Pending on a node without KAI's GPU-memory label,
+    # deleted by the user)
+    RuleCase(title="the user deleted the pods that waited for a node", evidence={"a/scheduler": [
+        "2025-01-01T00:10:00Z   Warning  Unschedulable  kai-scheduler  no nodes with enough resources were found: 1 "
+        "node(s) didn't have enough resources: GPU memory.",
+        '2025-01-01T00:50:00Z pod "qwen-vl-shared-bench-0" deleted']},
+        context={"scheduler": "kubernetes", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=False, sub_domain="configuration", root_symptom=NEVER_PLACED)),
     RuleCase(title="the workload trained, then a replacement pod finds no node", evidence={
         "a/applog": [f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)],
         "a/scheduler": ["2025-01-01T00:30:00Z   Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are "
@@ -1704,12 +1714,23 @@ def unplaced_pod_follows_a_failure(ws: Workspace) -> None:
         ws.demote(s, f"the cloud had no capacity for the nodes it waited for ({capacity[0].node or '-'})")
     unplaced = [s for s in ws.active(role="root") if s.name in NOT_STARTED]
     enders = {name for name in WORKLOAD_ENDERS if name != "Kubernetes eviction"}
-    others = [s for s in ws.active(role="root") if s.name not in NOT_STARTED and not s.name.startswith(tuple(enders))]
+    others = [s for s in ws.active(role="root") if s.name not in NOT_STARTED and not s.name.startswith(tuple(enders))
+              and not _deleted_by_hand(s)]
     if unplaced and others:
         first = min(others, key=WorkSymptom.sort_key)
         for s in unplaced:
             ws.demote(s, f"{first.name} on {first.node or '-'} is what went wrong; the pod left without a node is its "
                          "consequence or a wait")
+
+
+# kubectl delete's report of a pod it removed ('pod "<name>" deleted', 'pod/<name> deleted'): the user's end of a
+# workload, unlike a drain's eviction of pods from a node that is going away.
+_DELETED_BY_HAND = re.compile(r'\bpod(?:/| \\*")[\w.-]+\\*"? deleted\b')
+
+
+def _deleted_by_hand(s: WorkSymptom) -> bool:
+    """A `Kubernetes eviction` whose every line is kubectl delete's report of a pod it removed."""
+    return s.name == "Kubernetes eviction" and all(_DELETED_BY_HAND.search(e.text) for e in s.evidence)
 
 
 def _placed_later(ws: Workspace, unplaced: WorkSymptom) -> Evidence | None:
