@@ -447,6 +447,30 @@ def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
                      time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
 
+_PLUGIN_CANNOT_START = "GPU device plugin cannot start on the node"
+
+
+@refiner("PluginDownExplainsTheGpuCount", phase=Phase.REFINE_EARLY, doc=f"""
+The device plugin is what advertises a node's GPUs to the kubelet: while its container cannot start on a node
+(`{_PLUGIN_CANNOT_START}`), that node offers fewer GPUs than it carries, or none, whatever their health. There
+`{_FEWER_GPUS}` is the plugin's absence, not a lost GPU: it is demoted, and the plugin's start failure is the answer.
+""", cases=[
+    # https://github.com/open-edge-platform/geti_v2/issues/436 (k3s's device plugin in a crash loop; the node offered no
+    # GPU and the training pod stayed Pending)
+    RuleCase(title="the plugin's container cannot start; the node's capacity lists no GPU", evidence={"c/scheduler": [
+        "                    karpenter.k8s.aws/instance-gpu-count=1", "Capacity:", "  cpu:  8", "  pods:  29",
+        "2025-01-01T00:10:00Z   Warning   BackOff   pod/nvidia-device-plugin-daemonset-tw2td   Back-off restarting failed "
+        "container nvidia-device-plugin-ctr in pod nvidia-device-plugin-daemonset-tw2td_kube-system(7c0e5d3a)"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "c"]},
+        expect=Expect(fired=True, sub_domain="configuration", culprits=["c"], demoted=[_FEWER_GPUS])),
+])
+def plugin_down_explains_the_gpu_count(ws: Workspace) -> None:
+    down = {s.node for s in ws.active(prefix=_PLUGIN_CANNOT_START)}
+    for fewer in ws.active(prefix=_FEWER_GPUS):
+        if fewer.node in down:
+            ws.demote(fewer, f"the device plugin could not start on {fewer.node}: it advertises the node's GPUs")
+
+
 _GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")
 _HANG_EVERYWHERE = "The same GPU hang on every node"
 _GPU_HARDWARE = ("AMD GPU uncorrectable hardware error", "AMD GPU reset failed", "Intel GPU reset failed")
