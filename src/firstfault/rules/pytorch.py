@@ -421,6 +421,36 @@ _WARNING_RECORD = re.compile(r"\|\s*WARNING\s*\||\bWARNING:[\w.]*:|\s-\s+WARNING
                              r"\[WARNING\]")
 
 
+_MALFORMED_UCX_ADDRESS = "UCX received a malformed worker address"
+# UCX's check of a peer's worker address header (ucp/wireup/address.c, ucp_address_unpack_header)
+_UCX_ADDRESS_VERSION = re.compile(r"address\.c:\d+\s+Assertion `\*addr_version == UCP_OBJECT_VERSION_V2' failed")
+
+
+@filter_rule("MalformedUcxAddress", phase=Phase.FILTER, doc=f"""
+UCX's assertion on the version field of a worker address a peer sent ('address.c:1052 Assertion `*addr_version ==
+UCP_OBJECT_VERSION_V2' failed: addr version 9') says the bytes received as an address were not one: damaged in the
+exchange, packed by a different UCX, or not an address. Unlike a library's check of how the program calls it
+(`Library assertion failed`, the program's), it reports the exchange between nodes and does not say which side: the
+event is read as `{_MALFORMED_UCX_ADDRESS}` (unknown, no node blamed).
+""", cases=[
+    # https://github.com/NOAA-EMC/global-workflow/issues/2134 (intermittent on Orion; a rerun succeeded)
+    RuleCase(title="UCX's check of a peer's address header", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z  9: [Orion-12-21:51616:0:51616]     address.c:1052 Assertion `*addr_version == "
+        "UCP_OBJECT_VERSION_V2' failed: addr version 9"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[], absent=["Library assertion failed"])),
+    RuleCase(title="another UCX assertion stays the library's", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z [gpu-c102:1886795:0:1886972] proto_select.c:549  Assertion `khret == "
+        "UCS_KH_PUT_BUCKET_EMPTY' failed"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="application")),
+])
+def malformed_ucx_address(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Library assertion failed"]:
+        if _UCX_ADDRESS_VERSION.search(event.evidence.text):
+            ws.reread(event, _MALFORMED_UCX_ADDRESS, "UCX could not parse a peer's worker address: the exchange, not "
+                                                     "the program's call")
+
+
 # A log4j record's header, as Spark and other JVM programs print it: '<LEVEL> [<thread>] <logger>: '
 _LOGGER_RECORD = re.compile(r"\b(?:ERROR|WARN|INFO)\s+(?:[\w.$-]+\s+)?[A-Za-z_$][\w.$]*:\s")
 
