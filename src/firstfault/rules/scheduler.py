@@ -50,6 +50,9 @@ def _not_after(ws: Workspace, candidate: WorkSymptom, action: WorkSymptom) -> bo
 
 
 HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time limit means the job hung
+# Ray's report of a worker that died during a task: context in a run that went on (Ray retries the task), but a report
+# that the workload had stopped working when a limit ended it later.
+_WORKER_DIED = "Ray worker died unexpectedly"
 # A shorter stop counts too when it is most of the run: silent for this long, and for this share of the time from the
 # workload's start to the limit or cancel (a 30-minute job that stopped after its first minute).
 HUNG_MOST_OF_RUN_S = 600.0
@@ -328,7 +331,8 @@ A time limit (Slurm's, a Kubernetes Job's deadline, PBS's walltime) or a cancel 
 still working when it struck. When training progress stopped more than {HUNG_BEFORE_LIMIT_S / 60:.0f} minutes (and
 half again the longest silence the program kept between its last lines before: a run that logs every two hours)
 before
-it (or, without progress lines, the workload's own first report of a stall or failure came that long before it), or
+it (or, without progress lines, the workload's own first report of a stall or failure - Ray's report of a worker that
+died during a task among them - came that long before it), or
 more than {HUNG_MOST_OF_RUN_S / 60:.0f} minutes and {HUNG_RUN_SHARE:.0%} of the time from the workload's start (a short
 job that stopped in its first minutes; the limit's or cancel's own stamped line must say when it struck), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
@@ -348,6 +352,13 @@ hours, and one that prints every hour may be cut as its next line is due).
 """, cases=[
     RuleCase(title="hang then limit", evidence={"n1/applog": [
         f"2025-01-01T00:{m:02d}:00Z step {m * 10} | loss 2.1" for m in range(5, 20)] + [
+        "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
+        context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
+    # https://github.com/vllm-project/vllm/issues/2050 (a TP-2 engine whose Ray worker died; requests hung until the
+    # job's limit)
+    RuleCase(title="a Ray worker died, then nothing until the limit", evidence={"n1/applog": [
+        "2025-01-01T00:17:42Z WARNING worker.py:2074 -- A worker died or was killed while executing a task by an "
+        "unexpected system error. To troubleshoot the problem, check the logs for the dead worker.",
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=True, sub_domain="unknown", terminal_state="TIMEOUT")),
     RuleCase(title="undated Megatron iterations: 100 of 6 s each, then nothing until the limit", evidence={"n1/applog": [
@@ -489,8 +500,8 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     progress_end = last_progress(ws)
     # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
     # it was no longer working
-    failing = [s.first_time for s in ws.active(role="symptom") if s.first_time and not ws.undated(s)
-               and s.sub_domain != SubDomain.SCHEDULER]
+    failing = [s.first_time for s in ws.active(role="symptom") + ws.select(prefix=_WORKER_DIED)
+               if s.first_time and not ws.undated(s) and s.sub_domain != SubDomain.SCHEDULER]
     reached = None if progress_end is not None else _iterations_reached(ws)
     finished = [s.first_time for s in ws.select(prefix="Workload completed") if s.first_time and not ws.undated(s)]
     limits = [s for name in WORKLOAD_ENDERS for s in ws.active(prefix=name)]
