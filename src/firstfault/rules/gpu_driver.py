@@ -447,7 +447,7 @@ def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
                      time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
 
-_PLUGIN_CANNOT_START = "GPU device plugin cannot start on the node"
+_PLUGIN_CANNOT_START = "GPU device plugin cannot serve the node's GPUs"
 
 
 @refiner("PluginDownExplainsTheGpuCount", phase=Phase.REFINE_EARLY, doc=f"""
