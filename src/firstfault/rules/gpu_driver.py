@@ -447,13 +447,14 @@ def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
                      time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
 
-_PLUGIN_CANNOT_START = "GPU device plugin cannot serve the node's GPUs"
+_PLUGIN_DOWN = "GPU device plugin cannot serve the node's GPUs"
 
 
 @refiner("PluginDownExplainsTheGpuCount", phase=Phase.REFINE_EARLY, doc=f"""
-The device plugin is what advertises a node's GPUs to the kubelet: while its container cannot start on a node
-(`{_PLUGIN_CANNOT_START}`), that node offers fewer GPUs than it carries, or none, whatever their health. There
-`{_FEWER_GPUS}` is the plugin's absence, not a lost GPU: it is demoted, and the plugin's start failure is the answer.
+The device plugin is what advertises a node's GPUs to the kubelet: while it cannot serve them on a node (its container
+cannot start, or it started without NVML: `{_PLUGIN_DOWN}`), that node offers fewer GPUs than it carries, or
+none, whatever their health. There `{_FEWER_GPUS}` is the plugin's absence, not a lost GPU: it is demoted, and the
+plugin's failure is the answer.
 """, cases=[
     # https://github.com/open-edge-platform/geti_v2/issues/436 (k3s's device plugin in a crash loop; the node offered no
     # GPU and the training pod stayed Pending)
@@ -465,10 +466,10 @@ The device plugin is what advertises a node's GPUs to the kubelet: while its con
         expect=Expect(fired=True, sub_domain="configuration", culprits=["c"], demoted=[_FEWER_GPUS])),
 ])
 def plugin_down_explains_the_gpu_count(ws: Workspace) -> None:
-    down = {s.node for s in ws.active(prefix=_PLUGIN_CANNOT_START)}
+    down = {s.node for s in ws.active(prefix=_PLUGIN_DOWN)}
     for fewer in ws.active(prefix=_FEWER_GPUS):
         if fewer.node in down:
-            ws.demote(fewer, f"the device plugin could not start on {fewer.node}: it advertises the node's GPUs")
+            ws.demote(fewer, f"the device plugin could not serve the GPUs on {fewer.node}: it is what advertises them")
 
 
 _GPU_HANGS = ("AMD GPU hang", "Intel GPU hang")

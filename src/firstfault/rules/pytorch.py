@@ -475,7 +475,8 @@ the fact that a process of the workload ended in an uncaught exception: its node
 reads the workload as FAILED from it when nothing else says how it ended). An exception named inside a log4j record,
 after its '<LEVEL> [<thread>] <logger>: ' header (Spark's driver: 'WARN TaskSetManager: Lost task 6.0 in stage 6.0
 (...): java.lang.OutOfMemoryError: Java heap space'), or inside a Python logging record at WARNING level, is one the
-program caught and logged, and went on: no process ended in it. A process that dies of an exception prints it itself (the interpreter's traceback ending in its type, the
+program caught and logged, and went on: no process ended in it. A process that dies of an exception prints it itself
+(the interpreter's traceback ending in its type, the
 JVM's 'Exception in thread "main" ...').
 """, cases=[
     RuleCase(title="a wrapper of a failure elsewhere, with no scheduler state", evidence={"n1/applog": [
@@ -1579,7 +1580,8 @@ exited soon after it started may have been given a setting it cannot start with.
 waiting for its peers (`Rendezvous or store timeout` on its node, a Ray process's abort on a GCS that stopped
 answering, or PyTorch's NCCL watchdog ending the process on a collective that did not complete - `NCCL watchdog
 timeout`, the SIGABRT that exits the container with 134 - no later than the status) failed for the peers that never
-came, went away or stopped, however soon: that is why it backs off, and the status is demoted. A GPU fault reported on the pod's
+came, went away or stopped, however soon: that is why it backs off, and the status is demoted. A GPU fault reported
+on the pod's
 own node no later than its status (a gpu root candidate: CUDA's unknown error from the container's program, an Xid)
 is why, however soon the container exited: its program met the node's GPU.
 """, cases=[
