@@ -561,6 +561,61 @@ def plugin_marks_what_it_cannot_check(ws: Workspace) -> None:
             ws.reread(event, _CANNOT_CHECK, "the plugin marked the GPU it had just found it cannot health-check")
 
 
+_REFUSED_IN_RESTART = "Pod refused while the device plugin restarted"
+# How long the kubelet keeps a stopped plugin's devices unhealthy while it waits for it to register again
+# (endpointStopGracePeriod in the kubelet's device manager).
+PLUGIN_GRACE_S = 300.0
+
+
+def _refusal_case(title: str, before: list[str], expect: Expect) -> RuleCase:
+    """A rule case: lines on n1 `before` the kubelet refuses a pod there at 10:14:02 for 'no healthy devices'."""
+    return RuleCase(title=title, evidence={"n1/scheduler": [*before,
+        '2025-01-01T00:14:02Z I0101 00:14:02.121208    1994 predicate.go:172] "Failed to admit pod" pod="ml/w-1" '
+        'err="Allocate failed due to no healthy devices present; cannot allocate unhealthy devices nvidia.com/gpu, '
+        'which is unexpected"']},
+        context={"nodes": ["n1", "n2"], "scheduler": "kubernetes", "start_time": "2025-01-01T00:10:00Z",
+                 "end_time": "2025-01-01T00:20:00Z"}, expect=expect)
+
+
+@filter_rule("RefusedWhileThePluginRestarted", phase=Phase.FILTER, doc=f"""
+The kubelet's refusal of a pod for 'no healthy devices' (`{_MARKED_UNHEALTHY}` in the kubelet's form, naming no Xid
+and no GPU) on a node whose device plugin stopped serving (fact device_plugin_stopped) at most {PLUGIN_GRACE_S:.0f} s
+before is the kubelet's grace period after a plugin restart, not a GPU fault: it becomes `{_REFUSED_IN_RESTART}`
+(scheduler, no node blamed). A GPU the plugin itself marked unhealthy on that node (an Xid, a named device) keeps the
+refusal as that GPU's.
+""", cases=[
+    # https://github.com/kubernetes/kubernetes/issues/120146; the plugin's line is k8s-device-plugin's Stop()
+    _refusal_case("the plugin stopped to restart a second before the refusal", [
+        "2025-01-01T00:14:01Z I0101 00:14:01.922113       1 server.go:142] Stopping to serve 'nvidia.com/gpu' on "
+        "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"],
+        Expect(fired=True, sub_domain="scheduler", culprits=[], root_symptom=_REFUSED_IN_RESTART)),
+    _refusal_case("the plugin marked a GPU unhealthy for an Xid before it restarted", [
+        "2025-01-01T00:13:40Z 2025/01/01 00:13:40 XidCriticalError: Xid=79 on Device=GPU-7540a9b3, the device will go "
+        "unhealthy.",
+        "2025-01-01T00:14:01Z I0101 00:14:01.922113       1 server.go:142] Stopping to serve 'nvidia.com/gpu' on "
+        "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"],
+        Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+    _refusal_case("a refusal with no plugin restart before it", [
+        "2025-01-01T00:12:00Z I0101 00:12:00.000000       1 server.go:117] Starting to serve 'nvidia.com/gpu' on "
+        "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"],
+        Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def refused_while_the_plugin_restarted(ws: Workspace) -> None:
+    stopped: dict[str, list[datetime]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.device_plugin_stopped"):
+        if fact.node and fact.time is not None:
+            stopped.setdefault(fact.node, []).append(fact.time)
+    marks = [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == _MARKED_UNHEALTHY]
+    faulty = {e.node for e in marks if e.attributes.get("xid") or e.attributes.get("marked")}
+    grace = timedelta(seconds=PLUGIN_GRACE_S)
+    for event in marks:
+        if event.node in faulty or event.time is None:
+            continue
+        if any(t <= event.time <= t + grace for t in stopped.get(event.node or "", [])):
+            ws.reread(event, _REFUSED_IN_RESTART, f"{event.node}'s device plugin had stopped serving minutes before: "
+                                                  "the kubelet's grace period of a plugin restart")
+
+
 @filter_rule("GpuHangOnEveryNode", phase=Phase.FILTER, doc=f"""
 A GPU hang (ROCm's 'HW Exception by GPU node-N ... reason :GPU Hang', an Intel driver's 'Timedout job' or 'GPU HANG')
 that every node of a multi-node job reports within clock_skew_s of the first, while no GPU logged an uncorrectable

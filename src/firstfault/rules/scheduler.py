@@ -2058,6 +2058,9 @@ _NO_COLLNET_ALGORITHM = ("n1:39559:39559 [7] enqueue.cc:1966 NCCL WARN Error : n
                          "NCCL_PROTO was set to Simple.")
 
 
+_CRASH_REPORTS = ("Process crashed (segfault)", "Worker killed by signal")
+
+
 @refiner("CompletedWorkload", phase=Phase.REFINE_LATE, after=("SchedulerActionYields",), doc="""
 When the scheduler recorded the workload as COMPLETED, or no scheduler recorded a state and the workload exited 0
 (a bare mpirun or torchrun, whose exit code is the launcher's): if the workload also reports success (torchelastic
@@ -2070,7 +2073,8 @@ completed - the accounting is wrong (a step failed) and the terminal state becom
 task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
 (ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
-not how it ended). A success report within
+not how it ended), and so does a crash or a signal death reported while it ran (a batch script's 'line 17: 4568 Bus
+error <command>', a worker's 'exitcode: -9'). A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
 between (its BackOff record): the restarted run's success is its own; and a Kubernetes Job whose pod tally counts
@@ -2156,6 +2160,14 @@ nothing demoted.
         "n1/applog": ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0. Some of the step tasks have been OOM Killed."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="host_oom", terminal_state="OUT_OF_MEMORY")),
+    # https://github.com/nanoporetech/dorado/issues/348 (the batch script's client died of SIGBUS; the script waited
+    # for its other step and exited 0)
+    RuleCase(title="accounting says completed; the batch script reported its command died of a bus error", evidence={
+        "n1/applog": ["2025-01-01T01:47:22Z /var/spool/slurmd/job28500656/slurm_script: line 17:  4568 Bus error"
+                      "               ont_basecall_client -p 5555 -i pod5/"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:58:00Z"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="FAILED")),
     # https://github.com/mlcommons/training_results_v5.1/blob/main/Nebius/results/nebius_b200_n4/llama2_70b_lora/result_6.txt
     # (srun --time=10 on the training step; the run's success record came ten seconds after the limit struck)
     RuleCase(title="accounting says completed; the training step's own limit ended it as it converged", evidence={
@@ -2238,6 +2250,7 @@ def completed_workload(ws: Workspace) -> None:
     roots = [s for s in ws.active(role="root")
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
     roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s) and _a_task_failed(s)]
+    roots += [s for s in ws.active() if s.name in _CRASH_REPORTS and _during_run(ws, s) and _ended_a_process(s)]
     working = _working_marks(ws) if roots else []
     succeeded = any(not _follows_a_kill(ws, report, roots, working) and not _a_later_step_failed(ws, report, roots)
                     for report in ws.select(prefix="Workload completed"))

@@ -1054,7 +1054,8 @@ def _bus_error(event: Event) -> bool:
     """A worker's death or a crash report that names SIGBUS (signal 7)."""
     if event.symptom == _CRASHED:
         return "BUS" in (event.attributes.get("crash_signal"), event.attributes.get("spawn_signal")) or \
-            event.attributes.get("tf_signal") == "7" or bool(event.attributes.get("python_bus_error"))
+            event.attributes.get("tf_signal") == "7" or \
+            bool(event.attributes.get("python_bus_error") or event.attributes.get("shell_bus_error"))
     return event.symptom == _KILLED and any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS)
 
 
