@@ -1564,6 +1564,10 @@ def _longest_container_run(ws: Workspace, node: str | None) -> float:
     return longest
 
 
+# A program's own crash (a signal it died of), as its output or the kernel reports it
+_PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code")
+
+
 @refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, after=("BeforeTheStart", "SurvivedByProgress"), doc=f"""
 Kubernetes' status of a pod whose container could not start or kept failing (CrashLoopBackOff, RunContainerError,
 CreateContainerError: `Container image or start error`) says that it did not start, not why. When the GPU container
@@ -1575,8 +1579,10 @@ changed`), no later than that status, that report is the reason and the pod stat
 CrashLoopBackOff on a node where a process of the workload ended in an uncaught exception (fact `program_raised`)
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
-minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that
-exited soon after it started may have been given a setting it cannot start with. A container whose program gave up
+minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that exited soon after it started may have been given a setting
+it cannot start with. A program that crashed on that node no later than the status (a segfault its output or the
+kernel reports: {", ".join(_PROGRAM_CRASHES)}) did start, however soon it crashed: the crash, read by its own
+symptoms, is why the kubelet backs off. A container whose program gave up
 waiting for its peers (`Rendezvous or store timeout` on its node, a Ray process's abort on a GCS that stopped
 answering, or PyTorch's NCCL watchdog ending the process on a collective that did not complete - `NCCL watchdog
 timeout`, the SIGABRT that exits the container with 134 - no later than the status) failed for the peers that never
@@ -1663,6 +1669,24 @@ is why, however soon the container exited: its program met the node's GPU.
         "n1/scheduler": ["qwen36-27b-mtp-server-0    0/1     CrashLoopBackOff   1 (68s ago)   11m"]},
         context={"scheduler": "kubernetes", "nodes": ["n1"]},
         expect=Expect(fired=True, sub_domain="application", demoted=["Container image or start error"])),
+    # https://github.com/sgl-project/sglang/issues/13395 (HiCache servers segfaulting after a scale-down, then at
+    # every restart)
+    RuleCase(title="the program segfaulted; the kubelet backs off its restarts", evidence={
+        "n1/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 01:25:39 +0000",
+                         "      Finished:     Wed, 01 Jan 2025 01:28:53 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:00Z"},
+        expect=Expect(fired=True, demoted=["Container image or start error"])),
+    RuleCase(title="a crash on another node does not explain this node's crash loop", evidence={
+        "n2/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 01:25:39 +0000",
+                         "      Finished:     Wed, 01 Jan 2025 01:26:53 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:00Z"},
+        expect=Expect(fired=False, sub_domain="configuration")),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
@@ -1679,6 +1703,14 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
                 _longest_container_run(ws, status.node) >= RAN_BEFORE_FAILING_S:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
+    for status in ws.active(prefix="Container image or start error"):
+        crashes = sorted((s for s in ws.active() if s.name in _PROGRAM_CRASHES and s.node == status.node
+                          and s.first_time is not None and (ws.undated(status) or status.first_time is None
+                                                            or s.first_time <= status.first_time + skew)),
+                         key=WorkSymptom.sort_key)
+        if "CrashLoopBackOff" in status.value_set("reason") and crashes:
+            ws.demote(status, f"its program crashed on {status.node} ({crashes[0].name}): the container started, "
+                              "and the kubelet backs off restarting it")
     for status in ws.active(prefix="Container image or start error"):
         waited = [s for node in _pod_nodes(ws, status) for s in _peer_waits(ws, node) if s.first_time is not None and (
             ws.undated(status) or status.first_time is None or s.first_time <= status.first_time + skew)]
