@@ -1564,8 +1564,9 @@ def _longest_container_run(ws: Workspace, node: str | None) -> float:
     return longest
 
 
-# A program's own crash (a signal it died of), as its output or the kernel reports it
-_PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code")
+# A program's own fatal fault, as its output or the kernel reports it: a signal it died of, or an illegal memory access
+# in its GPU kernels (the CUDA context is lost and the process exits)
+_PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code", "CUDA illegal memory access")
 
 
 @refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, after=("BeforeTheStart", "SurvivedByProgress"), doc=f"""
@@ -1581,8 +1582,8 @@ before it: the container started and its program failed, and the kubelet backs o
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that exited soon after it started may have been given a setting
 it cannot start with. A program that crashed on that node no later than the status (a segfault its output or the
-kernel reports: {", ".join(_PROGRAM_CRASHES)}) did start, however soon it crashed: the crash, read by its own
-symptoms, is why the kubelet backs off. A container whose program gave up
+kernel reports, an illegal memory access in its GPU kernels: {", ".join(_PROGRAM_CRASHES)}) did start, however soon
+it crashed: the crash, read by its own symptoms, is why the kubelet backs off. A container whose program gave up
 waiting for its peers (`Rendezvous or store timeout` on its node, a Ray process's abort on a GCS that stopped
 answering, or PyTorch's NCCL watchdog ending the process on a collective that did not complete - `NCCL watchdog
 timeout`, the SIGABRT that exits the container with 134 - no later than the status) failed for the peers that never
@@ -1679,6 +1680,15 @@ is why, however soon the container exited: its program met the node's GPU.
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T01:59:00Z"},
         expect=Expect(fired=True, demoted=["Container image or start error"])),
+    # https://github.com/vllm-project/vllm/issues/40121 (CUDA-graph replay faulting under load; the pod restarted)
+    RuleCase(title="the server's GPU kernels faulted; its pod crash-loops", evidence={
+        "n1/applog": ["2025-01-01T01:12:14Z (Worker_TP0 pid=126) ERROR 01-01 01:12:14 [multiproc_executor.py:949] "
+                      "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"],
+        "n1/scheduler": ["2025-01-01T01:24:22Z qwen3-32b-awq-7d9c6b5f4-tq8mz    0/1     CrashLoopBackOff   2 (40s ago)"
+                         "   19m   10.42.1.17     n1"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:00Z"},
+        expect=Expect(fired=True, demoted=["Container image or start error"])),
     RuleCase(title="a crash on another node does not explain this node's crash loop", evidence={
         "n2/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
         "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
@@ -1709,7 +1719,7 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
                                                             or s.first_time <= status.first_time + skew)),
                          key=WorkSymptom.sort_key)
         if "CrashLoopBackOff" in status.value_set("reason") and crashes:
-            ws.demote(status, f"its program crashed on {status.node} ({crashes[0].name}): the container started, "
+            ws.demote(status, f"its program failed on {status.node} ({crashes[0].name}): the container started, "
                               "and the kubelet backs off restarting it")
     for status in ws.active(prefix="Container image or start error"):
         waited = [s for node in _pod_nodes(ws, status) for s in _peer_waits(ws, node) if s.first_time is not None and (
