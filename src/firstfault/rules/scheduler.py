@@ -2613,6 +2613,46 @@ def jobset_follower_waits_on_leader(ws: Workspace) -> None:
         ws.drop(event, "JobSet's webhook holds the follower pods until their leader is placed: a wait, not the spec")
 
 
+_HELD_GPUS = "Pod waited for GPUs other pods hold"
+_SHORT_OF_GPUS = re.compile(r"\bInsufficient (?:nvidia|amd)\.com/gpu\b")
+
+
+def _gpus_held_case(title: str, requested: str, expect: Expect) -> RuleCase:
+    """A rule case: a worker pod unplaced for lack of GPUs; describe node shows `requested` GPUs of pods bound there."""
+    return RuleCase(title=title, evidence={"n1/scheduler": [
+        "2025-01-01T00:30:08Z Warning  FailedScheduling  pod/llm-ft-worker-2  0/4 nodes are available: 1 Insufficient "
+        "nvidia.com/gpu, 3 node(s) didn't match pod anti-affinity rules.",
+        "Allocated resources:", "  Resource           Requests      Limits", f"  nvidia.com/gpu     {requested}"
+        f"             {requested}"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:30:00Z",
+                 "end_time": "2025-01-01T01:00:00Z"}, expect=expect)
+
+
+@filter_rule("GpusHeldByOtherPods", phase=Phase.FILTER, doc=f"""
+A pod the scheduler could not place because the nodes' free GPUs were fewer than it asked ('Insufficient
+nvidia.com/gpu' in its fit error) while describe node shows GPUs requested by the pods bound to a node (fact
+node_gpus_requested above 0) waited for GPUs that exist and are in use: `{NEVER_PLACED}` is read as `{_HELD_GPUS}`
+(scheduler). With no GPU requested anywhere the GPUs were never there to give (no device plugin, none advertised),
+and the placement failure stays the workload's request or setup.
+""", cases=[
+    # https://github.com/NVIDIA/cluster-readiness-engine/issues/310 (a pod pinned to a node whose GPUs other tenants'
+    # pods held, Pending on 'Insufficient nvidia.com/gpu' for hours); the table's form is kubectl describe node's
+    _gpus_held_case("another team's pods hold the node's eight GPUs", "8",
+                    Expect(fired=True, sub_domain="scheduler", root_symptom=_HELD_GPUS)),
+    _gpus_held_case("the node's GPUs are not requested by anyone", "0",
+                    Expect(fired=False, sub_domain="configuration")),
+])
+def gpus_held_by_other_pods(ws: Workspace) -> None:
+    held = [f for f in ws.events_of(f"{EventType.CONTEXT}.node_gpus_requested")
+            if int(f.attributes.get("gpus_requested") or 0) > 0]
+    if not held:
+        return
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == NEVER_PLACED
+                  and _SHORT_OF_GPUS.search(e.evidence.text)]:
+        ws.reread(event, _HELD_GPUS, f"describe node shows {held[0].attributes['gpus_requested']} GPUs requested by "
+                                     "the pods bound there: the pod waited for GPUs in use")
+
+
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
 _UNREACHED = re.compile(r"Communication (?:connection|send|receive) failure|Socket timed out on send/recv operation|"
                         r"Zero Bytes were transmitted or received")
