@@ -2613,7 +2613,7 @@ def jobset_follower_waits_on_leader(ws: Workspace) -> None:
         ws.drop(event, "JobSet's webhook holds the follower pods until their leader is placed: a wait, not the spec")
 
 
-_HELD_GPUS = "Pod waited for GPUs other pods hold"
+_HELD_GPUS = "Pod waited for GPUs already in use"
 _SHORT_OF_GPUS = re.compile(r"\bInsufficient (?:nvidia|amd)\.com/gpu\b")
 
 
@@ -2651,6 +2651,59 @@ def gpus_held_by_other_pods(ws: Workspace) -> None:
                   and _SHORT_OF_GPUS.search(e.evidence.text)]:
         ws.reread(event, _HELD_GPUS, f"describe node shows {held[0].attributes['gpus_requested']} GPUs requested by "
                                      "the pods bound there: the pod waited for GPUs in use")
+
+
+_PLATFORM_OOM = "Platform component killed for memory"
+# Pods of the GPU Operator (operator and operands, named by their DaemonSets) and of Node Feature Discovery, and the
+# namespaces the platform installs them in
+_PLATFORM_POD = re.compile(r"\b(?:gpu-operator|nvidia-(?:driver|container-toolkit|device-plugin|dcgm-exporter|dcgm|"
+                           r"operator-validator|cuda-validator|mig-manager)[\w-]*|gpu-feature-discovery|"
+                           r"node-feature-discovery|nfd-(?:master|worker|gc))[\w-]*|"
+                           r"(?:^|\s)(?:-n|--namespace)[= ](?:gpu-operator|nvidia-gpu-operator|node-feature-discovery)\b")
+
+
+def _platform_case(title: str, pod: str, expect: Expect) -> RuleCase:
+    """A rule case: kubectl describe of `pod`, whose container's last state is OOMKilled."""
+    return RuleCase(title=title, evidence={"n1/scheduler": [
+        f"$ kubectl describe pod {pod}", "    Last State:     Terminated", "      Reason:       OOMKilled",
+        "      Exit Code:    137"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]}, expect=expect)
+
+
+@filter_rule("PlatformComponentOom", phase=Phase.FILTER, doc=f"""
+A Kubernetes OOMKilled inside kubectl describe output of a GPU platform component's pod (its block opened by a 'Name:'
+or a describe command naming a GPU Operator pod - gpu-operator, nvidia-driver-daemonset, nvidia-device-plugin,
+nvidia-dcgm-exporter, gpu-feature-discovery, nvidia-operator-validator, nvidia-mig-manager ... - or Node Feature
+Discovery's, or run in their namespaces), or a pod listing's OOMKilled row of such a pod, is that component's memory
+limit, not the workload's memory: it is read as
+`{_PLATFORM_OOM}` (configuration, no node blamed).
+""", cases=[
+    # https://github.com/NVIDIA/gpu-operator/issues/208 (the operator OOMKilled in a loop under its 100Mi limit)
+    _platform_case("the GPU Operator's own pod was OOMKilled", "gpu-operator-7d6c9f5b8-xq4zt",
+                   Expect(fired=True, sub_domain="configuration", root_symptom=_PLATFORM_OOM)),
+    _platform_case("the workload's own pod was OOMKilled", "llm-sft-worker-1",
+                   Expect(fired=False, sub_domain="host_oom")),
+    RuleCase(title="a pod listing's row of NFD's worker in OOMKilled", evidence={"n1/scheduler": [
+        "nfd-worker-7xk2p   0/1     OOMKilled   5 (2m ago)   40m"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="configuration", root_symptom=_PLATFORM_OOM)),
+])
+def platform_component_oom(ws: Workspace) -> None:
+    blocks: dict[str, list[tuple[int, bool]]] = {}  # origin -> (line, whether the block is a platform pod's)
+    for fact in ws.events_of(f"{EventType.CONTEXT}.describe_block"):
+        if fact.attributes.get("pod_node"):
+            continue  # the pod's node, inside its block
+        named = str(fact.attributes.get("object") or fact.attributes.get("command") or "")
+        blocks.setdefault(fact.evidence.provenance.origin, []).append(
+            (fact.evidence.provenance.line or 0, bool(_PLATFORM_POD.search(named))))
+    for found in blocks.values():
+        found.sort(key=lambda block: block[0])
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom == "Kubernetes OOMKilled"]:
+        line = event.evidence.provenance.line or 0
+        opened = [platform for at, platform in blocks.get(event.evidence.provenance.origin, []) if at <= line]
+        if (opened and opened[-1]) or _PLATFORM_POD.match(event.evidence.text.strip()):
+            ws.reread(event, _PLATFORM_OOM, "the OOMKilled container is the GPU platform's component, under its own "
+                                            "memory limit")
 
 
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
