@@ -2706,6 +2706,42 @@ def platform_component_oom(ws: Workspace) -> None:
                                             "memory limit")
 
 
+_MPI_INIT_FAILED = "MPI could not initialise"
+
+
+def _mpi_init_case(title: str, nodes: str, expect: Expect) -> RuleCase:
+    """A rule case: Open MPI's MPI_Init abort banner on each of `nodes` (a two-node job, a and b)."""
+    return RuleCase(title=title, evidence={f"{n}/applog": [
+        "2025-01-01T00:10:32Z *** An error occurred in MPI_Init",
+        f"2025-01-01T00:10:32Z [{n}:21881] Local abort before MPI_INIT completed completed successfully, but am not "
+        "able to aggregate error messages, and not able to guarantee that all other processes were killed!"]
+        for n in nodes}, context={"nodes": ["a", "b"]}, expect=expect)
+
+
+@refiner("MpiInitFailedEverywhere", phase=Phase.REFINE_LATE, doc=f"""
+`{_MPI_INIT_FAILED}` (Open MPI's abort banner for a failed MPI_Init, with no reason of its own) is the answer only
+when every node of a multi-node workload printed it and nothing else went wrong: the library could not set itself up
+anywhere it was launched - the launch or the environment. On some nodes only, the fault is those nodes' (unknown
+from the banner), and beside another root candidate the banner is that fault's consequence: it is demoted.
+""", cases=[
+    # https://github.com/NVIDIA/pyxis/issues/78 (srun without --mpi=pmi2: every task aborts in MPI_Init)
+    _mpi_init_case("every node's ranks abort in MPI_Init", "ab",
+                   Expect(fired=False, sub_domain="configuration", root_symptom=_MPI_INIT_FAILED)),
+    _mpi_init_case("one node's ranks abort in MPI_Init", "b", Expect(fired=True, demoted=[_MPI_INIT_FAILED])),
+])
+def mpi_init_failed_everywhere(ws: Workspace) -> None:
+    banners = ws.active(prefix=_MPI_INIT_FAILED)
+    if not banners:
+        return
+    everywhere = len(ws.context.nodes) >= 2 and {ws.canonical_node(s.node) for s in banners} >= set(ws.context.nodes)
+    other = next((s for s in ws.active(role="root") if s.name != _MPI_INIT_FAILED), None)
+    for s in banners:
+        if other is not None:
+            ws.demote(s, f"{other.name} on {other.node or '-'} is why MPI could not start")
+        elif not everywhere:
+            ws.demote(s, "only some nodes' ranks failed MPI_Init: the banner does not say what those nodes lack")
+
+
 # Slurm's own errors for a message that never reached a node's slurmd or never came back (slurm_strerror).
 _UNREACHED = re.compile(r"Communication (?:connection|send|receive) failure|Socket timed out on send/recv operation|"
                         r"Zero Bytes were transmitted or received")
