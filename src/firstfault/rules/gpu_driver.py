@@ -523,6 +523,58 @@ def gpu_lost_across_suspend(ws: Workspace) -> None:
                                              "failed after it")
 
 
+_LOST_ITS_GPUS = "Container lost its GPUs (NVML)"
+# A container's failures to reach its GPUs after the host's systemd rewrote its device rules
+_AFTER_RELOAD = ("GPU could not be initialised", "CUDA unknown error")
+RELOAD_REACH_S = 3600.0  # a reload before the failure, within the hour, while the container ran
+
+
+def _reload_case(title: str, reloaded: str, expect: Expect) -> RuleCase:
+    """A rule case: n2's systemd reloads at `reloaded` (HH:MM:SS); its pod's CUDA then fails to start at 00:14:52."""
+    return RuleCase(title=title, evidence={
+        "n2/syslog": [f"Jan  1 {reloaded} n2 systemd[1]: Reloading."],
+        "n2/applog": ["2025-01-01T00:14:52Z RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
+                      "environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the "
+                      "available devices to be zero."]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:05:00Z",
+                 "end_time": "2025-01-01T00:30:00Z"}, expect=expect)
+
+
+@filter_rule("ContainerGpusLostOnReload", phase=Phase.FILTER, doc=f"""
+On Kubernetes, a container whose CUDA cannot start ({", ".join(_AFTER_RELOAD)}) on a node whose systemd re-read its
+units (fact systemd_reloaded: 'systemd[1]: Reloading.') within {RELOAD_REACH_S / 3600:.0f} h before the failure lost
+its GPU device nodes to the reload (systemd rewrites the device rules of running containers under the systemd cgroup
+driver): the failure is read as `{_LOST_ITS_GPUS}` (configuration, no node blamed). The reload may come before the
+workload's recorded start: a pod's containers are often created before the first line that dates the workload. The
+same failure with no reload in the hour before it stays the node's GPU.
+""", cases=[
+    # https://github.com/NVIDIA/nvidia-container-toolkit/issues/48 (GPU access lost in pods after a daemon-reload)
+    _reload_case("the node's systemd reloaded four minutes before", "00:10:39",
+                 Expect(fired=True, sub_domain="configuration", culprits=[], root_symptom=_LOST_ITS_GPUS)),
+    RuleCase(title="the reload came hours before the failure", evidence={
+        "n2/syslog": ["Jan  1 00:10:39 n2 systemd[1]: Reloading."],
+        "n2/applog": ["2025-01-01T02:14:52Z RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
+                      "environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the "
+                      "available devices to be zero."]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:05:00Z",
+                 "end_time": "2025-01-01T02:30:00Z"}, expect=Expect(fired=False, sub_domain="gpu", culprits=["n2"])),
+])
+def container_gpus_lost_on_reload(ws: Workspace) -> None:
+    if ws.context.scheduler != "kubernetes":
+        return
+    reloads: dict[str, list[datetime]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.systemd_reloaded"):
+        if fact.node and fact.time is not None:
+            reloads.setdefault(ws.canonical_node(fact.node) or fact.node, []).append(fact.time)
+    reach = timedelta(seconds=RELOAD_REACH_S)
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _AFTER_RELOAD and e.time is not None]:
+        times = reloads.get(ws.canonical_node(event.node) or "", [])
+        before = [t for t in times if event.time - reach <= t <= event.time]
+        if before:
+            ws.reread(event, _LOST_ITS_GPUS, f"{event.node}'s systemd reloaded at {max(before):%H:%M:%S}: the container "
+                                             "lost its GPU device rules")
+
+
 def _plugin_case(title: str, then: str, expect: Expect) -> RuleCase:
     """A rule case: n1's device plugin finds it cannot health-check a GPU at 09:58:41, then logs `then`."""
     return RuleCase(title=title, evidence={"n1/scheduler": [
