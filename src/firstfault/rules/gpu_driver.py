@@ -567,9 +567,11 @@ def container_gpus_lost_on_reload(ws: Workspace) -> None:
         if fact.node and fact.time is not None:
             reloads.setdefault(ws.canonical_node(fact.node) or fact.node, []).append(fact.time)
     reach = timedelta(seconds=RELOAD_REACH_S)
-    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _AFTER_RELOAD and e.time is not None]:
-        times = reloads.get(ws.canonical_node(event.node) or "", [])
-        before = [t for t in times if event.time - reach <= t <= event.time]
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if e.symptom in _AFTER_RELOAD]:
+        failed = event.time
+        if failed is None:
+            continue
+        before = [t for t in reloads.get(ws.canonical_node(event.node) or "", []) if failed - reach <= t <= failed]
         if before:
             ws.reread(event, _LOST_ITS_GPUS, f"{event.node}'s systemd reloaded at {max(before):%H:%M:%S}: the container "
                                              "lost its GPU device rules")
