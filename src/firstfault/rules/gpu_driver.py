@@ -540,7 +540,8 @@ def _reload_case(title: str, reloaded: str, expect: Expect) -> RuleCase:
                  "end_time": "2025-01-01T00:30:00Z"}, expect=expect)
 
 
-@filter_rule("ContainerGpusLostOnReload", phase=Phase.FILTER, doc=f"""
+@filter_rule("ContainerGpusLostOnReload", phase=Phase.FILTER, after=("GpuLostAcrossSuspend", "PythonExceptionFamily"),
+             doc=f"""
 On Kubernetes, a container whose CUDA cannot start ({", ".join(_AFTER_RELOAD)}) on a node whose systemd re-read its
 units (fact systemd_reloaded: 'systemd[1]: Reloading.') within {RELOAD_REACH_S / 3600:.0f} h before the failure lost
 its GPU device nodes to the reload (systemd rewrites the device rules of running containers under the systemd cgroup
