@@ -2336,14 +2336,11 @@ _OOM_SIZES = re.compile(r"Tried to allocate (?P<asked>[0-9.]+) (?P<asked_unit>[K
 _BYTES = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
-# Python's warning line, 'path.py:NNN: <Category>Warning: message' (warnings.formatwarning).
-_PYTHON_WARNING = re.compile(r"\.py:\d+: \w*Warning: ")
-
-
 @filter_rule("OutOfMemoryInAWarning", phase=Phase.FILTER, doc="""
 A Python warning ('fsdp/_state_dict_utils.py:312: UserWarning: Failed to clone() tensor ... CUDA out of memory') is
 raised by code that caught the error and went on: the allocation failed, the program did not. A CUDA out-of-memory
-reading of a warning line is dropped; the same error raised is kept.
+reading of a warning line is dropped (the extractor captures the warning's prefix, which keeps it apart from the
+raised error's lines); the same error raised is kept.
 """, cases=[
     # https://github.com/tatsu-lab/stanford_alpaca/issues/65 (FSDP's state_dict gathering warns and carries on)
     RuleCase(title="FSDP warns that a clone ran out of memory, and carries on", evidence={"n1/applog": [
@@ -2357,10 +2354,20 @@ reading of a warning line is dropped; the same error raised is kept.
         "2025-01-01T00:10:00Z [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 172.00 MiB (GPU 0; "
         "79.15 GiB total capacity)"]},
         expect=Expect(fired=False, sub_domain="gpu_oom")),
+    # https://github.com/GanjinZero/RRHF/issues/30 (the warning for one tensor, then the error raised for the next)
+    RuleCase(title="the warning, then the same error raised a moment later", evidence={"n1/applog": [
+        "2025-01-01T00:10:00Z /usr/local/lib/python3.8/dist-packages/torch/distributed/fsdp/fully_sharded_data_parallel"
+        ".py:2224: UserWarning: Failed to clone() tensor with name lm_head.weight. This may mean that this state_dict "
+        "entry could point to invalid memory regions after returning from state_dict() call if this parameter is "
+        "managed by FSDP. Please check clone implementation of lm_head.weight. Error: CUDA out of memory. Tried to "
+        "allocate 982.00 MiB (GPU 2; 79.35 GiB total capacity)",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.92 GiB (GPU 2; 79.35 GiB total "
+        "capacity)"]},
+        expect=Expect(fired=True, sub_domain="gpu_oom")),
 ])
 def out_of_memory_in_a_warning(ws: Workspace) -> None:
     for event in list(ws.events_of(EventType.NODE_BAD)):
-        if event.symptom == "CUDA out of memory" and _PYTHON_WARNING.search(event.evidence.text):
+        if event.symptom == "CUDA out of memory" and event.attributes.get("warned"):
             ws.drop(event, "a Python warning: the code that hit it caught the error and went on")
 
 
