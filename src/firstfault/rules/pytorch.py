@@ -1564,6 +1564,18 @@ def _longest_container_run(ws: Workspace, node: str | None) -> float:
     return longest
 
 
+def _segfault_then_backoff(title: str, crashed_on: str, expect: Expect) -> RuleCase:
+    """A case: the program segfaults on `crashed_on` at 01:25; n1's kubectl describe shows its container's last run
+    and the kubelet's CrashLoopBackOff."""
+    return RuleCase(title=title, evidence={
+        f"{crashed_on}/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
+        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
+                         "      Started:      Wed, 01 Jan 2025 01:25:39 +0000",
+                         "      Finished:     Wed, 01 Jan 2025 01:28:53 +0000"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:59:00Z"}, expect=expect)
+
+
 # A program's own fatal fault, as its output or the kernel reports it: a signal it died of, or an illegal memory access
 # in its GPU kernels (the CUDA context is lost and the process exits)
 _PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code", "CUDA illegal memory access")
@@ -1672,14 +1684,8 @@ is why, however soon the container exited: its program met the node's GPU.
         expect=Expect(fired=True, sub_domain="application", demoted=["Container image or start error"])),
     # https://github.com/sgl-project/sglang/issues/13395 (HiCache servers segfaulting after a scale-down, then at
     # every restart)
-    RuleCase(title="the program segfaulted; the kubelet backs off its restarts", evidence={
-        "n1/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
-        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
-                         "      Started:      Wed, 01 Jan 2025 01:25:39 +0000",
-                         "      Finished:     Wed, 01 Jan 2025 01:28:53 +0000"]},
-        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
-                 "end_time": "2025-01-01T01:59:00Z"},
-        expect=Expect(fired=True, demoted=["Container image or start error"])),
+    _segfault_then_backoff("the program segfaulted; the kubelet backs off its restarts", "n1",
+                           Expect(fired=True, demoted=["Container image or start error"])),
     # https://github.com/vllm-project/vllm/issues/40121 (CUDA-graph replay faulting under load; the pod restarted)
     RuleCase(title="the server's GPU kernels faulted; its pod crash-loops", evidence={
         "n1/applog": ["2025-01-01T01:12:14Z (Worker_TP0 pid=126) ERROR 01-01 01:12:14 [multiproc_executor.py:949] "
@@ -1689,14 +1695,8 @@ is why, however soon the container exited: its program met the node's GPU.
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T01:59:00Z"},
         expect=Expect(fired=True, demoted=["Container image or start error"])),
-    RuleCase(title="a crash on another node does not explain this node's crash loop", evidence={
-        "n2/applog": ["2025-01-01T01:25:01Z Fatal Python error: Segmentation fault"],
-        "n1/scheduler": ["      Reason:       CrashLoopBackOff", "    Last State:     Terminated",
-                         "      Started:      Wed, 01 Jan 2025 01:25:39 +0000",
-                         "      Finished:     Wed, 01 Jan 2025 01:26:53 +0000"]},
-        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
-                 "end_time": "2025-01-01T01:59:00Z"},
-        expect=Expect(fired=False, sub_domain="configuration")),
+    _segfault_then_backoff("a crash on another node does not explain this node's crash loop", "n2",
+                           Expect(fired=False, sub_domain="configuration")),
     RuleCase(title="a crash loop with no hook failure", evidence={
         "n1/applog": ["2025-01-01T00:20:00Z llm-sft-worker-1   0/1     CrashLoopBackOff   6 (2m ago)    17m   n2"]},
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"]},
