@@ -23,6 +23,9 @@ from firstfault.engine.workspace import Workspace, WorkSymptom
 STRENGTH_MARGIN = 10
 # Faults of a node's own devices: the same one on every node of a small job can still be a coincidence.
 HARDWARE = frozenset({SubDomain.GPU, SubDomain.NVLINK, SubDomain.NETWORK, SubDomain.HOST})
+# A node's own reports of its fabric port going down (InfiniBand/RoCE, Slingshot): the NIC's state, whatever stream
+# printed it.
+LINK_DOWN_EVENTS = ("IB port error", "IB link down", "Slingshot link down")
 
 
 def blamed_nodes(ws: Workspace, s: WorkSymptom) -> list[str]:

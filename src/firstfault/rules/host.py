@@ -14,7 +14,13 @@ from datetime import datetime, timedelta
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
-from firstfault.rules.election import blamed_nodes, every_node_at_once, printed_before, workload_completed
+from firstfault.rules.election import (
+    LINK_DOWN_EVENTS,
+    blamed_nodes,
+    every_node_at_once,
+    printed_before,
+    workload_completed,
+)
 from firstfault.rules.pytorch import NEVER_MET
 from firstfault.rules.scheduler import (
     NODE_FAILURE_DETECTION_S,
@@ -42,8 +48,7 @@ AER_STORM_MIN = 10  # corrected AER events on one node within a burst that make 
 FLAP_RECOVERY_S = 60.0  # a port back to active within this many seconds after its last error recovered
 # A link that went down this many times in one workload is flapping: a fault even though it came back each time.
 FLAPPING_DOWNS = 3
-# A node's own reports of its fabric port going down, and of it coming back (InfiniBand/RoCE, Slingshot).
-LINK_DOWN_EVENTS = ("IB port error", "IB link down", "Slingshot link down")
+# A node's own reports of its fabric port coming back (InfiniBand/RoCE, Slingshot); election.LINK_DOWN_EVENTS go down.
 _LINK_UP_EVENTS = ("IB port active", "IB link up", "Slingshot link up")
 # Work a port posted while it was down fails only when its transport retries run out: NCCL_IB_TIMEOUT (18 or 20 by
 # NCCL version: 4.096 us x 2^timeout, 1.1-4.3 s per attempt) times 1 + NCCL_IB_RETRY_CNT (7) - up to ~35 s.

@@ -20,6 +20,7 @@ from firstfault.engine.reader import line_host_prefix
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, collector, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
+    LINK_DOWN_EVENTS,
     exception_message,
     named_peers,
     printed_before,
@@ -27,7 +28,7 @@ from firstfault.rules.election import (
     time_order,
     workload_completed,
 )
-from firstfault.rules.host import DEAD_NODE_ECHO_S, LINK_DOWN_EVENTS
+from firstfault.rules.host import DEAD_NODE_ECHO_S
 
 MIN_REPORTERS = 2  # distinct reporting nodes that must name a peer before it is blamed
 # A named peer whose own port went down or reported a port error this long before an RDMA error (and up to the

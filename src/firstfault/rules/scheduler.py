@@ -28,6 +28,7 @@ from firstfault.engine.model import (
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
+    LINK_DOWN_EVENTS,
     NEVER_PLACED,
     NOT_STARTED,
     SHUTDOWN_MARGIN_S,
@@ -1994,7 +1995,10 @@ _KERNEL_KILL_RECORDS = ("Process crashed",)  # the kernel's own record of a proc
 
 def _ended_a_process(s: WorkSymptom) -> bool:
     """The symptom shows a process of the workload ended: read from its own output or the scheduler's records, or
-    the kernel's record of killing or crashing one."""
+    the kernel's record of killing or crashing one. A fabric port's going down is the NIC's state whoever printed it
+    (NCCL relays it as a 'non-fatal async event'): what it broke shows as the job's own errors."""
+    if s.name.startswith(LINK_DOWN_EVENTS):
+        return False
     return (any(e.source != SourceKind.SYSLOG for e in s.evidence) or s.sub_domain == SubDomain.HOST_OOM
             or s.name.startswith(_KERNEL_KILL_RECORDS))
 
@@ -2068,8 +2072,8 @@ WorkerState.SUCCEEDED, training finished) or nothing failed while it ran, every 
 survived (or belongs to the collection margin around the job, e.g. another job on a shared node) and is
 demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
-crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) was survived by a job that
-completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
+crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) or a fabric port's going down
+(NCCL's 'Got non-fatal async event: port error') was survived by a job that completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
 task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
 (ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
@@ -2224,6 +2228,14 @@ nothing demoted.
                       "(WorkerState.SUCCEEDED)."]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T01:51:00Z"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
+    # https://github.com/mghpcc/aicr-benchmarks (Benchmark_WG/pytorch-training/rtx_pro_6000/resnet50): a one-node run
+    # whose NCCL relayed its HCA port's errors and went on to finish
+    RuleCase(title="accounting says completed; NCCL relayed a port error that never came back", evidence={
+        "n1/applog": ["2025-01-01T00:10:00Z n1:4955:4962 [0] transport/net_ib.cc:253 NCCL WARN NET/IB : mlx5_3:1 Got "
+                      "non-fatal async event: port error(10)"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:20:00Z"},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED")),
 ])
 def completed_workload(ws: Workspace) -> None:
