@@ -1050,10 +1050,14 @@ def _bytes(size: str) -> float:
     return float(found.group(1)) * 1024 ** "_KMGT".index(found.group(2) or "_") if found else float("inf")
 
 
+# ShellReportedCrash's groups that keep a crash's signal name (SEGV, BUS, ILL)
+_CRASH_SIGNAL_GROUPS = ("crash_signal", "spawn_signal", "mpt_signal", "gfortran_signal")
+
+
 def _bus_error(event: Event) -> bool:
     """A worker's death or a crash report that names SIGBUS (signal 7)."""
     if event.symptom == _CRASHED:
-        return "BUS" in (event.attributes.get("crash_signal"), event.attributes.get("spawn_signal")) or \
+        return "BUS" in (event.attributes.get(group) for group in _CRASH_SIGNAL_GROUPS) or \
             event.attributes.get("tf_signal") == "7" or \
             bool(event.attributes.get("python_bus_error") or event.attributes.get("shell_bus_error"))
     return event.symptom == _KILLED and any(str(event.attributes.get(group)) == "7" for group in _SIGNAL_GROUPS)
