@@ -2217,6 +2217,12 @@ nothing demoted.
                       _NO_COLLNET_ALGORITHM]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
+    RuleCase(title="accounting says completed; the second mode's new process read the driver and failed", evidence={
+        "n1/applog": ["# Avg bus bandwidth    : 107.132",
+                      "n1:44730:44730 [0] NCCL INFO cudaDriverVersion 13010",
+                      _NO_COLLNET_ALGORITHM]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="configuration", terminal_state="FAILED")),
     RuleCase(title="accounting says completed; the same error right after the report, nothing set up again", evidence={
         "n1/applog": ["# Avg bus bandwidth    : 101.286", _NO_COLLNET_ALGORITHM]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
@@ -2275,12 +2281,13 @@ def completed_workload(ws: Workspace) -> None:
 
 
 def _a_later_step_failed(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]) -> bool:
-    """After the success report, in the same stream, NCCL set a communicator up again and then one of `roots` failed:
-    the report was an earlier step's (a benchmark script's first mode), and a later step is how the workload ended.
-    Errors right after a report with no new set-up between are its teardown."""
+    """After the success report, in the same stream, NCCL set a communicator up again (its Init lines, or a new
+    process's one-time 'cudaDriverVersion' line) and then one of `roots` failed: the report was an earlier step's (a
+    benchmark script's first mode), and a later step is how the workload ended. Errors right after a report with no
+    new set-up between are its teardown."""
     reported = {e.provenance.origin: e.provenance.line or 0 for e in report.evidence}
     setups: dict[str, list[int]] = {}
-    for fact in ws.facts_of("nccl_init"):
+    for fact in ws.facts_of("nccl_init") + ws.events_of(f"{EventType.CONTEXT}.cuda_driver"):
         setups.setdefault(fact.evidence.provenance.origin, []).append(fact.evidence.provenance.line or 0)
 
     def set_up_again_before(origin: str, line: int) -> bool:
