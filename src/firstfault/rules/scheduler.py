@@ -1829,7 +1829,8 @@ earlier than the eviction, is how the peers saw those pods end, whatever the clo
 naming only the node whose own kubelet ended its pods (rejecting them at re-admission, a graceful shutdown). A cancel is
 also demoted when the program itself reported failing (an
 error in its own output, even one that names no cause) more than five minutes before it and training did not go
-on after that: someone ended a run that had already failed.
+on after that: someone ended a run that had already failed; a user's `kubectl delete` of the workload's pods ('pod
+"<name>" deleted', stamped) is such a cancel.
 """, cases=[
     RuleCase(title="port error then time limit", evidence={
         "a/applog": ["a:1:1 [0] NCCL WARN NET/IB : Got async event : port error"],
@@ -1844,6 +1845,13 @@ on after that: someone ended a run that had already failed.
         "a/applog": ["2025-01-01T00:55:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
         "b/scheduler": ["[2025-01-01T00:56:00.000] _slurm_rpc_kill_job: REQUEST_KILL_JOB JobId=1 uid 1000"]},
         context={"scheduler_state": "CANCELLED"}, expect=Expect(fired=False, sub_domain="scheduler")),
+    # https://github.com/defilantech/LLMKube/issues/1781 (a multi-node group looping on a dead member until the user
+    # deleted both pods)
+    RuleCase(title="the user deleted the pods long after the ranks failed", evidence={
+        "a/applog": ["2025-01-01T00:30:00Z RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled cuda error"],
+        "b/scheduler": ['2025-01-01T00:56:00Z pod "llm-mn-0" deleted', '2025-01-01T00:56:00Z pod "llm-mn-1" deleted']},
+        context={"scheduler": "kubernetes", "scheduler_state": ""},
+        expect=Expect(fired=True, sub_domain="unknown", culprits=[])),
     RuleCase(title="time limit alone", evidence={
         "b/applog": ["2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON b CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"}, expect=Expect(fired=False, sub_domain="scheduler")),
@@ -1877,7 +1885,7 @@ def scheduler_action_yields(ws: Workspace) -> None:
     actions = ws.active(role="root", sub_domain=SubDomain.SCHEDULER)
     others = [s for s in ws.active(role="root") if s.sub_domain != SubDomain.SCHEDULER
               and s.name not in NODE_FAILURE_REPORTS]
-    earliest = _earliest_reports(ws, {a.name for a in actions if a.name.startswith("Job cancelled")})
+    earliest = _earliest_reports(ws, {a.name for a in actions if _a_cancel(a)})
     for action in actions:
         taken = _pods_nodes(ws, action)
         effects = [s for s in others if _peer_of_taken(ws, s, action, taken)]
@@ -1890,10 +1898,15 @@ def scheduler_action_yields(ws: Workspace) -> None:
             for effect in effects:
                 ws.demote(effect, f"names {', '.join(sorted(taken))}, whose pod was taken by {action.name}: how its "
                           "peers saw that pod end")
-        elif action.name.startswith("Job cancelled") and (found := _failed_long_before(ws, action, earliest)) is not None:
+        elif _a_cancel(action) and (found := _failed_long_before(ws, action, earliest)) is not None:
             failed, minutes = found
             ws.demote(action, f"the program had reported its failure ({failed.name} on {failed.node or '-'}) "
                       f"{minutes:.0f} min before the cancel, which only ended it")
+
+
+def _a_cancel(action: WorkSymptom) -> bool:
+    """A user's end of the workload: the scheduler's cancel, or kubectl delete's report of the pods it removed."""
+    return action.name.startswith("Job cancelled") or _deleted_by_hand(action)
 
 
 # Scheduler actions a node's own kubelet takes on the pods it runs: the kubelet rejecting a running pod at re-admission
@@ -2073,8 +2086,8 @@ survived (or belongs to the collection margin around the job, e.g. another job o
 demoted, giving `none`. If root candidates from the run itself remain without a success report, and they ended
 a process - the workload's own output or the scheduler's records show them, or the kernel recorded killing or
 crashing a process (OOM kill, segfault); a kernel warning alone (a soft lockup, an Xid) or a fabric port's going down
-(NCCL's 'Got non-fatal async event: port error') was survived by a job that completed - the accounting is wrong (a step failed) and the terminal state becomes FAILED; so does srun's record of a
-task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
+(NCCL's 'Got non-fatal async event: port error') was survived by a job that completed - the accounting is wrong (a
+step failed) and the terminal state becomes FAILED; so does srun's record of a task that exited with a non-zero code or crashed (Aborted, Segmentation fault ...), or a launcher's non-zero status
 (ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
 not how it ended), and so does a crash or a signal death reported while it ran (a batch script's 'line 17: 4568 Bus
