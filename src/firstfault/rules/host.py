@@ -15,6 +15,7 @@ from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, 
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
 from firstfault.engine.workspace import EmitSpec, Workspace, WorkSymptom
 from firstfault.rules.election import (
+    HARDWARE,
     LINK_DOWN_EVENTS,
     blamed_nodes,
     every_node_at_once,
@@ -1474,6 +1475,57 @@ def reset_explains_its_node_failure(ws: Workspace) -> None:
             if (blamed_nodes(ws, report) == [reset.node] and when is not None and not ws.undated(report)
                     and reset.first_time - before <= when <= reset.first_time + skew):
                 ws.demote(report, f"{reset.node} reset under the workload; this report is how that looked")
+
+
+# How long after its kubelet's last memory reclaim a node that stopped answering can be read as starved of memory: a
+# node whose memory is exhausted stalls within seconds to minutes (the kubelet stops posting status after its 40 s grace).
+MEMORY_STALL_S = 300.0
+_NODE_STOPPED = ("Node reset during the workload", "Kubernetes node failure")
+_MEMORY_PRESSURE = "Node memory pressure"
+
+
+@refiner("MemoryPressureStoppedTheNode", phase=Phase.REFINE_LATE, after=("ResetExplainsItsNodeFailure",), doc=f"""
+A node whose own kubelet was reclaiming memory (`{_MEMORY_PRESSURE}`) and that then stopped answering - declared
+NotReady, or reset - within {MEMORY_STALL_S:.0f} s of the last reclaim, with no hardware fault of its own (an Xid, a
+machine check, a kernel panic) logged, ran out of host memory: the pressure becomes the root (host_oom, no node blamed:
+the workload's or its neighbours' memory use) and the node's failure its consequence.
+""", cases=[
+    # https://github.com/defilantech/LLMKube/issues/1724 (a 70B model in a pod without a memory limit wedging a GB10 node)
+    RuleCase(title="the kubelet reclaimed memory, then the node went NotReady and rebooted", evidence={
+        "n1/syslog": ['Jan  1 00:10:02 n1 k3s[1623]: I0101 00:10:02.311507    1623 eviction_manager.go:366] "Eviction '
+                      'manager: attempting to reclaim" resourceName="memory"'],
+        "n1/scheduler": ["2025-01-01T00:10:53Z  Normal   NodeNotReady       node/n1   Node n1 status is now: "
+                         "NodeNotReady",
+                         "2025-01-01T00:30:43Z  Warning  Rebooted   node/n1   Node n1 has been rebooted, boot id: "
+                         "6d1f0b2c-6a34-4c1e-9d6f-0b1e2a3c4d5e"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:40:00Z"},
+        expect=Expect(fired=True, sub_domain="host_oom", culprits=[], root_symptom=_MEMORY_PRESSURE)),
+    RuleCase(title="a reclaim an hour before the node failed", evidence={
+        "n1/syslog": ['Jan  1 00:10:02 n1 kubelet[1623]: I0101 00:10:02.311507    1623 eviction_manager.go:366] '
+                      '"Eviction manager: attempting to reclaim" resourceName="memory"'],
+        "n1/scheduler": ["2025-01-01T01:10:53Z  Normal   NodeNotReady       node/n1   Node n1 status is now: "
+                         "NodeNotReady"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T01:20:00Z"},
+        expect=Expect(fired=False)),
+])
+def memory_pressure_stopped_the_node(ws: Workspace) -> None:
+    window = timedelta(seconds=MEMORY_STALL_S)
+    for pressure in ws.select(prefix=_MEMORY_PRESSURE):
+        last = pressure.last_time or pressure.first_time
+        if pressure.node is None or last is None or ws.undated(pressure):
+            continue
+        stopped = [s for s in ws.active(role="root") if s.name.startswith(_NODE_STOPPED)
+                   and blamed_nodes(ws, s) == [pressure.node] and s.first_time is not None and not ws.undated(s)
+                   and last <= s.first_time <= last + window]
+        faults = [s for s in ws.active(role="root", node=pressure.node)
+                  if s.sub_domain in HARDWARE and not s.name.startswith(_NODE_STOPPED)]
+        if not stopped or faults:
+            continue
+        ws.promote(pressure, f"{pressure.node}'s kubelet was reclaiming memory just before the node stopped answering")
+        for s in stopped:
+            ws.demote(s, f"{pressure.node} ran out of host memory ({_MEMORY_PRESSURE}) and stopped answering")
 
 
 # Tasks of the block and journal layers: ext4's journal thread (jbd2/<device>), XFS's log thread, btrfs's transaction
