@@ -54,6 +54,9 @@ HUNG_BEFORE_LIMIT_S = 2400.0  # progress that stopped this long before a time li
 # Ray's report of a worker that died during a task: context in a run that went on (Ray retries the task), but a report
 # that the workload had stopped working when a limit ended it later.
 _WORKER_DIED = "Ray worker died unexpectedly"
+# Context reports that the workload had stopped working, whatever else they may mean: Ray's report of a worker that died
+# during a task, vLLM's full broadcast queue
+_STALL_REPORTS = (_WORKER_DIED, "vLLM workers stopped taking work")
 # A shorter stop counts too when it is most of the run: silent for this long, and for this share of the time from the
 # workload's start to the limit or cancel (a 30-minute job that stopped after its first minute).
 HUNG_MOST_OF_RUN_S = 600.0
@@ -333,7 +336,7 @@ still working when it struck. When training progress stopped more than {HUNG_BEF
 half again the longest silence the program kept between its last lines before: a run that logs every two hours)
 before
 it (or, without progress lines, the workload's own first report of a stall or failure - Ray's report of a worker that
-died during a task among them - came that long before it), or
+died during a task and vLLM's report of its workers' full broadcast queue among them - came that long before it), or
 more than {HUNG_MOST_OF_RUN_S / 60:.0f} minutes and {HUNG_RUN_SHARE:.0%} of the time from the workload's start (a short
 job that stopped in its first minutes; the limit's or cancel's own stamped line must say when it struck), the
 workload had hung or failed already, and the limit or the cancel only ended it: it is demoted, and the hang or the
@@ -412,6 +415,15 @@ hours, and one that prints every hour may be cut as its next line is due).
         "2025-01-01T01:59:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T01:59:00 DUE TO TIME LIMIT ***"]},
         context={"scheduler_state": "TIMEOUT"},
         expect=Expect(fired=True, sub_domain="application", terminal_state="TIMEOUT")),
+    # https://github.com/vllm-project/vllm/pull/45150 (a data-parallel group hung after loading; the user cancelled)
+    RuleCase(title="vLLM's workers stopped taking work long before the cancel", evidence={"n1/applog": [
+        "2025-01-01T00:12:00Z (DPMoEEngineCoreActor pid=3865249) INFO 01-01 00:12:00 [shm_broadcast.py:705] No "
+        "available shared memory broadcast block found in 60 seconds. This typically happens when some processes are "
+        "hanging or doing some time-consuming work (e.g. compilation)",
+        "2025-01-01T00:58:00Z slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2025-01-01T00:58:00 ***"]},
+        context={"scheduler_state": "CANCELLED", "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:58:30Z"},
+        expect=Expect(fired=True, sub_domain="unknown", terminal_state="CANCELLED")),
     # https://github.com/allenai/allennlp/issues/5088 (workers with unequal batch counts blocked at the epoch's end)
     _ended_by_the_limit("no progress lines; the program's own output stopped hours before the limit", [
         "2025-01-01T00:10:00Z 2025-01-01 00:10:00,600 - INFO - allennlp.training.gradient_descent_trainer - Worker 1: "
@@ -501,7 +513,8 @@ def hung_before_limit_or_cancel(ws: Workspace) -> None:
     progress_end = last_progress(ws)
     # without progress lines, the workload's own reports of a stall or failure (downstream symptoms) say since when
     # it was no longer working
-    failing = [s.first_time for s in ws.active(role="symptom") + ws.select(prefix=_WORKER_DIED)
+    stalls = [s for name in _STALL_REPORTS for s in ws.select(prefix=name)]
+    failing = [s.first_time for s in ws.active(role="symptom") + stalls
                if s.first_time and not ws.undated(s) and s.sub_domain != SubDomain.SCHEDULER]
     reached = None if progress_end is not None else _iterations_reached(ws)
     finished = [s.first_time for s in ws.select(prefix="Workload completed") if s.first_time and not ws.undated(s)]
