@@ -447,6 +447,38 @@ def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
                      time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
 
+_BARS_UNASSIGNED = "PCI memory windows not assigned at boot"
+_GPU_INIT_FAILED = "GPU initialisation failure"
+
+
+@refiner("UnassignedBarsFailedTheGpu", phase=Phase.REFINE, doc=f"""
+A GPU that failed to initialise (`{_GPU_INIT_FAILED}`: its driver's probe failed, RmInitAdapter failed) on a node whose
+kernel could not assign PCI memory windows at the same boot, before it (`{_BARS_UNASSIGNED}`), had no window to map: the
+node's firmware PCI settings, not the GPU. The window failure becomes the root (host, the node blamed) and the GPU's
+failure its consequence. Unassigned windows with every GPU initialised are the usual boot noise of unused windows.
+""", cases=[
+    # https://github.com/markwdalton/lambdalabs/blob/main/documentation/servers/supermicro/BAR-Memory-usage.md
+    RuleCase(title="the bridge above a GPU got no window, then the GPU's probe failed", evidence={"n1/syslog": [
+        "Jan  1 00:05:42 n1 kernel: [   23.869386] pci 0000:51:00.0: BAR 15: failed to assign [mem size 0x04000000 "
+        "64bit pref]",
+        "Jan  1 00:05:49 n1 kernel: [   31.559340] nvidia: probe of 0000:56:00.0 failed with error -1"]},
+        context={"nodes": ["n1", "n2"]},
+        expect=Expect(fired=True, sub_domain="host", culprits=["n1"], root_symptom=_BARS_UNASSIGNED)),
+    RuleCase(title="a probe failure on a node whose windows were all assigned", evidence={"n1/syslog": [
+        "Jan  1 00:05:49 n1 kernel: [   31.559340] nvidia: probe of 0000:56:00.0 failed with error -1"]},
+        context={"nodes": ["n1", "n2"]}, expect=Expect(fired=False, sub_domain="gpu", culprits=["n1"])),
+])
+def unassigned_bars_failed_the_gpu(ws: Workspace) -> None:
+    for bars in ws.select(prefix=_BARS_UNASSIGNED):
+        failed = [s for s in ws.active(node=bars.node or "", prefix=_GPU_INIT_FAILED)
+                  if bars.first_time is None or s.first_time is None or bars.first_time <= s.first_time]
+        if bars.node is None or not failed:
+            continue
+        ws.promote(bars, f"a GPU on {bars.node} failed to initialise after the kernel could not assign its windows")
+        for s in failed:
+            ws.demote(s, f"{bars.node}'s kernel could not assign PCI memory windows at boot: the GPU had none to map")
+
+
 _PLUGIN_DOWN = "GPU device plugin cannot serve the node's GPUs"
 
 
