@@ -1657,7 +1657,7 @@ def pod_deletion_took_the_ray_node(ws: Workspace) -> None:
                               "fail")
 
 
-@refiner("UnplacedPodFollowsAFailure", phase=Phase.REFINE_LATE, doc=f"""
+@refiner("UnplacedPodFollowsAFailure", phase=Phase.REFINE_LATE, after=("OrderlyShutdownIsNotANodeFailure",), doc=f"""
 `{NEVER_PLACED}` is the cause only when nothing else went wrong: a pod the scheduler cannot place after a node was lost,
 drained or preempted, after a GPU dropped out of a node's allocatable, or before a deadline struck a job that had
 other trouble is the replacement of a pod that failed for that reason, or a wait. When another root candidate (other
