@@ -85,6 +85,17 @@ def test_a_gathered_line_states_its_facts_about_the_host_it_names(engine: Engine
     assert result.sub_domain != "network" and not result.culprit_nodes, (result.sub_domain, result.culprit_nodes)
 
 
+def test_hpl_names_the_host_of_its_cuda_error(engine: Engine) -> None:
+    """HPL-NVIDIA's launcher gathers every rank's output into one node's file, and its CUDA error report names the rank
+    and the host it ran on ('CUDART (25->b): ...'): the error is b's, whose GPU failed, not the gathering node's."""
+    case = RuleCase(title="gathered HPL CUDA error", evidence={
+        "a/applog": ["2025-01-01T00:10:00Z  CUDART (25->b): cudaGetDeviceProperties(&prop, 0) = 999 (unknown error) at "
+                     "(src/driver.cpp:396), process will now exit"]},
+        context={"nodes": ["a", "b"]}, expect=Expect())
+    result = run_rule_case(engine.compiled, case)
+    assert [c.node for c in result.culprit_nodes] == ["b"], result.culprit_nodes
+
+
 def test_slurmstepd_cancel_notice_is_dated_by_the_time_it_states(engine: Engine) -> None:
     """The job output's cancel notice has no stamp of its own; the time it states ('CANCELLED AT ...') is its time,
     not the earlier line's it would otherwise inherit as a lower bound."""

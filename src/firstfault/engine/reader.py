@@ -43,13 +43,15 @@ _RANK_PREFIX = re.compile(r"^\s*(?:\S+\s+)?\[rank(\d+)\]:|^\s*\[\d+,(\d+)\]<std(
 _RAY_RELAY_PREFIX = re.compile(
     r"^\s*(?:\S+\s+){0,2}\((?:[\w.:-]+(?:, | ))?(?:pid=\d+, )?ip=(\d{1,3}(?:\.\d{1,3}){3})\)")
 # A line that names the host it was printed on, ahead of its message: a syslog record's host field ('Mar  1
-# 10:30:00 gpu-b kernel: ...'), NCCL's 'gpu-b:4242:4301 [3] NCCL', nccl-tests' and pdsh's 'gpu-b: ...', after an
+# 10:30:00 gpu-b kernel: ...'), NCCL's 'gpu-b:4242:4301 [3] NCCL', nccl-tests' and pdsh's 'gpu-b: ...', HPL-NVIDIA's
+# CUDA error report naming its rank and host ('CUDART (25->gpu-b): cudaGetDeviceProperties(...) = 999'), after an
 # optional stamp and a launcher's tag. One node's file holds such lines of another when a launcher gathers every
 # rank's output (mpirun) or syslog is forwarded to one place.
 _HOST_PREFIX = re.compile(
     r"^\s*(?:(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+)?"
-    r"(?:\[\d+,\d+\]<std(?:out|err)>:\s*|\[rank\d+\]:\s*)?"
-    r"([A-Za-z][\w.-]*)(?::\d+:\d+ \[\d+\]|: | [\w./-]+(?:\[\d+\])?: )")
+    r"(?:(?:\[\d+,\d+\]<std(?:out|err)>:\s*|\[rank\d+\]:\s*)?"
+    r"([A-Za-z][\w.-]*)(?::\d+:\d+ \[\d+\]|: | [\w./-]+(?:\[\d+\])?: )"
+    r"|CUDART \(\d+->([A-Za-z][\w.-]*)\): )")
 _TIME_LOOKBACK_LINES = 64
 # slurmstepd writes its cancel notice into the job's output without a stamp of its own but states when it happened:
 # '*** JOB 42 ON n1 CANCELLED AT 2025-01-01T00:56:00 ***'. That stated time is the line's own (in the node's clock).
@@ -540,7 +542,7 @@ def line_host_prefix(text: str) -> str | None:
     """The name a line gives ahead of its message as where it was printed (`_HOST_PREFIX`: a host, or the pod a
     launcher gathered it from), if any."""
     found = _HOST_PREFIX.match(text, 0, 256)
-    return found.group(1) if found else None
+    return (found.group(1) or found.group(2)) if found else None
 
 
 def _spaced(later: Evidence, time: datetime | None) -> bool:
