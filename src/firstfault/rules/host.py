@@ -1643,7 +1643,9 @@ reported on some nodes of a multi-node workload while other nodes ran the same p
 without it, the difference is those nodes' installation, not the job's configuration: the reports become
 `{_ENV_DIFFERS}` (configuration, those nodes blamed). Reported on every node, they stay the job's environment (no node
 blamed). RDMA registration refused for want of locked memory is not read so: which processes register memory, and
-when, depends on the program (a parameter server's, one side of a transfer).
+when, depends on the program (a parameter server's, one side of a transfer). Nor is a loader failure on a node whose
+processes had begun the program's work before it (NCCL's bootstrap or a communicator, training progress): it stopped a
+tool the program ran later (Triton's ptxas compiling a kernel), and which ranks run it depends on the program.
 """, cases=[
     # https://github.com/togethercomputer/together-dgxc-benchmarking (worklog/2026-04-28_straggler_finder_report.md:
     # one node's ranks exited 127 on a library the others loaded)
@@ -1663,11 +1665,25 @@ when, depends on the program (a parameter server's, one side of a transfer).
         "c/applog": ["2025-01-01T00:10:00Z /opt/nccl-tests/build/all_reduce_perf: error while loading shared "
                      "libraries: libcudart.so.12: cannot open shared object file: No such file or directory"]},
         context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, culprits=[])),
+    # https://github.com/togethercomputer/together-dgxc-benchmarking (tests/b200/worklog/2026-04-15_rebenchmark_report.md:
+    # Triton's JIT compile of a rotary kernel ran ptxas, which could not load libm inside the container)
+    RuleCase(title="a tool the running program started later cannot load a library", evidence={
+        "c/applog": ["2025-01-01T00:04:28Z c:3020:3020 [2] NCCL INFO Bootstrap: Using bond0:10.224.9.40<0>",
+                     "2025-01-01T00:05:15Z /usr/local/cuda/bin/ptxas: error while loading shared libraries: libm.so.6: "
+                     "cannot open shared object file: No such file or directory"],
+        "a/applog": ["2025-01-01T00:04:29Z a:3003:3054 [0] NCCL INFO comm 0x55c0df9d492f rank 0 nranks 24 cudaDev 0 "
+                     "nvmlDev 0 busId 1b000 commId 0x1f3a77c40e2d9b85 - Init COMPLETE",
+                     "2025-01-01T00:05:06Z [NeMo I 2025-01-01 00:05:06 train:340] Starting training loop at iteration 0"],
+        "b/applog": ["2025-01-01T00:04:29Z b:3003:3054 [0] NCCL INFO comm 0x55c0df9d4930 rank 8 nranks 24 cudaDev 0 "
+                     "nvmlDev 0 busId 1b000 commId 0x1f3a77c40e2d9b85 - Init COMPLETE",
+                     "2025-01-01T00:05:06Z [NeMo I 2025-01-01 00:05:06 train:340] Starting training loop at iteration 0"]},
+        context={"nodes": ["a", "b", "c"]}, expect=Expect(fired=False, sub_domain="configuration", culprits=[])),
 ])
 def environment_differs_on_some_nodes(ws: Workspace) -> None:
     nodes = set(ws.context.nodes)
     failed = [e for e in ws.events_of(EventType.NODE_BAD)
-              if e.node and e.symptom == "Python environment error" and e.value_set("loader_lib")]
+              if e.node and e.symptom == "Python environment error" and e.value_set("loader_lib")
+              and not _program_at_work_before(ws, e)]
     hit = {ws.canonical_node(e.node) for e in failed}
     ran = {ws.canonical_node(end.node) for end in ws.output_ends if end.node and end.points} - hit
     if len(nodes) < 2 or not failed or hit >= nodes or not ran & nodes:
@@ -1675,6 +1691,18 @@ def environment_differs_on_some_nodes(ws: Workspace) -> None:
     for event in failed:
         ws.reread(event, _ENV_DIFFERS, f"{event.node} met it; {len(ran & nodes)} other node(s) ran the program "
                                        "without it")
+
+
+def _program_at_work_before(ws: Workspace, failure: Event) -> bool:
+    """The failure's node had begun the program's work before it: NCCL, loaded by the program, printed its bootstrap
+    or a communicator there, or training progressed."""
+    if failure.time is None:
+        return False
+    node = ws.canonical_node(failure.node or "")
+    work = [e for fact in ("host_alias", "ip_map", "nccl_init") for e in ws.events_of(f"{EventType.CONTEXT}.{fact}")]
+    work += [e for e in ws.events_of(EventType.NODE_INTERESTING) if e.symptom == "Training progress"]
+    return any(e.node and ws.canonical_node(e.node) == node and e.time is not None and e.time < failure.time
+               for e in work)
 
 
 _SEGFAULT = "Process crashed (segfault)"

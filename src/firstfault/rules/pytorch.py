@@ -1063,6 +1063,46 @@ def cuda_absent_explains_the_requirement(ws: Workspace) -> None:
             ws.demote(raised, f"CUDA could not be initialised on {raised.node}: the program's check for it failed")
 
 
+# How many lines apart a tool's loader failure and the exception that reports it may be in one output: Triton's
+# PTXASError quotes ptxas's stderr on the lines after its own; subprocess' CalledProcessError follows the tool's stderr.
+_QUOTED_WITHIN_LINES = 4
+
+
+@refiner("LoaderFailureExplainsTheException", phase=Phase.REFINE_EARLY, doc=f"""
+A program that runs a tool - Triton's JIT running ptxas, a build step running a compiler - raises when the tool fails.
+When the dynamic loader could not start the tool ('error while loading shared libraries: <lib>') and the exception
+that reports it sits within {_QUOTED_WITHIN_LINES} lines of that failure in the same output (Triton's PTXASError quotes
+ptxas's stderr after its own line), the exception is demoted: the missing library is the cause.
+""", cases=[
+    # https://github.com/togethercomputer/together-dgxc-benchmarking (tests/b200/worklog/2026-04-15_rebenchmark_report.md:
+    # ptxas could not load libm inside the container; Triton's PTXASError quotes its stderr)
+    RuleCase(title="Triton's PTXASError quoting ptxas's loader failure", evidence={"n1/applog": [
+        "2025-01-01T00:05:15Z triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error",
+        "2025-01-01T00:05:15Z `ptxas` stderr:",
+        "2025-01-01T00:05:15Z /usr/local/cuda/bin/ptxas: error while loading shared libraries: libm.so.6: cannot open "
+        "shared object file: No such file or directory"]},
+        expect=Expect(fired=True, sub_domain="configuration", demoted=["Python exception"])),
+    RuleCase(title="an exception far from a loader failure in the same output", evidence={"n1/applog": [
+        "2025-01-01T00:05:10Z /usr/bin/nvidia-smi: error while loading shared libraries: libnvidia-ml.so.1: cannot open "
+        "shared object file: No such file or directory"] + [
+        f"2025-01-01T00:05:1{i}Z epoch 0 batch {i}" for i in range(5)] + [
+        "2025-01-01T00:05:15Z KeyError: 'input_ids'"]},
+        expect=Expect(fired=False, active=["Python exception"])),
+])
+def loader_failure_explains_the_exception(ws: Workspace) -> None:
+    loader_lines = [e for s in ws.active(prefix="Python environment error") if s.value_set("loader_lib")
+                    for e in s.evidence]
+    for raised in ws.active(prefix="Python exception"):
+        if any(_quoted_together(e, failure) for e in raised.evidence for failure in loader_lines):
+            ws.demote(raised, "it reports a tool the dynamic loader could not start (a missing library)")
+
+
+def _quoted_together(line: Evidence, other: Evidence) -> bool:
+    a, b = line.provenance, other.provenance
+    return (a.origin == b.origin and a.line is not None and b.line is not None
+            and abs(a.line - b.line) <= _QUOTED_WITHIN_LINES)
+
+
 @refiner("ComputeModeRefusedTheProcess", phase=Phase.REFINE_EARLY, after=("AfterTheEnd",), doc="""
 CUDA's 'busy or unavailable' on a node whose GPUs were set to an exclusive or prohibited compute mode is that mode
 refusing a second process, not a GPU fault: the GPU error is demoted and the compute-mode setting becomes the root
