@@ -451,6 +451,8 @@ is of the run even where its lines carry no time. A host OOM kill before the sta
 then and freed its memory: when the run's own failure on that node is of another kind, that failure is the run's, and
 the kill is demoted too. A node the scheduler declared failed or rebooted before the start, and Ready again before
 it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
+So was a node slurmctld set DOWN or found rebooted before a Slurm job's start: Slurm allocates only nodes in service,
+and it allocated that node to the job.
 """, cases=[
     # https://github.com/Open-CAS/open-cas-linux/issues/570 (a cache disk missing after reboot; the peers lost that node)
     RuleCase(title="a node's cache disk missing since boot; its peers' RDMA errors name it", evidence={
@@ -480,6 +482,19 @@ it (`Kubernetes node ready again`), was back when the workload came: that failur
         context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
                  "start_time": "2025-01-01T00:01:05Z", "end_time": "2025-01-01T01:01:07Z"},
         expect=Expect(fired=True, demoted=["Kubernetes node failure"])),
+    # https://github.com/togethercomputer/together-dgxc-benchmarking (tests/b200/worklog/2026-04-15_rebenchmark_report.md:
+    # bad nodes that had been down and were back in service, then failed jobs on their own local state)
+    RuleCase(title="slurmctld set a node DOWN before the job it was then allocated to", evidence={
+        "a/scheduler": ["[2024-12-31T23:11:12.118] error: Nodes b not responding, setting DOWN",
+                        "[2024-12-31T23:32:37.906] validate_node_specs: Node b unexpectedly rebooted "
+                        "boot_time=1735687957 last response=1735686672",
+                        "[2025-01-01T00:00:00.000] sched: Allocate JobId=7 NodeList=a,b #CPUs=64 Partition=batch",
+                        "[2025-01-01T00:03:00.000] _job_complete: JobId=7 WEXITSTATUS 1"],
+        "b/applog": ["2025-01-01T00:02:10Z [rank8]: FileNotFoundError: [Errno 2] No such file or directory: "
+                     "'/tmp/pymp-3o1xk2_z'"]},
+        context={"nodes": ["a", "b"], "scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0",
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:03:00Z"},
+        expect=Expect(fired=True, demoted=["Slurm node failure"])),
     RuleCase(title="a node rebooted before the start and not Ready again", evidence={
         "b/scheduler": ["2024-12-31T23:58:53Z   Warning  Rebooted   node/b   Node b has been rebooted, boot id: 6c1b4e0a"]},
         context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
@@ -536,6 +551,10 @@ def before_the_start(ws: Workspace) -> None:
     for s, t in dated:
         if t < limit and s.sub_domain == SubDomain.SCHEDULER and (back := _ready_again(ws, s.node, t, start)):
             ws.demote(s, f"{s.node} was Ready again at {back:%H:%M:%S}, before the workload started")
+        elif t < limit and s.name == "Slurm node failure" and ws.context.scheduler == "slurm" \
+                and s.last_time is not None and s.last_time < limit and blamed_nodes(ws, s):
+            ws.demote(s, f"{', '.join(blamed_nodes(ws, s))} failed {(start - t).total_seconds() / 60:.0f} min before "
+                         "the job started, and Slurm allocated it to the job: it was back in service")
     for s, t in dated:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue

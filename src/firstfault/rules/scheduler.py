@@ -746,7 +746,8 @@ with no time before it in its file is dated at the job's end, which says nothing
         "a/applog": ["2019-11-15 18:50:48 a:4102:4242 [0] transport/net_ib.cc:798 NCCL WARN NET/IB : Got completion "
                      "with error 12, opcode 0, len 0, vendor err 129"],
         "a/scheduler": ["[2019-11-15T18:55:43.090] error: Nodes b not responding, setting DOWN"]},
-        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"]},
+        context={"scheduler": "slurm", "scheduler_state": "NODE_FAIL", "exit_code": "0:0", "nodes": ["a", "b"],
+                 "start_time": "2019-11-15T18:00:00Z", "end_time": "2019-11-15T18:56:00Z"},
         expect=Expect(fired=True, culprits=["b"], terminal_state="NODE_FAIL", demoted=["IB Error-12"])),
     RuleCase(title="an unstamped error first in its file; Slurm then marks the peer down", evidence={
         "a/applog": ["a:4102:4242 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
