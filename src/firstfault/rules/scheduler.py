@@ -2105,7 +2105,9 @@ step failed) and the terminal state becomes FAILED; so does srun's record of a t
 (ezpz's 'Execution finished with 143.', DeepSpeed's '... exits with return code = 1'), in the workload's last five minutes
 (the batch script ignored the step's failure; an earlier step's, such as a preflight check the script went past, is
 not how it ended), and so does a crash or a signal death reported while it ran (a batch script's 'line 17: 4568 Bus
-error <command>', a worker's 'exitcode: -9'). A success report within
+error <command>', a worker's 'exitcode: -9'). In output without times, a task's failure (a batch script's 'line 65:
+2377913 Aborted (core dumped)') printed after the last training progress of its stream is how the work ended, and a
+success line the script echoed right after it, with no training between, is the script's. A success report within
 five minutes after such a root, with no training progress between, is a wrapper's message whatever its child did
 (an entrypoint that always exits 0): it does not count, unless the kubelet restarted the failed container in
 between (its BackOff record): the restarted run's success is its own; and a Kubernetes Job whose pod tally counts
@@ -2130,6 +2132,21 @@ nothing demoted.
         "[2025-01-01 01:58:20,402115][I][ezpz/launch:971:launch] Execution finished with 143."]},
         context={"scheduler": "none", "scheduler_state": "COMPLETED", "exit_code": ""},
         expect=Expect(fired=True, terminal_state="FAILED", sub_domain="unknown")),
+    # https://github.com/LeifKa/MOTRv2/blob/main/CLAUDE.md (six of ten epochs, then an abort in ProcessGroupNCCL; the
+    # batch script echoed its end line and Slurm recorded COMPLETED)
+    RuleCase(title="unstamped output: training, an abort, then the script's closing echo", evidence={"n1/applog": [
+        "Epoch: [6]  [10020/18943]  eta: 1:29:41  lr: 0.000010  grad_norm: 12.56 (12.40)  loss: 4.2494 (4.3265)",
+        "Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2063",
+        "/var/spool/slurmd/job53583/slurm_script: line 65: 2377913 Aborted (core dumped)",
+        "Training completed at Sun Jan 11 06:08:51 UTC 2026"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, terminal_state="FAILED", sub_domain="unknown")),
+    RuleCase(title="unstamped output: an abort, then training goes on and completes", evidence={"n1/applog": [
+        "/var/spool/slurmd/job53583/slurm_script: line 12: 2377913 Aborted (core dumped)",
+        "Epoch: [6]  [10020/18943]  eta: 1:29:41  lr: 0.000010  grad_norm: 12.56 (12.40)  loss: 4.2494 (4.3265)",
+        "Training completed at Sun Jan 11 06:08:51 UTC 2026"]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, terminal_state="COMPLETED", sub_domain="none")),
     RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start",
              **_unscheduled_success_after_link_down("0"),
              expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
@@ -2294,7 +2311,8 @@ def completed_workload(ws: Workspace) -> None:
         return
     roots = [s for s in ws.active(role="root")
              if _during_run(ws, s) and _ended_a_process(s) and s.name not in _REQUEUES]
-    roots += [s for s in ws.active(prefix="Step task failed") if _at_the_end(ws, s) and _a_task_failed(s)]
+    roots += [s for s in ws.active(prefix="Step task failed")
+              if (_at_the_end(ws, s) or _after_the_work(ws, s)) and _a_task_failed(s)]
     roots += [s for s in ws.active() if s.name in _CRASH_REPORTS and _during_run(ws, s) and _ended_a_process(s)]
     working = _working_marks(ws) if roots else []
     succeeded = any(not _follows_a_kill(ws, report, roots, working) and not _a_later_step_failed(ws, report, roots)
@@ -2337,6 +2355,13 @@ def _a_task_failed(s: WorkSymptom) -> bool:
     return any(how not in _NOT_A_TASK_FAILURE for how in s.value_set("how"))
 
 
+def _after_the_work(ws: Workspace, s: WorkSymptom) -> bool:
+    """Without a time of its own, printed after the last training progress of its stream and before none: how the
+    program's work ended, whatever the batch script echoed after it."""
+    progress = ws.select(prefix="Training progress")
+    return ws.undated(s) and any(printed_before(p, [s]) for p in progress) and not printed_before(s, progress)
+
+
 def _job_retried_to_success(ws: Workspace) -> bool:
     """A Kubernetes Job's pod tally counts a succeeded pod after failed ones: it retried to success (backoffLimit)."""
     return any(int(e.attributes.get("succeeded") or 0) > 0 and int(e.attributes.get("failed") or 0) > 0
@@ -2370,7 +2395,12 @@ def _follows_a_kill(ws: Workspace, report: WorkSymptom, roots: list[WorkSymptom]
     after the report, with the tasks exiting 0, is not)."""
     said = report.last_time or report.first_time
     if said is None or ws.undated(report):
-        return printed_before(report, [r for r in roots if r.name.startswith("Step task failed")])
+        progress = ws.select(prefix="Training progress")
+        tasks = [r for r in roots if r.name.startswith("Step task failed")]
+        # a script's echo right after its command's failure, no training between, is the script's, not the program's
+        right_after = any(printed_before(r, [report]) and not any(printed_before(r, [p]) for p in progress)
+                          for r in tasks)
+        return right_after or printed_before(report, tasks)
     return any(r.first_time is not None and timedelta(0) <= said - r.first_time <= timedelta(seconds=SUCCESS_AFTER_KILL_S)
                and not any(r.first_time < t <= said for t in working) for r in roots)
 
