@@ -1617,8 +1617,10 @@ def _segfault_then_backoff(title: str, crashed_on: str, expect: Expect) -> RuleC
 
 
 # A program's own fatal fault, as its output or the kernel reports it: a signal it died of, or an illegal memory access
-# in its GPU kernels (the CUDA context is lost and the process exits)
-_PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code", "CUDA illegal memory access")
+# in its GPU kernels (the CUDA context is lost and the process exits); or it ran out of GPU memory (a KV cache or a
+# model larger than the GPU's free memory, at start-up or under load)
+_PROGRAM_CRASHES = ("Process crashed (segfault)", "Crash in the program's own code", "CUDA illegal memory access",
+                    "CUDA out of memory")
 
 
 @refiner("PodStatusFollowsItsReason", phase=Phase.REFINE_EARLY, after=("BeforeTheStart", "SurvivedByProgress"), doc=f"""
@@ -1633,9 +1635,10 @@ CrashLoopBackOff on a node where a process of the workload ended in an uncaught 
 before it: the container started and its program failed, and the kubelet backs off restarting it - what the program
 raised, not the image or the start, is why - when the container is seen to have run for {RAN_BEFORE_FAILING_S / 60:.0f}
 minutes or more before it exited (its previous run's 'Started:' and 'Finished:' in kubectl describe pod); one that exited soon after it started may have been given a setting
-it cannot start with. A program that crashed on that node no later than the status (a segfault its output or the
-kernel reports, an illegal memory access in its GPU kernels: {", ".join(_PROGRAM_CRASHES)}) did start, however soon
-it crashed: the crash, read by its own symptoms, is why the kubelet backs off. A container whose program gave up
+it cannot start with. A program that crashed or ran out of GPU memory no later than the status, on the node that
+reported it or the one a `kubectl get pods -o wide` row names as the pod's (a segfault its output or the kernel
+reports, an illegal memory access in its GPU kernels, CUDA's out of memory: {", ".join(_PROGRAM_CRASHES)}) did start,
+however soon it failed: that failure, read by its own symptoms, is why the kubelet backs off. A container whose program gave up
 waiting for its peers (`Rendezvous or store timeout` on its node, a Ray process's abort on a GCS that stopped
 answering, or PyTorch's NCCL watchdog ending the process on a collective that did not complete - `NCCL watchdog
 timeout`, the SIGABRT that exits the container with 134 - no later than the status) failed for the peers that never
@@ -1735,6 +1738,16 @@ is why, however soon the container exited: its program met the node's GPU.
         context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
                  "end_time": "2025-01-01T01:59:00Z"},
         expect=Expect(fired=True, demoted=["Container image or start error"])),
+    # https://github.com/dmvevents/dynamo-vault (a TensorRT-LLM decode worker whose KV-cache fraction asked more GPU
+    # memory than the model left free; its pod crash-looped, listed from another node)
+    RuleCase(title="the pod's program ran out of GPU memory at start; the listing was printed elsewhere", evidence={
+        "n2/applog": ["2025-01-01T00:03:09Z torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 62.73 GiB. GPU "
+                      "0 has a total capacity of 79.18 GiB of which 942.00 MiB is free."],
+        "n1/scheduler": ["2025-01-01T00:09:30Z trtllm-disagg-v44-trtllmdecodeworker-86c5f4d9b-q7ldw   0/1     "
+                         "CrashLoopBackOff   4 (51s ago)   6m40s   n2"]},
+        context={"scheduler": "kubernetes", "nodes": ["n1", "n2"], "start_time": "2025-01-01T00:00:00Z",
+                 "end_time": "2025-01-01T00:10:00Z"},
+        expect=Expect(fired=True, sub_domain="gpu_oom", demoted=["Container image or start error"])),
     _segfault_then_backoff("a crash on another node does not explain this node's crash loop", "n2",
                            Expect(fired=False, sub_domain="configuration")),
     RuleCase(title="a crash loop with no hook failure", evidence={
@@ -1754,7 +1767,8 @@ def pod_status_follows_its_reason(ws: Workspace) -> None:
             ws.demote(status, f"its program raised {program.attributes.get('exception')} on {status.node}: the "
                               "container ran and failed, and the kubelet backs off restarting it")
     for status in ws.active(prefix="Container image or start error"):
-        crashes = sorted((s for s in ws.active() if s.name in _PROGRAM_CRASHES and s.node == status.node
+        pods_nodes = set(_pod_nodes(ws, status))
+        crashes = sorted((s for s in ws.active() if s.name in _PROGRAM_CRASHES and s.node in pods_nodes
                           and s.first_time is not None and (ws.undated(status) or status.first_time is None
                                                             or s.first_time <= status.first_time + skew)),
                          key=WorkSymptom.sort_key)
