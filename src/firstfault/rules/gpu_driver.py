@@ -318,13 +318,50 @@ _FEWER_GPUS = "Node advertises fewer GPUs than it carries"
 
 
 def _node_facts(ws: Workspace, fact: str, attribute: str) -> dict[str, set[str]]:
-    """The values of a fact's attribute each node's own evidence gave."""
+    """The values of a fact's attribute each node's own evidence gave: a line inside the output of `kubectl describe
+    node <name>` (or a record opened by 'Name: <name>') is that node's, whichever node's file it was gathered in."""
+    openers = _describe_openers(ws)
     found: dict[str, set[str]] = {}
     for event in ws.events_of(f"{EventType.CONTEXT}.{fact}"):
-        node = ws.canonical_node(event.node)
+        node = _owner(ws, openers, event)
         if node:
             found.setdefault(node, set()).update(event.value_set(attribute))
     return found
+
+
+# The node a kubectl command describes or gets ('kubectl describe node gpu-03 | grep ...', 'kubectl get node gpu-03 -o yaml')
+_NODE_COMMAND = re.compile(r"\bkubectl\b[^|]*?\b(?:describe|get)\s+(?:nodes?|no)(?:/|\s+)(?P<node>[A-Za-z0-9][\w.-]*)")
+
+
+def _describe_openers(ws: Workspace) -> dict[str, list[tuple[int, str | None]]]:
+    """Per file, the lines that open a block of kubectl output, and the allocated node each one names (None: another
+    object, or a command about no one node)."""
+    openers: dict[str, list[tuple[int, str | None]]] = {}
+    for fact in ws.events_of(f"{EventType.CONTEXT}.describe_block"):
+        if fact.attributes.get("pod_node") or fact.evidence.provenance.line is None:
+            continue  # a pod's node, inside its block
+        command = str(fact.attributes.get("command") or "")
+        named = m.group("node") if (m := _NODE_COMMAND.search(command)) else fact.attributes.get("object")
+        node = ws.canonical_node(str(named)) if named else None
+        openers.setdefault(fact.evidence.provenance.origin, []).append((fact.evidence.provenance.line, node))
+    return {origin: sorted(lines, key=lambda o: o[0]) for origin, lines in openers.items()}
+
+
+def _owner(ws: Workspace, openers: dict[str, list[tuple[int, str | None]]], event: Event) -> str | None:
+    """The node a fact's values belong to. One fact gathers the values of every line of its file, so a file that holds
+    kubectl output about another node ('kubectl describe node <name>', a record opened by 'Name: <name>') gives its
+    values to that node when it is about that one node only and the fact's first line is inside its output, and to no
+    node when it mixes several nodes' output or the file's own lines with another's; a file about no other node gives
+    them to its own node."""
+    own = ws.canonical_node(event.node)
+    line, blocks = event.evidence.provenance.line, openers.get(event.evidence.provenance.origin, [])
+    named = {node for _, node in blocks if node}
+    if named <= {own}:
+        return own
+    first = min((opened for opened, node in blocks if node), default=None)
+    if len(named) == 1 and line is not None and first is not None and first < line:
+        return next(iter(named))
+    return None
 
 
 @filter_rule("NodeAdvertisesFewerGpus", phase=Phase.FILTER, doc=f"""
@@ -376,6 +413,22 @@ names one, and then only where at least two others agree. Not in a run that comp
         for n, kind, count in (("a", "p4d.24xlarge", 8), ("b", "g6e.12xlarge", 4))},
         context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b"]},
         expect=Expect(fired=False)),
+    # https://github.com/52K-0812/28gpu-cluster-rebuild (a node of an 8-GPU pool showing 7 GPUs; kubectl describe node
+    # run from another node and its output gathered there)
+    RuleCase(title="one node's describe output gathered in another node's file is that node's", evidence={
+        "a/scheduler": ["                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     4"],
+        "b/scheduler": ["                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     4"],
+        "d/scheduler": ["$ kubectl describe node c | grep -E 'instance-type|nvidia.com/gpu'",
+                        "                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     3"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b", "c", "d"]},
+        expect=Expect(fired=True, sub_domain="gpu", culprits=["c"], root_symptom=_FEWER_GPUS)),
+    RuleCase(title="three nodes' describe output in one file: their counts cannot be told apart", evidence={
+        "a/scheduler": ["$ kubectl describe node c | grep -E 'nvidia.com/gpu|Capacity|Allocatable'", "Capacity:",
+                        "  nvidia.com/gpu:     7", "Allocatable:", "  nvidia.com/gpu:     7",
+                        "$ kubectl describe node a | grep -E '^  nvidia.com/gpu'", "  nvidia.com/gpu:     8",
+                        "  nvidia.com/gpu:     8"]},
+        context={"scheduler": "kubernetes", "scheduler_state": "Failed", "nodes": ["a", "b", "c"]},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="every node's describe output in one file: one node's evidence, nothing to compare", evidence={
         "a/scheduler": ["                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     4",
                         "                    node.kubernetes.io/instance-type=g6e.12xlarge", "  nvidia.com/gpu:     3"]},
@@ -441,8 +494,9 @@ def _allocatable_and_capacity(ws: Workspace) -> dict[str, tuple[int, int]]:
 def _fewer_gpus(ws: Workspace, node: str, count: int, than: str) -> None:
     """Emit the reading on `node` at its GPU count's line (its Capacity heading when it lists none)."""
     facts = ("node_gpu_count", "node_capacity_listed")
+    openers = _describe_openers(ws)
     event = next(e for fact in facts for e in sorted(ws.events_of(f"{EventType.CONTEXT}.{fact}"), key=time_order)
-                 if ws.canonical_node(e.node) == node and (fact != "node_gpu_count" or str(count) in e.value_set("gpus")))
+                 if _owner(ws, openers, e) == node and (fact != "node_gpu_count" or str(count) in e.value_set("gpus")))
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=node, symptom=_FEWER_GPUS, evidence=event.evidence,
                      time=event.time, attributes={"meaning": f"{node} advertises {count} GPUs, {than}"}))
 
