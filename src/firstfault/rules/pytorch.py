@@ -517,6 +517,33 @@ def program_raised(ws: Workspace) -> None:
         ws.note("fact", f"a process raised {exception}", node=node)
 
 
+# A program that meets an error it can live without says so in the same line: huggingface_hub's 'Could not cache
+# non-existence of file. Will ignore error and continue. Error: [Errno 30] Read-only file system: ...' (a warning, the
+# download goes on).
+_GONE_ON_FROM = re.compile(r"\b[Ww]ill ignore (?:the |this )?error and continue\b|\b[Ii]gnoring (?:the |this )?error and continuing\b")
+
+
+@filter_rule("ErrorTheProgramSaysItIgnores", phase=Phase.FILTER, doc="""
+A line that reports an error and says, in the same line, that the program ignores it and goes on ('Will ignore error
+and continue', 'Ignoring the error and continuing') is not a failure of the program: its reading as an error is
+dropped, whatever the error (an errno, an exception).
+""", cases=[
+    # https://github.com/huggingface/huggingface_hub/blob/main/src/huggingface_hub/file_download.py (its warning when the
+    # cache cannot record a missing file: a read-only cache mounted into a container)
+    RuleCase(title="a read-only cache the download goes on without", evidence={"n1/applog": [
+        "2025-01-01T00:05:00Z Could not cache non-existence of file. Will ignore error and continue. Error: [Errno 30] "
+        "Read-only file system: '/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-1.5B-Instruct/.no_exist/989aa79/"
+        "model.safetensors.index.json'"]},
+        expect=Expect(fired=True, sub_domain="unknown", absent=["I/O error"])),
+    RuleCase(title="the same error without the note: the write failed", evidence={"n1/applog": [
+        "2025-01-01T00:05:00Z OSError: [Errno 30] Read-only file system: '/root/.cache/huggingface/hub/tmp8x1'"]},
+        expect=Expect(fired=False, sub_domain="storage")),
+])
+def error_the_program_says_it_ignores(ws: Workspace) -> None:
+    for event in [e for e in ws.events_of(EventType.NODE_BAD) if _GONE_ON_FROM.search(e.evidence.text)]:
+        ws.drop(event, "the line says the program ignores the error and goes on")
+
+
 @filter_rule("PythonExceptionFamily", phase=Phase.FILTER, after=("ContainerHookReason", "ProgramRaised"), doc="""
 Keep a generic Python exception (PythonUserException, any type) only when it says the program failed: drop the
 types that report a failure elsewhere or wrap a message other rules read (NOT_THE_PROGRAMS_FAULT, and any type named
