@@ -452,7 +452,9 @@ then and freed its memory: when the run's own failure on that node is of another
 the kill is demoted too. A node the scheduler declared failed or rebooted before the start, and Ready again before
 it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
 So was a node slurmctld set DOWN or found rebooted before a Slurm job's start: Slurm allocates only nodes in service,
-and it allocated that node to the job.
+and it allocated that node to the job. Where no scheduler recorded a state and the run then reported its own completion
+with no failure of its own (a port without a cable at boot, then nccl-tests' closing summary), the earlier fault did not
+end it, and is demoted.
 """, cases=[
     # https://github.com/Open-CAS/open-cas-linux/issues/570 (a cache disk missing after reboot; the peers lost that node)
     RuleCase(title="a node's cache disk missing since boot; its peers' RDMA errors name it", evidence={
@@ -531,6 +533,15 @@ and it allocated that node to the job.
         "a/applog": ["2025-01-01T00:00:50Z [rank16]: ValueError: Reused local directory: ['/local_disk0/mds/c4'] vs "
                      "['/local_disk0/mds/c4']. Provide a different one."]},
         expect=Expect(fired=True, demoted=["Host OOM kill"])),
+    # https://github.com/JetBrains-Hardware/spark-setup/blob/main/docs/spark-05-pcie-defect-bundle/dmesg-spark-07.txt
+    # (the healthy unit's boot: its unused ports report no cable; nccl-tests then ran to its summary)
+    RuleCase(title="a port without a cable at boot; the run then completed", evidence={
+        "a/syslog": ["Dec 31 23:51:39 a kernel: [    2.632559] mlx5_core 0000:01:00.0: Port module event: module 0, "
+                     "Cable unplugged"],
+        "a/applog": ["2025-01-01T00:02:00Z # Avg bus bandwidth    : 0.104512"]},
+        context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
+        expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED",
+                      demoted=["IB cable or module error"])),
     RuleCase(title="a GPU lost before the start, nothing else", evidence={
         "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=x, GPU has fallen off the "
                      "bus."]},
@@ -568,6 +579,11 @@ def before_the_start(ws: Workspace) -> None:
         elif s.sub_domain == SubDomain.HOST_OOM and here is not None:
             ws.demote(s, f"logged {minutes:.0f} min before the workload started: it killed a process of whatever ran "
                          f"then and freed its memory; the run's own failure here is {here.name}")
+        elif not during and recorded_state(ws.context) == TerminalState.UNKNOWN and workload_completed(ws):
+            # with no state recorded, the run's own report of its completion is its end (CompletedWorkload weighs a
+            # recorded one)
+            ws.demote(s, f"logged {minutes:.0f} min before the workload started, and the workload then reported its "
+                         "completion with no failure of its own")
 
 
 def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datetime) -> datetime | None:

@@ -2031,10 +2031,10 @@ def _ended_a_process(s: WorkSymptom) -> bool:
 
 
 def _unscheduled_success_after_link_down(exit_code: str) -> dict[str, Any]:
-    """Rule-case evidence and context: no scheduler; n1's link went down before the start, then torchelastic reported
+    """Rule-case evidence and context: no scheduler; n1's link went down during the run, then torchelastic reported
     success; the workload exited with `exit_code`."""
     return {"evidence": {
-        "n1/syslog": ["Jan  1 00:01:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
+        "n1/syslog": ["Jan  1 00:21:00 n1 kernel: mlx5_core 0000:0d:00.0 enp13s0f0np0: Link down"],
         "n1/applog": ["2025-01-01T01:50:00Z INFO:torch.distributed.elastic.agent.server.api:Local worker group "
                       "finished (WorkerState.SUCCEEDED)."]},
         "context": {"scheduler": "none", "scheduler_state": "", "exit_code": exit_code,
@@ -2147,7 +2147,7 @@ nothing demoted.
         "Training completed at Sun Jan 11 06:08:51 UTC 2026"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, terminal_state="COMPLETED", sub_domain="none")),
-    RuleCase(title="no scheduler, exit 0, a success report after a link went down before the start",
+    RuleCase(title="no scheduler, exit 0, a success report after a link went down during the run",
              **_unscheduled_success_after_link_down("0"),
              expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="no scheduler and no exit code: a failure stays a failure", **_unscheduled_success_after_link_down(""),
