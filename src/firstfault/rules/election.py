@@ -15,7 +15,7 @@ import itertools
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, recorded_state
+from firstfault.engine.model import Event, EventType, SourceKind, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -593,6 +593,13 @@ def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datet
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
+
+
+def root_found_besides(ws: Workspace, *sub_domains: SubDomain) -> bool:
+    """A root candidate of a sub-domain other than `sub_domains` is on the event stream (before the symptoms are
+    materialised)."""
+    return any(definition.role == "root" and definition.sub_domain not in sub_domains
+               for definition in (ws.catalog.symptom(e.symptom or "") for e in ws.events_of(EventType.NODE_BAD)))
 
 
 def exited_zero_unrecorded(ws: Workspace) -> bool:

@@ -1634,6 +1634,56 @@ def _first_declared_lost(ws: Workspace) -> dict[str, datetime]:
     return declared
 
 
+_UNKILLABLE = "Step's processes could not be killed"
+
+
+@refiner("UnkillableStepAfterHang", phase=Phase.REFINE, doc=f"""
+Slurm could not kill the step on a node (`{_UNKILLABLE}`), and that node's kernel had reported tasks hung while the
+workload ran: its processes were stuck in the node's kernel, not waiting on their peers, and the step's end could not
+clear them. With no root candidate of a known kind (a GPU's, a filesystem's, the network's: what such tasks wait on; or
+the scheduler's cancel or time limit, whose kill a slow teardown outlasts), the node is the root candidate (host). A
+kill that failed with no hung task reported is a slow exit past the timeout, and stays context.
+""", cases=[
+    # https://lore.kernel.org/all/20241126150612.114561-1-snishika@redhat.com/ (a task stuck in throttle_direct_reclaim()
+    # holding its mm's rwsem, the trainer's threads hung on it) with Slurm's drain of the node whose step would not end
+    RuleCase(title="the trainer's threads hung, then Slurm could not kill the step there", evidence={
+        "n2/syslog": ["Jan  1 00:10:12 n2 kernel: [1088963.358712] INFO: task python3:1670971 blocked for more than 120 "
+                      "seconds."],
+        "n1/applog": ["2025-01-01T00:18:30Z [rank0]:[E101 00:18:30.118000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
+                      "caught collective operation timeout: WorkNCCL(SeqNum=231412, OpType=ALLREDUCE, NumelIn=1, "
+                      "NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out."],
+        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["n1", "n2"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        expect=Expect(fired=True, sub_domain="host", culprits=["n2"], root_symptom=_UNKILLABLE)),
+    # https://slurm.schedmd.com/slurm.conf.html#OPT_UnkillableStepTimeout (processes slow to exit after a cancel)
+    RuleCase(title="a user's cancel; a rank hung in a checkpoint write could not be killed in time", evidence={
+        "n2/syslog": ["Jan  1 00:10:12 n2 kernel: [1088963.358712] INFO: task python3:1670971 blocked for more than 120 "
+                      "seconds."],
+        "n1/applog": ["2025-01-01T00:20:02Z slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2025-01-01T00:20:02 ***"],
+        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
+        context={"scheduler": "slurm", "scheduler_state": "CANCELLED", "exit_code": "0:15", "nodes": ["n1", "n2"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        expect=Expect(fired=False, sub_domain="scheduler", culprits=[])),
+    RuleCase(title="a step too slow to end, with no hung task", evidence={
+        "n1/applog": ["2025-01-01T00:18:30Z [rank0]:[E101 00:18:30.118000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
+                      "caught collective operation timeout: WorkNCCL(SeqNum=231412, OpType=ALLREDUCE, NumelIn=1, "
+                      "NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out."],
+        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
+        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["n1", "n2"],
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        expect=Expect(fired=False, culprits=[])),
+])
+def unkillable_step_after_hang(ws: Workspace) -> None:
+    if any(s.sub_domain != SubDomain.UNKNOWN for s in ws.active(role="root")):
+        return
+    for s in ws.select(prefix=_UNKILLABLE, status="interesting"):
+        for node in blamed_nodes(ws, s):
+            if any(ws.dated_during_run(h) for h in ws.select(prefix="Hung task", node=node)):
+                ws.promote(s, f"the kernel of {node} reported tasks hung during the run, and Slurm could not kill the "
+                              "step there")
+
+
 _ENV_DIFFERS = "Node's environment differs from its peers'"
 
 
