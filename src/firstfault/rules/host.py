@@ -414,8 +414,22 @@ def _nccl_interfaces(ws: Workspace) -> set[str]:
 A node's Ethernet link that came back at 10 or 100 Mbps (`{_SLOW_LINK}`) slows only what goes through it. When the
 workload's NCCL ran over an interface of that name (its bootstrap lines name it; the nodes are set up alike), no node
 used RDMA, the workload did not complete, and this node alone reported it, the slow link is the root candidate
-(network, that node): its ranks held every collective back. A management port at 100 Mbps, or a workload on RDMA, leaves it context.
+(network, that node): its ranks held every collective back. So is a node's link that renegotiated below gigabit while
+the workload ran in Kubernetes pods whose NCCL used the pod's eth0: the pod network leaves the node by its own uplink.
+A management port at 100 Mbps, or a workload on RDMA, leaves it context.
 """, cases=[
+    # https://github.com/52K-0812/28gpu-cluster-rebuild (docs/journal 4_02: a GPU node's uplink at 100 Mb/s on a damaged
+    # cable carried the pods' Calico traffic)
+    RuleCase(title="pods' NCCL on eth0; a node's uplink renegotiated at 100 Mbps mid-run, then the Job's deadline",
+             evidence={
+        "b/syslog": ["Jan  1 00:47:38 b kernel: [529133.840116] ixgbe 0000:02:00.0 enp2s0f0: NIC Link is Up 100 Mbps, "
+                     "Flow Control: None"],
+        "b/applog": ["2025-01-01T00:02:39Z job-3-t2hvr:57:57 [0] NCCL INFO Bootstrap : Using eth0:192.168.33.71<0>",
+                     "2025-01-01T01:59:00Z   Warning  DeadlineExceeded  job-controller  Job was active longer than "
+                     "specified deadline"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:00:00Z"},
+        expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom=_SLOW_LINK)),
     RuleCase(title="NCCL over eno1, which came back at 100 Mbps, then the time limit", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
                      "Duplex, Flow Control: RX"],
@@ -424,6 +438,15 @@ used RDMA, the workload did not complete, and this node alone reported it, the s
                      "TIME LIMIT ***"]},
         context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
         expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom=_SLOW_LINK)),
+    RuleCase(title="pods' NCCL on eth0; a node's port came up at 100 Mbps at boot, before the workload", evidence={
+        "b/syslog": ["Dec 31 20:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
+                     "Duplex, Flow Control: RX"],
+        "b/applog": ["2025-01-01T00:02:39Z job-3-t2hvr:57:57 [0] NCCL INFO Bootstrap : Using eth0:192.168.33.71<0>",
+                     "2025-01-01T01:59:00Z   Warning  DeadlineExceeded  job-controller  Job was active longer than "
+                     "specified deadline"]},
+        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:00:00Z"},
+        expect=Expect(fired=False, culprits=[])),
     RuleCase(title="the management port at 100 Mbps; NCCL on ib0", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
                      "Duplex, Flow Control: RX"],
@@ -437,8 +460,11 @@ def slow_link_carried_the_workload(ws: Workspace) -> None:
     if workload_completed(ws) or ws.facts_of("rdma_in_use"):
         return
     used = _nccl_interfaces(ws)
+    # a pod's eth0 is its end of a veth pair into the pod network, which leaves the node by the node's own uplink
+    in_pods = ws.context.scheduler == "kubernetes" and used == {"eth0"}
     slow = [s for s in ws.select(prefix=_SLOW_LINK, status="interesting")
-            if s.node and (s.value_set("interface") | s.value_set("iface")) & used]
+            if s.node and ((s.value_set("interface") | s.value_set("iface")) & used
+                           or in_pods and ws.dated_during_run(s))]
     if len({s.node for s in slow}) == 1 and len(ws.context.nodes) > 1:
         for s in slow:
             ws.promote(s, f"{s.node}'s link that NCCL used came back below gigabit: every collective crawled")
