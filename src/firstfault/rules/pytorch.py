@@ -149,10 +149,12 @@ _SERVER_FAILED = re.compile(r"Error code: 5\d\d\b|\b5\d\d Server Error\b|"
 
 # A message saying that a peer could not be reached (gRPC's 'failed to connect to all addresses', a refused
 # connection, libp2p's daemon that reached none of its bootstrap peers) or dropped the connection (ECONNRESET's
-# 'Connection reset by peer', as Java's IOException carries it too): the process it called is gone or not listening,
+# 'Connection reset by peer', as Java's IOException carries it too; aiohttp's 'Server disconnected' and http.client's
+# 'Remote end closed connection without response', quoted in a client's own exception): the process it called is gone or not listening,
 # or the address it was given is wrong, which is where the cause is.
 _PEER_UNREACHABLE = re.compile(r"failed to connect to all addresses|Failed to connect to remote host|Connection refused|"
-                               r"failed to connect to bootstrap peers|Connection reset by peer")
+                               r"failed to connect to bootstrap peers|Connection reset by peer|"
+                               r"\bServer disconnected\b|Remote end closed connection without response")
 
 # A message saying a collective operation failed ('Allreduce failed', XGBoost's rabit when a worker of the ring is
 # gone): what every surviving participant sees of the one that left, not where it began.
@@ -715,6 +717,12 @@ program's.
     # a load generator's summary whose message ends in the reason phrase of the server's replies (written for this case)
     _reports_elsewhere("a benchmark client's count of requests the server failed",
         "2025-01-01T00:10:00Z ValueError: Unable to complete 189 requests: Internal Server Error"),
+    # aiohttp's ServerDisconnectedError message (aiohttp/client_exceptions.py: 'Server disconnected' when the server
+    # closed the connection before its reply), as SGLang's bench_serving quotes it when its prefill server crashed
+    # (https://github.com/sgl-project/sglang/issues/6694)
+    _reports_elsewhere("a benchmark client quoting its server's disconnect",
+        "2025-01-01T00:10:00Z ValueError: Initial test run failed - Please make sure benchmark arguments are correctly "
+        "specified. Error: Server disconnected"),
     _reports_elsewhere("a benchmark client's report of the server's 500 by its reason phrase",
         "2025-01-01T00:10:00Z ValueError: Initial test run failed - Please make sure benchmark arguments are correctly "
         "specified. Error: Internal Server Error"),
