@@ -401,6 +401,43 @@ def promote_on_one_node(ws: Workspace, name: str, why: str) -> None:
             ws.promote(s, f"{s.node} alone {why}")
 
 
+_DRIVER_OOM = "GPU driver out of memory"
+_PROGRAM_GPU_OOM = ("CUDA out of memory", "CUDA library allocation failure")
+SAME_ALLOCATION_S = 60.0  # a program's CUDA OOM this close to the driver's NV_ERR_NO_MEMORY on its node is one allocation
+
+
+@refiner("DriverOomBehindProgramOom", phase=Phase.REFINE, doc=f"""
+The driver's 'Out of memory [NV_ERR_NO_MEMORY]' (`{_DRIVER_OOM}`) on a node where, within {SAME_ALLOCATION_S:.0f} s,
+the program reported a CUDA out-of-memory error of its own (PyTorch's with the process's own use in it) is the
+driver's record of that same failed allocation: the program's report says whose memory filled the GPU, and the
+driver's line is demoted. Alone (a unified-memory machine that fails before CUDA can report), it stays the root.
+""", cases=[
+    # https://github.com/vroomfondel/dgxarley/blob/main/docs/DGX%20Spark%20SGLang%20SM121%20Pitfalls%20EN.md (an AWQ
+    # repack on GB10 whose process held 105 GiB when its next allocation failed; the driver logged the same moment)
+    RuleCase(title="the driver's NV_ERR_NO_MEMORY as PyTorch reports the process's own OOM", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a kernel: [40415.970888] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory "
+                     "[NV_ERR_NO_MEMORY] (0x00000051) returned from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359"],
+        "a/applog": ["2025-01-01T00:10:00Z torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 "
+                     "has a total capacity of 121.63 GiB of which 1.07 GiB is free. Including non-PyTorch memory, this "
+                     "process has 105.60 GiB memory in use."]},
+        expect=Expect(fired=True, sub_domain="gpu_oom", demoted=[_DRIVER_OOM])),
+    RuleCase(title="the driver's NV_ERR_NO_MEMORY alone", evidence={
+        "a/syslog": ["Jan  1 00:10:00 a kernel: [40415.970888] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory "
+                     "[NV_ERR_NO_MEMORY] (0x00000051) returned from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359"]},
+        expect=Expect(fired=False, sub_domain="host_oom")),
+])
+def driver_oom_behind_program_oom(ws: Workspace) -> None:
+    window = timedelta(seconds=SAME_ALLOCATION_S)
+    for s in ws.active(prefix=_DRIVER_OOM):
+        said = s.first_time
+        if said is None or ws.undated(s):
+            continue
+        program = next((p for name in _PROGRAM_GPU_OOM for p in ws.active(prefix=name, node=s.node)
+                        if p.first_time is not None and not ws.undated(p) and abs(p.first_time - said) <= window), None)
+        if program is not None:
+            ws.demote(s, f"the driver's side of the allocation the program reported as {program.name} on {s.node}")
+
+
 _SLOW_LINK = "Ethernet link back below gigabit"
 
 
