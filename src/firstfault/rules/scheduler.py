@@ -2018,13 +2018,16 @@ def _during_run(ws: Workspace, s: WorkSymptom) -> bool:
 
 
 _KERNEL_KILL_RECORDS = ("Process crashed",)  # the kernel's own record of a process it crashed (host_oom: killed)
+# UCX's log line carries its level ('[ts] [host:pid:tid] file.c:N UCX  WARN  ...'): at WARN, UCX went on
+_UCX_WARNING = re.compile(r"\bUCX +WARN\b")
 
 
 def _ended_a_process(s: WorkSymptom) -> bool:
     """The symptom shows a process of the workload ended: read from its own output or the scheduler's records, or
     the kernel's record of killing or crashing one. A fabric port's going down is the NIC's state whoever printed it
-    (NCCL relays it as a 'non-fatal async event'): what it broke shows as the job's own errors."""
-    if s.name.startswith(LINK_DOWN_EVENTS):
+    (NCCL relays it as a 'non-fatal async event'): what it broke shows as the job's own errors. A library's report at
+    its warning level (UCX's WARN) is one it carried on after."""
+    if s.name.startswith(LINK_DOWN_EVENTS) or all(_UCX_WARNING.search(e.text) for e in s.evidence):
         return False
     return (any(e.source != SourceKind.SYSLOG for e in s.evidence) or s.sub_domain == SubDomain.HOST_OOM
             or s.name.startswith(_KERNEL_KILL_RECORDS))
@@ -2159,6 +2162,13 @@ nothing demoted.
         expect=Expect(fired=True, sub_domain="scheduler", terminal_state="CANCELLED")),
     RuleCase(title="another job's Xid before the start", evidence={"n1/syslog": [
         "Dec 31 23:55:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 79, pid=1, name=x, GPU has fallen off the bus."]},
+        context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
+        expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
+    # https://github.com/E3SM-Project/e3sm_diags/issues/933 (ILAMB's MPI run completed under an older system UCX's
+    # warning on every rank)
+    RuleCase(title="a completed job whose every rank warned of an older UCX", evidence={"n1/applog": [
+        "2025-01-01T00:00:12Z [1739399232.206867] [n1:2735073:0]     ucp_context.c:1951 UCX  WARN  UCP API version is "
+        "incompatible: required >= 1.16, actual 1.14.0 (loaded from /usr/lib64/libucp.so.0)"]},
         context={"scheduler_state": "COMPLETED", "exit_code": "0:0"},
         expect=Expect(fired=True, sub_domain="none", terminal_state="COMPLETED", culprits=[])),
     RuleCase(title="a soft lockup at teardown of a completed job", evidence={"n1/syslog": [
