@@ -452,7 +452,8 @@ then and freed its memory: when the run's own failure on that node is of another
 the kill is demoted too. A node the scheduler declared failed or rebooted before the start, and Ready again before
 it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
 So was a node slurmctld set DOWN or found rebooted before a Slurm job's start: Slurm allocates only nodes in service,
-and it allocated that node to the job. Where no scheduler recorded a state and the run then reported its own completion
+and it allocated that node to the job. A network port that failed before the start is not demoted for a failure that
+every node met at once (connections set up nowhere, as one dead port leaves them). Where no scheduler recorded a state and the run then reported its own completion
 with no failure of its own (a port without a cable at boot, then nccl-tests' closing summary), the earlier fault did not
 end it, and is demoted.
 """, cases=[
@@ -542,6 +543,16 @@ end it, and is demoted.
         context={"scheduler": "none", "scheduler_state": "", "exit_code": ""},
         expect=Expect(fired=True, sub_domain="none", culprits=[], terminal_state="COMPLETED",
                       demoted=["IB cable or module error"])),
+    # https://github.com/deepseek-ai/DeepEP/issues/289's NVSHMEM lines with a port down before the start, as
+    # https://github.com/sgl-project/sglang/pull/22309 describes (NVSHMEM's QPs to that PE never reach RTR)
+    RuleCase(title="a node's port failed before the start; NVSHMEM's connections then fail on every node", evidence={
+        "b/syslog": ["Dec 31 23:56:52 b kernel: [1088757.046264] mlx5_core 0000:9a:00.0: Port module event[error]: "
+                     "module 3, Cable error, High Temperature"],
+        "a/applog": ["2025-01-01T00:01:25Z /workspace/nvshmem/src/host/init/init.cu:1007: non-zero status: 7 nvshmem "
+                     "setup connections failed "],
+        "b/applog": ["2025-01-01T00:01:26Z /workspace/nvshmem/src/host/init/init.cu:1007: non-zero status: 7 nvshmem "
+                     "setup connections failed "]},
+        expect=Expect(fired=False, sub_domain="network", culprits=["b"])),
     RuleCase(title="a GPU lost before the start, nothing else", evidence={
         "a/syslog": ["Dec 31 23:53:11 a kernel: NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=x, GPU has fallen off the "
                      "bus."]},
@@ -570,8 +581,10 @@ def before_the_start(ws: Workspace) -> None:
         if t >= limit or not s.evidence or any(e.source != SourceKind.SYSLOG for e in s.evidence):
             continue
         minutes = (start - t).total_seconds() / 60
-        # a peer's error naming this node is this node's loss as its peers saw it, not a failure elsewhere
-        elsewhere = next((d for d in during if d.node != s.node and s.node not in named_peers(ws, d)), None)
+        # a peer's error naming this node is this node's loss as its peers saw it, not a failure elsewhere; so is a
+        # failure every node met at once after this node's network port had failed (connections to it set up nowhere)
+        elsewhere = next((d for d in during if d.node != s.node and s.node not in named_peers(ws, d)
+                          and not (s.sub_domain == SubDomain.NETWORK and _on_every_node_at_once(ws, d.name))), None)
         here = next((d for d in during if d.node == s.node and d.sub_domain != s.sub_domain), None)
         if elsewhere is not None and elsewhere.sub_domain != s.sub_domain:
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, under whatever ran then; the run's "
@@ -584,6 +597,15 @@ def before_the_start(ws: Workspace) -> None:
             # recorded one)
             ws.demote(s, f"logged {minutes:.0f} min before the workload started, and the workload then reported its "
                          "completion with no failure of its own")
+
+
+def _on_every_node_at_once(ws: Workspace, name: str) -> bool:
+    """Every node of a multi-node workload has the active symptom `name`, first reported within the clock-skew
+    tolerance of one another."""
+    same = [x for x in ws.active(prefix=name) if x.name == name and x.first_time is not None]
+    times = [x.first_time for x in same if x.first_time is not None]
+    return len(ws.context.nodes) > 1 and {ws.canonical_node(x.node) for x in same} == set(ws.context.nodes) and \
+        max(times) - min(times) <= timedelta(seconds=ws.params.clock_skew_s)
 
 
 def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datetime) -> datetime | None:
