@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 from firstfault.engine.model import Event, EventType, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, filter_rule, refiner
@@ -447,6 +448,18 @@ def _nccl_interfaces(ws: Workspace) -> set[str]:
     return {str(e.attributes.get("interface", "")) for e in ws.facts_of("ip_map")}
 
 
+def _pods_on_eth0(link_line: str) -> dict[str, Any]:
+    """Rule-case evidence and context: a Kubernetes Job's pods whose NCCL used eth0, node b's kernel line `link_line`,
+    then the Job's deadline."""
+    return {"evidence": {
+        "b/syslog": [link_line],
+        "b/applog": ["2025-01-01T00:02:39Z job-3-t2hvr:57:57 [0] NCCL INFO Bootstrap : Using eth0:192.168.33.71<0>",
+                     "2025-01-01T01:59:00Z   Warning  DeadlineExceeded  job-controller  Job was active longer than "
+                     "specified deadline"]},
+        "context": {"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
+                    "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:00:00Z"}}
+
+
 @refiner("SlowLinkCarriedTheWorkload", phase=Phase.REFINE, doc=f"""
 A node's Ethernet link that came back at 10 or 100 Mbps (`{_SLOW_LINK}`) slows only what goes through it. When the
 workload's NCCL ran over an interface of that name (its bootstrap lines name it; the nodes are set up alike), no node
@@ -458,14 +471,8 @@ A management port at 100 Mbps, or a workload on RDMA, leaves it context.
     # https://github.com/52K-0812/28gpu-cluster-rebuild (docs/journal 4_02: a GPU node's uplink at 100 Mb/s on a damaged
     # cable carried the pods' Calico traffic)
     RuleCase(title="pods' NCCL on eth0; a node's uplink renegotiated at 100 Mbps mid-run, then the Job's deadline",
-             evidence={
-        "b/syslog": ["Jan  1 00:47:38 b kernel: [529133.840116] ixgbe 0000:02:00.0 enp2s0f0: NIC Link is Up 100 Mbps, "
-                     "Flow Control: None"],
-        "b/applog": ["2025-01-01T00:02:39Z job-3-t2hvr:57:57 [0] NCCL INFO Bootstrap : Using eth0:192.168.33.71<0>",
-                     "2025-01-01T01:59:00Z   Warning  DeadlineExceeded  job-controller  Job was active longer than "
-                     "specified deadline"]},
-        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
-                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:00:00Z"},
+             **_pods_on_eth0("Jan  1 00:47:38 b kernel: [529133.840116] ixgbe 0000:02:00.0 enp2s0f0: NIC Link is Up 100 "
+                             "Mbps, Flow Control: None"),
         expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom=_SLOW_LINK)),
     RuleCase(title="NCCL over eno1, which came back at 100 Mbps, then the time limit", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
@@ -475,14 +482,9 @@ A management port at 100 Mbps, or a workload on RDMA, leaves it context.
                      "TIME LIMIT ***"]},
         context={"nodes": ["a", "b"], "scheduler_state": "TIMEOUT", "exit_code": "0:15"},
         expect=Expect(fired=True, sub_domain="network", culprits=["b"], root_symptom=_SLOW_LINK)),
-    RuleCase(title="pods' NCCL on eth0; a node's port came up at 100 Mbps at boot, before the workload", evidence={
-        "b/syslog": ["Dec 31 20:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
-                     "Duplex, Flow Control: RX"],
-        "b/applog": ["2025-01-01T00:02:39Z job-3-t2hvr:57:57 [0] NCCL INFO Bootstrap : Using eth0:192.168.33.71<0>",
-                     "2025-01-01T01:59:00Z   Warning  DeadlineExceeded  job-controller  Job was active longer than "
-                     "specified deadline"]},
-        context={"nodes": ["a", "b"], "scheduler": "kubernetes", "scheduler_state": "Failed", "exit_code": "",
-                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T02:00:00Z"},
+    RuleCase(title="pods' NCCL on eth0; a node's port came up at 100 Mbps at boot, before the workload",
+             **_pods_on_eth0("Dec 31 20:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps "
+                             "Full Duplex, Flow Control: RX"),
         expect=Expect(fired=False, culprits=[])),
     RuleCase(title="the management port at 100 Mbps; NCCL on ib0", evidence={
         "b/syslog": ["Jan  1 00:10:05 b kernel: [2.0] igb 0000:06:00.0 eno1: igb: eno1 NIC Link is Up 100 Mbps Full "
@@ -1700,6 +1702,16 @@ def _first_declared_lost(ws: Workspace) -> dict[str, datetime]:
 _UNKILLABLE = "Step's processes could not be killed"
 
 
+# Rule-case lines: the trainer hung on n2, its peer's watchdog, and slurmctld's drain of n2 for the step it could not kill
+_HUNG_TRAINER = ["Jan  1 00:10:12 n2 kernel: [1088963.358712] INFO: task python3:1670971 blocked for more than 120 seconds."]
+_WATCHDOG_ON_PEER = ["2025-01-01T00:18:30Z [rank0]:[E101 00:18:30.118000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+                     "collective operation timeout: WorkNCCL(SeqNum=231412, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=600000) ran for 600011 milliseconds before timing out."]
+_KILL_TASK_FAILED = ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]
+_TWO_NODE_FAILED_JOB = {"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["n1", "n2"],
+                        "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"}
+
+
 @refiner("UnkillableStepAfterHang", phase=Phase.REFINE, doc=f"""
 Slurm could not kill the step on a node (`{_UNKILLABLE}`), and that node's kernel had reported tasks hung while the
 workload ran: its processes were stuck in the node's kernel, not waiting on their peers, and the step's end could not
@@ -1710,31 +1722,22 @@ kill that failed with no hung task reported is a slow exit past the timeout, and
     # https://lore.kernel.org/all/20241126150612.114561-1-snishika@redhat.com/ (a task stuck in throttle_direct_reclaim()
     # holding its mm's rwsem, the trainer's threads hung on it) with Slurm's drain of the node whose step would not end
     RuleCase(title="the trainer's threads hung, then Slurm could not kill the step there", evidence={
-        "n2/syslog": ["Jan  1 00:10:12 n2 kernel: [1088963.358712] INFO: task python3:1670971 blocked for more than 120 "
-                      "seconds."],
-        "n1/applog": ["2025-01-01T00:18:30Z [rank0]:[E101 00:18:30.118000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
-                      "caught collective operation timeout: WorkNCCL(SeqNum=231412, OpType=ALLREDUCE, NumelIn=1, "
-                      "NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out."],
-        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
-        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["n1", "n2"],
-                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        "n2/syslog": _HUNG_TRAINER,
+        "n1/applog": _WATCHDOG_ON_PEER,
+        "n1/scheduler": _KILL_TASK_FAILED},
+        context=_TWO_NODE_FAILED_JOB,
         expect=Expect(fired=True, sub_domain="host", culprits=["n2"], root_symptom=_UNKILLABLE)),
     # https://slurm.schedmd.com/slurm.conf.html#OPT_UnkillableStepTimeout (processes slow to exit after a cancel)
     RuleCase(title="a user's cancel; a rank hung in a checkpoint write could not be killed in time", evidence={
-        "n2/syslog": ["Jan  1 00:10:12 n2 kernel: [1088963.358712] INFO: task python3:1670971 blocked for more than 120 "
-                      "seconds."],
+        "n2/syslog": _HUNG_TRAINER,
         "n1/applog": ["2025-01-01T00:20:02Z slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2025-01-01T00:20:02 ***"],
-        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
-        context={"scheduler": "slurm", "scheduler_state": "CANCELLED", "exit_code": "0:15", "nodes": ["n1", "n2"],
-                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        "n1/scheduler": _KILL_TASK_FAILED},
+        context=_TWO_NODE_FAILED_JOB | {"scheduler_state": "CANCELLED", "exit_code": "0:15"},
         expect=Expect(fired=False, sub_domain="scheduler", culprits=[])),
     RuleCase(title="a step too slow to end, with no hung task", evidence={
-        "n1/applog": ["2025-01-01T00:18:30Z [rank0]:[E101 00:18:30.118000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
-                      "caught collective operation timeout: WorkNCCL(SeqNum=231412, OpType=ALLREDUCE, NumelIn=1, "
-                      "NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out."],
-        "n1/scheduler": ["[2025-01-01T00:21:20.611] error: slurmd error running JobId=7 on node(s)=n2: Kill task failed"]},
-        context={"scheduler": "slurm", "scheduler_state": "FAILED", "exit_code": "1:0", "nodes": ["n1", "n2"],
-                 "start_time": "2025-01-01T00:00:00Z", "end_time": "2025-01-01T00:21:30Z"},
+        "n1/applog": _WATCHDOG_ON_PEER,
+        "n1/scheduler": _KILL_TASK_FAILED},
+        context=_TWO_NODE_FAILED_JOB,
         expect=Expect(fired=False, culprits=[])),
 ])
 def unkillable_step_after_hang(ws: Workspace) -> None:
