@@ -3141,3 +3141,44 @@ def _printed_later(line: Evidence, before: list[Evidence]) -> bool:
     return line.provenance.line is not None and all(
         b.provenance.origin == line.provenance.origin and b.provenance.line is not None
         and b.provenance.line < line.provenance.line for b in before)
+
+
+_GUESSED_DEVICE = "GPU guessed from the global rank"
+FIRST_COLLECTIVES = 5  # a watchdog timeout at one of the first sequence numbers: the job never completed a collective
+
+
+@refiner("GuessedDeviceThenFirstCollectivesHung", phase=Phase.REFINE, doc=f"""
+ProcessGroupNCCL's warning that it guessed the ranks' GPUs from their global ranks (`{_GUESSED_DEVICE}`) is the root
+candidate when the workload's watchdog then timed out on one of its first {FIRST_COLLECTIVES} collectives (SeqNum)
+and no root candidate of another kind was found: the ranks never completed a collective on the GPUs they were
+guessed. A run that trained past its first collectives carries the warning harmlessly.
+""", cases=[
+    # https://github.com/mghpcc/aicr-benchmarks (Benchmark_WG/megatron-lm/output/out.a0006-9644: the warning, then the
+    # first all-reduce timed out on every rank)
+    RuleCase(title="the guessed devices, then the second collective timed out", evidence={"n1/applog": [
+        "2025-01-01T00:00:16Z [rank0]:[W101 00:00:16.932467588 ProcessGroupNCCL.cpp:5178] Guessing device ID based on "
+        "global rank. This can cause a hang if rank to GPU mapping is heterogeneous. You can specify device_id in "
+        "init_process_group()",
+        "2025-01-01T00:10:21Z [rank1]:[E101 00:10:21.573760608 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600005 milliseconds before timing out."]},
+        expect=Expect(fired=True, sub_domain="configuration", root_symptom=_GUESSED_DEVICE)),
+    RuleCase(title="the guessed devices, then a timeout thousands of collectives later", evidence={"n1/applog": [
+        "2025-01-01T00:00:16Z [rank0]:[W101 00:00:16.932467588 ProcessGroupNCCL.cpp:5178] Guessing device ID based on "
+        "global rank. This can cause a hang if rank to GPU mapping is heterogeneous. You can specify device_id in "
+        "init_process_group()",
+        "2025-01-01T05:10:21Z [rank1]:[E101 05:10:21.573760608 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=48211, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600005 milliseconds before timing out."]},
+        expect=Expect(fired=False, sub_domain="unknown")),
+])
+def guessed_device_then_first_collectives_hung(ws: Workspace) -> None:
+    if any(s.sub_domain not in (SubDomain.UNKNOWN, SubDomain.SCHEDULER) for s in ws.active(role="root")):
+        return
+    early = [s for s in ws.active(prefix="NCCL watchdog timeout")
+             if any(0 < int(seq) <= FIRST_COLLECTIVES for seq in s.value_set("seq") if seq.isdigit())]
+    if not early:
+        return
+    for s in ws.select(prefix=_GUESSED_DEVICE, status="interesting"):
+        ws.promote(s, f"the ranks' GPUs were guessed and the watchdog then timed out on collective "
+                      f"{min(int(q) for e in early for q in e.value_set('seq') if q.isdigit())}")
