@@ -15,7 +15,7 @@ import itertools
 import re
 from datetime import datetime, timedelta
 
-from firstfault.engine.model import Event, EventType, SourceKind, SubDomain, TerminalState, recorded_state
+from firstfault.engine.model import Event, SourceKind, SubDomain, TerminalState, recorded_state
 from firstfault.engine.rules_api import Expect, Phase, RuleCase, refiner
 from firstfault.engine.workspace import Workspace, WorkSymptom
 
@@ -453,9 +453,9 @@ the kill is demoted too. A node the scheduler declared failed or rebooted before
 it (`Kubernetes node ready again`), was back when the workload came: that failure is not the run's, and is demoted.
 So was a node slurmctld set DOWN or found rebooted before a Slurm job's start: Slurm allocates only nodes in service,
 and it allocated that node to the job. A network port that failed before the start is not demoted for a failure that
-every node met at once (connections set up nowhere, as one dead port leaves them). Where no scheduler recorded a state and the run then reported its own completion
-with no failure of its own (a port without a cable at boot, then nccl-tests' closing summary), the earlier fault did not
-end it, and is demoted.
+every node met at once (connections set up nowhere, as one dead port leaves them). Where no scheduler recorded a
+state and the run then reported its own completion with no failure of its own (a port without a cable at boot, then
+nccl-tests' closing summary), the earlier fault did not end it, and is demoted.
 """, cases=[
     # https://github.com/Open-CAS/open-cas-linux/issues/570 (a cache disk missing after reboot; the peers lost that node)
     RuleCase(title="a node's cache disk missing since boot; its peers' RDMA errors name it", evidence={
@@ -615,13 +615,6 @@ def _ready_again(ws: Workspace, node: str | None, failed: datetime, start: datet
 
 
 SURVIVED_AFTER_S = 600.0  # training progress this long after an event shows the workload survived it
-
-
-def root_found_besides(ws: Workspace, *sub_domains: SubDomain) -> bool:
-    """A root candidate of a sub-domain other than `sub_domains` is on the event stream (before the symptoms are
-    materialised)."""
-    return any(definition.role == "root" and definition.sub_domain not in sub_domains
-               for definition in (ws.catalog.symptom(e.symptom or "") for e in ws.events_of(EventType.NODE_BAD)))
 
 
 def exited_zero_unrecorded(ws: Workspace) -> bool:

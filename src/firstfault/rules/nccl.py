@@ -25,7 +25,6 @@ from firstfault.rules.election import (
     named_peers,
     printed_before,
     resolve_peer,
-    root_found_besides,
     time_order,
     workload_completed,
 )
@@ -644,6 +643,12 @@ def _odd_one_out(names: dict[str, set[str]]) -> str | None:
     return None
 
 
+def _other_root_found(ws: Workspace) -> bool:
+    """A root candidate other than the scheduler's ending of the run is on the event stream."""
+    return any(definition.role == "root" and definition.sub_domain != SubDomain.SCHEDULER
+               for definition in (ws.catalog.symptom(e.symptom or "") for e in ws.events_of(EventType.NODE_BAD)))
+
+
 _RAN_ALONE = "Processes ran as separate single-rank jobs"
 
 
@@ -750,7 +755,7 @@ def network_differs_between_nodes(ws: Workspace) -> None:
     odd = _odd_one_out({node: set(names) for node, names in networks.items()})
     if odd is None or "Socket" in networks[odd]:
         return
-    if root_found_besides(ws, SubDomain.SCHEDULER):
+    if _other_root_found(ws):
         return
     first = min(networks[odd].values(), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_NETWORK_SYMPTOM, evidence=first.evidence,
@@ -790,7 +795,7 @@ def driver_differs_on_one_node(ws: Workspace) -> None:
     for event in reports:
         versions.setdefault(str(event.node), set()).update(event.value_set("version"))
     odd = _odd_one_out(versions)
-    if odd is None or workload_completed(ws) or root_found_besides(ws, SubDomain.SCHEDULER):
+    if odd is None or workload_completed(ws) or _other_root_found(ws):
         return
     first = min((e for e in reports if e.node == odd), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=odd, symptom=_ODD_DRIVER, evidence=first.evidence, time=first.time))
@@ -861,7 +866,7 @@ def bootstrap_families_differ(ws: Workspace) -> None:
     ipv4 = {e.node for e in ws.events_of(f"{EventType.CONTEXT}.ip_map") if e.node and "Bootstrap" in e.evidence.text}
     if not set(ipv6) - ipv4 or not ipv4 - set(ipv6):
         return
-    if root_found_besides(ws, SubDomain.SCHEDULER):
+    if _other_root_found(ws):
         return
     first = min(ipv6.values(), key=time_order)
     ws.emit(EmitSpec(type=EventType.NODE_BAD, node=first.node, symptom=_FAMILIES_DIFFER, evidence=first.evidence,
