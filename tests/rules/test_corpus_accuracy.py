@@ -85,7 +85,8 @@ READ_BATCHES = ("blind-01", "blind-02", "blind-03", "blind-05", "blind-06", "bli
                 "blind-845", "blind-846", "blind-848", "blind-705", "blind-764", "blind-766", "blind-771",
                 "blind-812", "blind-851", "blind-857", "blind-862", "blind-863", "blind-866", "blind-869",
                 "blind-877", "blind-889", "blind-890", "blind-895",
-                "blind-886", "blind-900", "blind-904", "blind-905", "blind-908", "blind-910")
+                "blind-886", "blind-900", "blind-904", "blind-905", "blind-908", "blind-910",
+                "blind-917")
 # Blame the engine keeps against a batch's label, each explained in docs/accuracy.md ("Remaining misses").
 DISPUTED_BLAME = {
     "blind-12": 1,   # b12-019: Xid 119 beside an IB flap that recovered in 11 s
