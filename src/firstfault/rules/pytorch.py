@@ -3175,10 +3175,9 @@ guessed. A run that trained past its first collectives carries the warning harml
 def guessed_device_then_first_collectives_hung(ws: Workspace) -> None:
     if any(s.sub_domain not in (SubDomain.UNKNOWN, SubDomain.SCHEDULER) for s in ws.active(role="root")):
         return
-    early = [s for s in ws.active(prefix="NCCL watchdog timeout")
-             if any(0 < int(seq) <= FIRST_COLLECTIVES for seq in s.value_set("seq") if seq.isdigit())]
-    if not early:
+    first = min((int(seq) for s in ws.active(prefix="NCCL watchdog timeout") for seq in s.value_set("seq")
+                 if seq.isdigit() and int(seq) > 0), default=None)
+    if first is None or first > FIRST_COLLECTIVES:
         return
     for s in ws.select(prefix=_GUESSED_DEVICE, status="interesting"):
-        ws.promote(s, f"the ranks' GPUs were guessed and the watchdog then timed out on collective "
-                      f"{min(int(q) for e in early for q in e.value_set('seq') if q.isdigit())}")
+        ws.promote(s, f"the ranks' GPUs were guessed and the watchdog then timed out on collective {first}")

@@ -2027,7 +2027,7 @@ def _ended_a_process(s: WorkSymptom) -> bool:
     the kernel's record of killing or crashing one. A fabric port's going down is the NIC's state whoever printed it
     (NCCL relays it as a 'non-fatal async event'): what it broke shows as the job's own errors. A library's report at
     its warning level (UCX's WARN) is one it carried on after."""
-    if s.name.startswith(LINK_DOWN_EVENTS) or all(_UCX_WARNING.search(e.text) for e in s.evidence):
+    if s.name.startswith(LINK_DOWN_EVENTS) or (s.evidence and all(_UCX_WARNING.search(e.text) for e in s.evidence)):
         return False
     return (any(e.source != SourceKind.SYSLOG for e in s.evidence) or s.sub_domain == SubDomain.HOST_OOM
             or s.name.startswith(_KERNEL_KILL_RECORDS))
